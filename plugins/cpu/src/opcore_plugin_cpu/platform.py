@@ -1,0 +1,94 @@
+"""`CpuPlatform`: the host CPU, answered from the OS and torch."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform as _pyplatform
+
+import torch
+
+from opcore.platforms import Platform
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.cache
+def _model_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _pyplatform.processor() or _pyplatform.machine() or "CPU"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (affinity mask), not the machine's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def native_dtypes() -> tuple[str, ...]:
+    """Reduced-precision dtypes this CPU has instructions for (torch emulates the rest)."""
+    flags = _cpu_flags()
+    out = []
+    if flags & {"avx512_bf16", "amx_bf16"}:
+        out.append("bfloat16")
+    if flags & {"avx512_fp16", "amx_fp16"}:
+        out.append("float16")
+    return tuple(out)
+
+
+class CpuPlatform(Platform):
+    """The host CPU as one device. Every floating dtype of the ops is computed here:
+    fp32 natively, bf16 and fp16 natively where the CPU has the instructions
+    (`native_dtypes`) and by torch's conversion paths otherwise."""
+
+    name = "cpu"
+    device_name = "cpu"
+    device_type = "cpu"
+    dispatch_key = "CPU"
+    dist_backend = "gloo"
+    device_control_env_var = None
+    supported_dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    custom_op_forward_chain = ("forward_cpu", "forward_native")
+
+    def device_count(self) -> int:
+        return 1
+
+    def get_device_name(self, index: int = 0) -> str:
+        return _model_name()
+
+    def get_device_total_memory(self, index: int = 0) -> int:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+    def core_count(self) -> int:
+        return usable_cores()
+
+    def import_ir_kernels(self) -> None:
+        # The IPEX provider registers itself only when intel-extension-for-pytorch imports.
+        from opcore_plugin_cpu import ipex_provider  # noqa: F401
+
+    def device_summary(self) -> dict[str, object]:
+        return {
+            **super().device_summary(),
+            "cores": usable_cores(),
+            "isa": torch.backends.cpu.get_cpu_capability(),
+            "native_reduced_precision": list(native_dtypes()),
+            "threads": torch.get_num_threads(),
+        }

@@ -1,0 +1,212 @@
+"""`OpcoreConfig`: the one explicit configuration object every hook receives.
+
+Precedence, lowest first: dataclass defaults < the platform's
+``apply_config_platform_defaults`` < environment (``OPCORE_IR_OP_PRIORITY``,
+``OPCORE_CUSTOM_OPS``, ``OPCORE_ATTENTION_BACKEND``, ``OPCORE_COMPILATION_MODE``) < explicit
+arguments; then the platform's ``check_and_update_config`` has the last word.
+
+`create_config` builds one in that order. `set_current_config` makes one current for the
+code that needs it implicitly (op dispatch, layer construction); `get_current_config`
+builds one from the environment and the current platform the first time it is asked and
+none was set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opcore.platforms import Platform
+
+COMPILATION_MODES = ("eager", "inductor")
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+_BACKEND_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ConfigError(ValueError):
+    """A malformed configuration value; the message quotes the bad part."""
+
+
+@dataclasses.dataclass
+class CompilationConfig:
+    """``custom_ops``: a list like ``["none", "+rms_norm"]``: at most one base (``all`` or
+    ``none``), then ``+op`` / ``-op``. Empty means the mode's default base (``all`` in
+    eager, ``none`` under inductor, so Inductor sees the native code it can fuse).
+    ``mode``: ``eager`` or ``inductor``."""
+
+    custom_ops: list[str] = dataclasses.field(default_factory=list)
+    mode: str = "eager"
+
+
+@dataclasses.dataclass
+class KernelConfig:
+    """``ir_op_priority``: ``{op: [provider, ...]}``, the user's order, tried before the
+    platform default (DESIGN §3)."""
+
+    ir_op_priority: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class AttentionConfig:
+    """``backend``: an attention backend name to use (validated, never replaced), or
+    ``None`` to let the platform's candidates decide."""
+
+    backend: str | None = None
+
+
+@dataclasses.dataclass
+class OpcoreConfig:
+    compilation: CompilationConfig = dataclasses.field(default_factory=CompilationConfig)
+    kernel: KernelConfig = dataclasses.field(default_factory=KernelConfig)
+    attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------- parsing
+def parse_ir_op_priority(text: str, *, source: str = "OPCORE_IR_OP_PRIORITY") -> dict[str, list[str]]:
+    """Parse ``"rms_norm=triton,native;silu_and_mul=native"`` into a mapping."""
+    out: dict[str, list[str]] = {}
+    for part in text.split(";"):
+        if not part.strip():
+            continue
+        op, eq, providers = part.partition("=")
+        op = op.strip()
+        if not eq:
+            raise ConfigError(f"{source}: {part.strip()!r} is not of the form op=provider,provider")
+        if not _NAME.match(op):
+            raise ConfigError(f"{source}: op name {op!r} in {part.strip()!r} is not a valid op name")
+        if op in out:
+            raise ConfigError(f"{source}: op {op!r} is given twice")
+        names = [p.strip() for p in providers.split(",")]
+        for name in names:
+            if not _NAME.match(name):
+                raise ConfigError(
+                    f"{source}: provider {name!r} in {part.strip()!r} is not a valid provider name"
+                )
+        out[op] = names
+    return out
+
+
+def parse_custom_ops(items: list[str] | str, *, source: str = "custom_ops") -> list[str]:
+    """Validate a ``custom_ops`` list (or the comma-separated env form) and return it."""
+    if isinstance(items, str):
+        items = [i.strip() for i in items.split(",") if i.strip()]
+    bases = [i for i in items if i in ("all", "none")]
+    if len(bases) > 1:
+        raise ConfigError(f"{source}: more than one base in {items!r}: use exactly one of all / none")
+    enabled, disabled = set(), set()
+    for item in items:
+        if item in ("all", "none"):
+            continue
+        sign, name = item[:1], item[1:]
+        if sign not in "+-" or not sign or not _NAME.match(name):
+            raise ConfigError(f"{source}: {item!r} is not 'all', 'none', '+op' or '-op'")
+        (enabled if sign == "+" else disabled).add(name)
+    both = sorted(enabled & disabled)
+    if both:
+        raise ConfigError(f"{source}: {', '.join('+' + b + ' and -' + b for b in both)} both given")
+    return list(items)
+
+
+def parse_mode(text: str, *, source: str = "compilation.mode") -> str:
+    if text not in COMPILATION_MODES:
+        raise ConfigError(f"{source}: {text!r} is not one of {', '.join(COMPILATION_MODES)}")
+    return text
+
+
+def parse_backend_name(text: str, *, source: str = "attention.backend") -> str:
+    if not _BACKEND_NAME.match(text):
+        raise ConfigError(f"{source}: {text!r} is not a backend name")
+    return text.upper()
+
+
+# --------------------------------------------------------------------------- building
+def apply_environment(config: OpcoreConfig, env: Mapping[str, str]) -> None:
+    """Apply the ``OPCORE_*`` variables of ``env`` to ``config``."""
+    if raw := env.get("OPCORE_IR_OP_PRIORITY"):
+        config.kernel.ir_op_priority.update(parse_ir_op_priority(raw))
+    if raw := env.get("OPCORE_CUSTOM_OPS"):
+        config.compilation.custom_ops = parse_custom_ops(raw, source="OPCORE_CUSTOM_OPS")
+    if raw := env.get("OPCORE_COMPILATION_MODE"):
+        config.compilation.mode = parse_mode(raw, source="OPCORE_COMPILATION_MODE")
+    if raw := env.get("OPCORE_ATTENTION_BACKEND"):
+        config.attention.backend = parse_backend_name(raw, source="OPCORE_ATTENTION_BACKEND")
+
+
+def create_config(
+    platform: Platform | None = None,
+    *,
+    custom_ops: list[str] | None = None,
+    mode: str | None = None,
+    ir_op_priority: Mapping[str, list[str]] | None = None,
+    attention_backend: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> OpcoreConfig:
+    """Build a config in precedence order, calling the platform hooks on it.
+
+    ``platform`` defaults to the current platform; ``env`` to ``os.environ``.
+    """
+    if platform is None:
+        from opcore.platforms import get_current_platform
+
+        platform = get_current_platform()
+    config = OpcoreConfig()
+    platform.apply_config_platform_defaults(config)
+    apply_environment(config, os.environ if env is None else env)
+    if custom_ops is not None:
+        config.compilation.custom_ops = parse_custom_ops(list(custom_ops))
+    if mode is not None:
+        config.compilation.mode = parse_mode(mode)
+    if ir_op_priority is not None:
+        for op, providers in ir_op_priority.items():
+            if not _NAME.match(op):
+                raise ConfigError(f"ir_op_priority: {op!r} is not a valid op name")
+            config.kernel.ir_op_priority[op] = list(providers)
+    if attention_backend is not None:
+        config.attention.backend = parse_backend_name(attention_backend)
+    platform.check_and_update_config(config)
+    return config
+
+
+_current_lock = threading.Lock()
+_current: OpcoreConfig | None = None
+_generation = 0
+
+
+def config_generation() -> int:
+    """A counter bumped whenever the current config changes; caches keyed on it (such as
+    each op's effective priority list) stay valid until it moves."""
+    return _generation
+
+
+def get_current_config() -> OpcoreConfig:
+    """The config set by `set_current_config`, else one built once from the environment
+    and the current platform."""
+    global _current
+    if _current is None:
+        with _current_lock:
+            if _current is None:
+                _current = create_config()
+    return _current
+
+
+@contextlib.contextmanager
+def set_current_config(config: OpcoreConfig) -> Iterator[OpcoreConfig]:
+    """Make ``config`` current inside the ``with`` block (restored afterwards)."""
+    global _current, _generation
+    previous = _current
+    _current = config
+    _generation += 1
+    try:
+        yield config
+    finally:
+        _current = previous
+        _generation += 1
