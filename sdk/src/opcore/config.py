@@ -71,7 +71,9 @@ class OpcoreConfig:
 
 
 # --------------------------------------------------------------------------- parsing
-def parse_ir_op_priority(text: str, *, source: str = "OPCORE_IR_OP_PRIORITY") -> dict[str, list[str]]:
+def parse_ir_op_priority(
+    text: str, *, source: str = "OPCORE_IR_OP_PRIORITY"
+) -> dict[str, list[str]]:
     """Parse ``"rms_norm=triton,native;silu_and_mul=native"`` into a mapping."""
     out: dict[str, list[str]] = {}
     for part in text.split(";"):
@@ -82,7 +84,9 @@ def parse_ir_op_priority(text: str, *, source: str = "OPCORE_IR_OP_PRIORITY") ->
         if not eq:
             raise ConfigError(f"{source}: {part.strip()!r} is not of the form op=provider,provider")
         if not _NAME.match(op):
-            raise ConfigError(f"{source}: op name {op!r} in {part.strip()!r} is not a valid op name")
+            raise ConfigError(
+                f"{source}: op name {op!r} in {part.strip()!r} is not a valid op name"
+            )
         if op in out:
             raise ConfigError(f"{source}: op {op!r} is given twice")
         names = [p.strip() for p in providers.split(",")]
@@ -101,7 +105,9 @@ def parse_custom_ops(items: list[str] | str, *, source: str = "custom_ops") -> l
         items = [i.strip() for i in items.split(",") if i.strip()]
     bases = [i for i in items if i in ("all", "none")]
     if len(bases) > 1:
-        raise ConfigError(f"{source}: more than one base in {items!r}: use exactly one of all / none")
+        raise ConfigError(
+            f"{source}: more than one base in {items!r}: use exactly one of all / none"
+        )
     enabled, disabled = set(), set()
     for item in items:
         if item in ("all", "none"):

@@ -39,7 +39,12 @@ TIER_FALLBACK = "in-tree fallback"
 
 
 class PlatformResolutionError(RuntimeError):
-    """The platform could not be chosen; the message says why and how to choose."""
+    """The platform could not be chosen; the message says why and how to choose.
+    ``candidates`` holds what resolution saw before it stopped (for `opcore info`)."""
+
+    def __init__(self, message: str, candidates: list[Candidate] | None = None) -> None:
+        super().__init__(message)
+        self.candidates = list(candidates or [])
 
 
 class Absent:
@@ -222,7 +227,10 @@ def _probe(plugin: _plugins.DiscoveredPlugin, cand: Candidate, *, authoritative:
         except Exception as exc:
             return fail(f"could not import its platform class {result!r}", exc)
     if not (isinstance(cls, type) and issubclass(cls, Platform)):
-        return fail("named a class that is not a Platform", TypeError(f"{result} is {cls!r}"))
+        return fail(
+            "named a class that is not a Platform",
+            TypeError(f"{result} is {cls!r}, not a subclass of opcore.platforms.Platform"),
+        )
     cand.plugin_api = tuple(cls.plugin_api)
     try:
         compatible = api_compatible(cand.plugin_api)
@@ -307,7 +315,8 @@ def resolve(first_caller_stack: str = "") -> Decision:
     if len(oot) > 1:
         names = ", ".join(c.name for c in oot)
         raise PlatformResolutionError(
-            f"{len(oot)} out-of-tree platform plugins activated ({names}); {how_to_choose}"
+            f"{len(oot)} out-of-tree platform plugins activated ({names}); {how_to_choose}",
+            cands,
         )
     if oot:
         overridden = [c.name for c in intree + fallback]
@@ -320,7 +329,8 @@ def resolve(first_caller_stack: str = "") -> Decision:
     if len(intree) > 1:
         names = ", ".join(c.name for c in intree)
         raise PlatformResolutionError(
-            f"{len(intree)} in-tree accelerator platforms activated ({names}); {how_to_choose}"
+            f"{len(intree)} in-tree accelerator platforms activated ({names}); {how_to_choose}",
+            cands,
         )
     if intree:
         winner = intree[0]

@@ -1,0 +1,5 @@
+import sys
+
+from opcore.cli import main
+
+sys.exit(main())

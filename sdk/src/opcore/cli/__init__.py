@@ -1,0 +1,50 @@
+"""The `opcore` command line: `info`, `conformance`, `bench`, `new-plugin`.
+
+Each subcommand is a module here exposing ``add_parser(subparsers)`` and ``run(args) -> int``.
+A subcommand whose module fails to import (an optional dependency missing) is still listed
+and explains what to install when run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = ("info", "conformance", "bench", "new-plugin")
+
+
+def _module_name(command: str) -> str:
+    return "opcore.cli." + command.replace("-", "_")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="opcore", description="opcore: operator semantics once, kernels per platform"
+    )
+    from opcore import __version__
+
+    parser.add_argument("--version", action="version", version=f"opcore {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(_module_name(command))
+        except ModuleNotFoundError as exc:
+            if exc.name != _module_name(command):
+                raise
+            continue  # not built yet in this version of opcore
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

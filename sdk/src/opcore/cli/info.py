@@ -1,0 +1,213 @@
+"""`opcore info`: what is active here and why.
+
+Human output by default; ``--json`` prints the stable schema documented in
+docs/cli-info.md (``schema_version`` changes only when a field is removed or changes
+meaning; new fields may be added).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform as _pyplatform
+import sys
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "info",
+        help="show the platform decision, plugins, ops, layers and attention backends",
+        description="Show which platform is active and why, every candidate plugin, the "
+        "providers each op would use, layer bindings and attention candidates.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the stable JSON schema")
+    parser.set_defaults(run=run)
+
+
+def collect() -> dict[str, Any]:
+    """Everything `opcore info` shows, as plain data. Raises nothing for a failed
+    resolution: the error and the candidates seen are reported instead."""
+    import torch
+
+    import opcore
+    from opcore import platforms, plugins
+
+    data: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "opcore_version": opcore.__version__,
+        "plugin_api_version": opcore.PLUGIN_API_VERSION,
+        "python": _pyplatform.python_version(),
+        "torch_version": torch.__version__,
+    }
+    try:
+        decision = platforms.explain()
+    except platforms.PlatformResolutionError as exc:
+        data.update(
+            platform=None,
+            rule=None,
+            reason=None,
+            error=str(exc),
+            candidates=[c.to_dict() for c in exc.candidates],
+        )
+        return data
+    data.update(decision.to_dict())
+    data["error"] = None
+    platform = decision.platform
+    try:
+        data["devices"] = platform.device_summary()
+    except Exception as exc:  # a device query failing must not hide the decision
+        data["devices"] = {"error": f"{type(exc).__name__}: {exc}"}
+    general = plugins.load_general_plugins()
+    data["general_plugins"] = [vars(g) for g in general]
+    for section, fn in _sections():
+        try:
+            data[section] = fn()
+        except Exception as exc:
+            data[section] = {"error": f"{type(exc).__name__}: {exc}"}
+    return data
+
+
+def _sections():
+    """The subsystem sections: each a name and a zero-argument function returning data."""
+    import importlib
+
+    from opcore.config import get_current_config
+
+    yield "config", lambda: get_current_config().to_dict()
+    for section, module_name, fn_name in (
+        ("ops", "opcore.ir", "info"),
+        ("layers", "opcore.layers", "binding_info"),
+        ("attention", "opcore.attention", "selection_info"),
+    ):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        if section == "ops":
+            yield section, lambda m=module, f=fn_name: getattr(m, f)(get_current_config())
+        else:
+            yield section, lambda m=module, f=fn_name: getattr(m, f)()
+
+
+def run(args: argparse.Namespace) -> int:
+    data = collect()
+    if args.json:
+        json.dump(data, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(data))
+    return 1 if data.get("error") else 0
+
+
+# --------------------------------------------------------------------------- rendering
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
+
+
+def _candidate_result(c: dict[str, Any]) -> str:
+    if c["error"]:
+        return f"error: {c['error']}"
+    if c["activated"]:
+        return f"activated -> {c['platform_class']}"
+    if not c["probed"]:
+        return "not probed"
+    return f"absent: {c['reason']}"
+
+
+def render(data: dict[str, Any]) -> str:
+    out = [
+        f"opcore {data['opcore_version']} (plugin API {data['plugin_api_version']}), "
+        f"torch {data['torch_version']}, Python {data['python']}",
+        "",
+    ]
+    if data.get("error"):
+        out += [f"Platform: NOT RESOLVED: {data['error']}", ""]
+    else:
+        p = data["platform"]
+        out += [
+            f"Platform: {p['name']}  ({p['class']})",
+            f"  device_type={p['device_type']}  dispatch_key={p['dispatch_key']}  "
+            f"dist_backend={p['dist_backend']}",
+            f"  chosen by rule {data['rule']}: {data['reason']}",
+            "",
+        ]
+    out.append("Candidates:")
+    rows = [["NAME", "TIER", "DISTRIBUTION", "RESULT"]]
+    for c in data["candidates"]:
+        dist = f"{c['distribution']} {c['version']}" if c["distribution"] else c["entry_point"]
+        rows.append([c["name"], c["tier"], dist, _candidate_result(c)])
+    out += _table(rows) if len(rows) > 1 else ["  (no platform plugin installed)"]
+    for name in data.get("unmatched_allow_list") or []:
+        out.append(f"  warning: OPCORE_PLUGINS names {name!r}, which no installed plugin has")
+    out.append("")
+    if data.get("error"):
+        return "\n".join(out) + "\n"
+    devices = data.get("devices") or {}
+    out.append("Devices:")
+    if "error" in devices:
+        out.append(f"  error: {devices['error']}")
+    for d in devices.get("devices", []):
+        mem = d["total_memory_bytes"] / 2**30
+        cap = f", capability {d['capability']}" if d.get("capability") else ""
+        out.append(f"  [{d['index']}] {d['name']}, {mem:.1f} GiB{cap}")
+    extra = {k: v for k, v in devices.items() if k not in ("count", "devices")}
+    for key, value in extra.items():
+        out.append(f"  {key}: {value}")
+    out.append("")
+    general = data.get("general_plugins") or []
+    out.append("General plugins:" + ("" if general else " none"))
+    for g in general:
+        status = f"error: {g['error']}" if g["error"] else "ran"
+        out.append(f"  {g['name']} ({g['distribution']} {g['version']}): {status}")
+    out.append("")
+    out += _render_ops(data.get("ops"))
+    out += _render_layers(data.get("layers"))
+    out += _render_attention(data.get("attention"))
+    return "\n".join(out) + "\n"
+
+
+def _render_ops(ops: Any) -> list[str]:
+    if ops is None:
+        return []
+    if isinstance(ops, dict) and "error" in ops:
+        return ["Ops:", f"  error: {ops['error']}", ""]
+    rows = [["OP", "EFFECTIVE PRIORITY", "PROVIDERS (supported here)"]]
+    for op in ops:
+        providers = ", ".join(
+            p["provider"] + ("" if p["supported"] else " (unsupported)") for p in op["providers"]
+        )
+        rows.append([op["name"], " > ".join(op["effective_priority"]), providers])
+    return ["Ops:", *_table(rows), ""]
+
+
+def _render_layers(layers: Any) -> list[str]:
+    if layers is None:
+        return []
+    if isinstance(layers, dict) and "error" in layers:
+        return ["Layers:", f"  error: {layers['error']}", ""]
+    rows = [["LAYER", "OP NAME", "BOUND METHOD", "WHY"]]
+    for layer in layers:
+        rows.append([layer["class"], layer["op_name"], layer["bound"], layer["why"]])
+    return ["Layers:", *_table(rows), ""]
+
+
+def _render_attention(att: Any) -> list[str]:
+    if att is None:
+        return []
+    if isinstance(att, dict) and "error" in att:
+        return ["Attention:", f"  error: {att['error']}", ""]
+    out = ["Attention:"]
+    for key, value in att.items():
+        out.append(f"  {key}: {value}")
+    return out + [""]
