@@ -1,0 +1,1 @@
+"""The SDK's attention backends: `torch_native` (the reference) and `triton_paged`."""

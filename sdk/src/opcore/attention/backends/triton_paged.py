@@ -1,0 +1,214 @@
+"""``TRITON_PAGED``: paged attention in Triton (CUDA and ROCm GPUs; the CPU under
+``TRITON_INTERPRET=1``).
+
+This module imports without Triton; the kernels (`_triton_kernels`) are imported on first
+use, and `unavailable_reason` says why the backend cannot run when Triton is missing.
+
+Dispatch: a batch whose sequences all bring at most one new token runs the split-KV
+decode kernel (plus a merge kernel when it splits); any other batch runs the mixed
+prefill/decode kernel. The number of KV splits is chosen so that
+``num_seqs * num_kv_heads * splits`` covers the device's multiprocessors about twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+
+from opcore.attention.backend import AttentionBackend, MultipleOf
+from opcore.attention.paged import PagedAttentionMetadata, check_qkv, check_slot_mapping
+
+LOG2E = 1.4426950408889634
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+@functools.cache
+def _kernels():
+    from opcore.attention.backends import _triton_kernels
+
+    return _triton_kernels
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@functools.cache
+def _multiprocessors(device_type: str, index: int) -> int:
+    if _interpreting():
+        return 4
+    props = getattr(torch, device_type).get_device_properties(index)
+    return int(getattr(props, "multi_processor_count", 0) or getattr(props, "gpu_subslice_count", 0) or 64)
+
+
+class TritonPagedBackend(AttentionBackend):
+    name = "TRITON_PAGED"
+    supported_dtypes = (torch.float16, torch.bfloat16)
+    supported_kv_cache_dtypes = ("auto",)
+    # Any size works (the head dimension is padded to a power of two and masked); these
+    # are the sizes models use and the suite checks.
+    supported_head_sizes = (32, 64, 80, 96, 112, 128, 160, 192, 256)
+    # Keys are gathered one position at a time through the block table: any page size.
+    supported_block_sizes = (MultipleOf(1),)
+    # Device types Triton compiles for ("cuda" is also ROCm's torch device type).
+    supported_device_types = ("cuda", "xpu")
+    supports_gqa = True
+    supports_mqa = True
+    supports_sliding_window = True
+    supports_causal = True
+    supports_non_causal = True
+    supports_logits_soft_cap = True
+
+    # Tuning knobs (see bench/results/attention-h200.md for how they were chosen).
+    decode_block_n = 64
+    decode_num_warps = 4
+    decode_num_stages = 2
+    prefill_block_n = 64
+    prefill_block_m = 64
+    prefill_num_warps = 4
+    prefill_num_stages = 2
+    # None: choose from the device's multiprocessor count; an int forces it.
+    num_splits: int | None = None
+
+    @classmethod
+    def unavailable_reason(cls, device_type: str | None) -> str | None:
+        if importlib.util.find_spec("triton") is None:
+            return "triton is not installed"
+        return None
+
+    @classmethod
+    def validate_configuration(cls, cfg) -> list[str]:
+        reasons = super().validate_configuration(cfg)
+        if cfg.device_type == "cpu" and _interpreting():
+            # The interpreter runs the kernels on the host: drop the device-type reason.
+            reasons = [r for r in reasons if not r.startswith("device type")]
+        return reasons
+
+    # ------------------------------------------------------------------ write
+    def write_kv(self, key, value, kv_cache, slot_mapping) -> None:
+        check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value)
+        key_cache, value_cache = self.split_kv_cache(kv_cache)
+        num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
+        if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:
+            raise ValueError(
+                f"{self.name}: slot_mapping must be 1-D with one slot per key row ({key.shape[0]}), "
+                f"got shape {tuple(slot_mapping.shape)}"
+            )
+        if key.dtype != key_cache.dtype or value.dtype != value_cache.dtype:
+            raise ValueError(
+                f"{self.name}: key/value dtype {key.dtype}/{value.dtype} differs from kv_cache dtype {key_cache.dtype}"
+            )
+        check_slot_mapping(slot_mapping, num_blocks * block_size, num_blocks, block_size)
+        if key.shape[0] == 0:
+            return
+        for arg, t in (("key", key), ("value", value), ("kv_cache", key_cache)):
+            if t.stride(-1) != 1:
+                raise ValueError(f"{self.name}: {arg} must be contiguous in head_size")
+        k = _kernels()
+        k.write_kv_kernel[(key.shape[0],)](
+            key, value, key_cache, value_cache, slot_mapping.to(torch.int64),
+            key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+            value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+            NUM_KV_HEADS=self.num_kv_heads, HEAD=self.head_size,
+            HEADS_PAD=_pow2(self.num_kv_heads), HEAD_PAD=_pow2(self.head_size),
+            BLOCK_SIZE=block_size,
+        )
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, query, kv_cache, metadata: PagedAttentionMetadata, out=None) -> torch.Tensor:
+        check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, query=query)
+        if query.shape[0] != metadata.num_tokens:
+            raise ValueError(
+                f"{self.name}: query has {query.shape[0]} tokens but query_start_loc[-1] is {metadata.num_tokens}"
+            )
+        if query.stride(-1) != 1:
+            raise ValueError(f"{self.name}: query must be contiguous in head_size")
+        key_cache, value_cache = self.split_kv_cache(kv_cache)
+        if key_cache.dtype != query.dtype:
+            raise ValueError(f"{self.name}: query dtype {query.dtype} differs from kv_cache dtype {key_cache.dtype}")
+        num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
+        metadata.check_cache(num_blocks, block_size)
+        if out is None:
+            out = torch.empty_like(query)
+        if metadata.num_tokens == 0:
+            return out
+        group = self.num_heads // self.num_kv_heads
+        head_pad = max(16, _pow2(self.head_size))
+        common = dict(
+            WINDOW=self.sliding_window or 0,
+            SOFTCAP=float(self.logits_soft_cap or 0.0),
+            HEAD=self.head_size,
+            HEAD_PAD=head_pad,
+            BLOCK_SIZE=block_size,
+            INTERPRET=_interpreting(),
+        )
+        strides = (
+            query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+            value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+            metadata.block_table.stride(0),
+        )
+        qk_scale = self.scale * LOG2E
+        k = _kernels()
+        num_seqs = metadata.num_seqs
+        if metadata.max_query_len <= 1:
+            splits = self._choose_splits(query.device, num_seqs, metadata.max_seq_len)
+            if splits > 1:
+                part_acc = torch.empty(
+                    (num_seqs, self.num_heads, splits, head_pad), dtype=torch.float32, device=query.device
+                )
+                part_ml = torch.empty((num_seqs, self.num_heads, splits, 2), dtype=torch.float32, device=query.device)
+            else:
+                part_acc = part_ml = out  # unused by the kernel when it does not split
+            pa = part_acc.stride()[:3] if splits > 1 else (0, 0, 0)
+            pm = part_ml.stride()[:2] if splits > 1 else (0, 0)
+            k.paged_decode_kernel[(num_seqs, self.num_kv_heads, splits)](
+                query, key_cache, value_cache, out, part_acc, part_ml,
+                metadata.query_start_loc, metadata.seq_lens, metadata.block_table,
+                qk_scale, *strides, *pa, *pm,
+                GROUP=group, BLOCK_H=max(16, _pow2(group)), BLOCK_N=self.decode_block_n,
+                NUM_SPLITS=splits,
+                num_warps=self.decode_num_warps, num_stages=self.decode_num_stages,
+                **common,
+            )
+            if splits > 1:
+                k.paged_decode_reduce_kernel[(num_seqs, self.num_heads)](
+                    out, part_acc, part_ml, metadata.query_start_loc,
+                    out.stride(0), out.stride(1), *pa, *pm,
+                    HEAD=self.head_size, HEAD_PAD=head_pad,
+                    NUM_SPLITS=splits, SPLITS_PAD=max(2, _pow2(splits)),
+                )
+            return out
+        group_pad = _pow2(group)
+        block_q = max(1, self.prefill_block_m // group_pad)
+        block_q = min(block_q, _pow2(metadata.max_query_len))
+        # tl.dot needs M >= 16.
+        block_q = max(block_q, -(-16 // group_pad))
+        grid = (num_seqs, -(-metadata.max_query_len // block_q), self.num_kv_heads)
+        k.paged_attention_kernel[grid](
+            query, key_cache, value_cache, out,
+            metadata.query_start_loc, metadata.seq_lens, metadata.block_table,
+            qk_scale, *strides,
+            GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=self.prefill_block_n,
+            CAUSAL=self.causal,
+            num_warps=self.prefill_num_warps, num_stages=self.prefill_num_stages,
+            **common,
+        )
+        return out
+
+    def _choose_splits(self, device: torch.device, num_seqs: int, max_seq_len: int) -> int:
+        if self.num_splits is not None:
+            return max(1, int(self.num_splits))
+        sms = _multiprocessors(device.type, device.index or 0)
+        programs = num_seqs * self.num_kv_heads
+        want = -(-2 * sms // max(1, programs))
+        # Each split should still stream at least a few tiles.
+        most = max(1, max_seq_len // (4 * self.decode_block_n))
+        return max(1, min(want, most, 64))

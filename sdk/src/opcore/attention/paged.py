@@ -1,0 +1,208 @@
+"""Paged-KV batch description and the input checks every backend shares.
+
+A batch holds ``B`` sequences. Sequence ``i`` brings ``query_len[i] = query_start_loc[i+1]
+- query_start_loc[i]`` new tokens (rows ``query_start_loc[i]:query_start_loc[i+1]`` of the
+query) and has ``seq_lens[i]`` tokens of context *including* those new tokens; the new
+tokens sit at absolute positions ``seq_lens[i] - query_len[i] ... seq_lens[i] - 1``. Token
+position ``p`` of sequence ``i`` lives in physical block ``block_table[i, p // block_size]``
+at offset ``p % block_size``. A decode sequence has ``query_len == 1``; a prefill (or a
+chunk of one) has more; one batch may mix both.
+
+`PagedAttentionMetadata.build` checks the structure once and keeps host copies of the
+lengths (one device->host copy per batch, shared by every layer). `check_cache` checks
+the data against a cache's geometry (block ids and slots in range, block tables long
+enough) and remembers that it did, so a batch is checked once per cache geometry, not
+once per layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+_INT_DTYPES = (torch.int32, torch.int64)
+
+
+def _as_int_vector(name: str, t: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _INT_DTYPES:
+        raise ValueError(f"{name} must be int32 or int64, got {t.dtype}")
+
+
+@dataclasses.dataclass
+class PagedAttentionMetadata:
+    """One batch's layout. Build it with `build`; see the module docstring."""
+
+    query_start_loc: torch.Tensor  # [B + 1], int32
+    seq_lens: torch.Tensor  # [B], int32
+    block_table: torch.Tensor  # [B, max_blocks_per_seq], int32
+    slot_mapping: torch.Tensor | None  # [num_tokens], int64, or None
+    query_lens_host: list[int]
+    seq_lens_host: list[int]
+    num_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    _checked: set = dataclasses.field(default_factory=set, repr=False)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_host)
+
+    @classmethod
+    def build(
+        cls,
+        query_start_loc: torch.Tensor,
+        seq_lens: torch.Tensor,
+        block_table: torch.Tensor,
+        slot_mapping: torch.Tensor | None = None,
+    ) -> PagedAttentionMetadata:
+        """Check the batch structure and return the metadata (tensors stay on their device;
+        integer tensors are converted to int32, slots to int64)."""
+        _as_int_vector("query_start_loc", query_start_loc)
+        _as_int_vector("seq_lens", seq_lens)
+        _as_int_vector("block_table", block_table)
+        if query_start_loc.dim() != 1 or query_start_loc.numel() < 1:
+            raise ValueError(
+                f"query_start_loc must be 1-D with num_seqs + 1 entries, got shape {tuple(query_start_loc.shape)}"
+            )
+        num_seqs = query_start_loc.numel() - 1
+        if seq_lens.dim() != 1 or seq_lens.numel() != num_seqs:
+            raise ValueError(
+                f"seq_lens must be 1-D with num_seqs={num_seqs} entries (from query_start_loc), "
+                f"got shape {tuple(seq_lens.shape)}"
+            )
+        if block_table.dim() != 2 or block_table.shape[0] != num_seqs:
+            raise ValueError(
+                f"block_table must be 2-D [num_seqs={num_seqs}, max_blocks_per_seq], "
+                f"got shape {tuple(block_table.shape)}"
+            )
+        devices = {t.device for t in (query_start_loc, seq_lens, block_table)}
+        if len(devices) != 1:
+            raise ValueError(
+                f"query_start_loc, seq_lens and block_table must be on one device, got {sorted(map(str, devices))}"
+            )
+        starts = query_start_loc.tolist()
+        lens = seq_lens.tolist()
+        if starts[0] != 0:
+            raise ValueError(f"query_start_loc[0] must be 0, got {starts[0]}")
+        query_lens = []
+        for i in range(num_seqs):
+            q = starts[i + 1] - starts[i]
+            if q < 0:
+                raise ValueError(
+                    f"query_start_loc must be non-decreasing: query_start_loc[{i + 1}]={starts[i + 1]} "
+                    f"< query_start_loc[{i}]={starts[i]}"
+                )
+            if lens[i] < q:
+                raise ValueError(
+                    f"seq_lens[{i}]={lens[i]} is smaller than sequence {i}'s query length {q}: "
+                    "seq_lens counts the context including the new tokens"
+                )
+            query_lens.append(q)
+        num_tokens = starts[-1]
+        if slot_mapping is not None:
+            _as_int_vector("slot_mapping", slot_mapping)
+            if slot_mapping.dim() != 1 or slot_mapping.numel() != num_tokens:
+                raise ValueError(
+                    f"slot_mapping must be 1-D with num_tokens={num_tokens} entries "
+                    f"(query_start_loc[-1]), got shape {tuple(slot_mapping.shape)}"
+                )
+            slot_mapping = slot_mapping.to(torch.int64)
+        return cls(
+            query_start_loc=query_start_loc.to(torch.int32),
+            seq_lens=seq_lens.to(torch.int32),
+            block_table=block_table.to(torch.int32),
+            slot_mapping=slot_mapping,
+            query_lens_host=query_lens,
+            seq_lens_host=lens,
+            num_tokens=num_tokens,
+            max_query_len=max(query_lens, default=0),
+            max_seq_len=max(lens, default=0),
+        )
+
+    def check_cache(self, num_blocks: int, block_size: int) -> None:
+        """Check block tables and slots against a cache of ``num_blocks`` blocks of
+        ``block_size`` slots. Done once per geometry per batch."""
+        key = (num_blocks, block_size)
+        if key in self._checked:
+            return
+        width = self.block_table.shape[1]
+        for i, length in enumerate(self.seq_lens_host):
+            need = -(-length // block_size)
+            if need > width:
+                raise ValueError(
+                    f"block_table is too short: sequence {i} has seq_lens[{i}]={length}, which needs "
+                    f"{need} blocks of block_size {block_size}, but block_table has {width} columns"
+                )
+        if self.num_seqs and width:
+            cols = torch.arange(width, device=self.block_table.device)
+            need = (self.seq_lens.to(torch.int64) + block_size - 1) // block_size
+            used = cols[None, :] < need[:, None]
+            bad = used & ((self.block_table < 0) | (self.block_table >= num_blocks))
+            if bool(bad.any()):
+                i, j = (int(x) for x in bad.nonzero()[0])
+                raise ValueError(
+                    f"block_table[{i}, {j}]={int(self.block_table[i, j])} is out of range for a "
+                    f"kv cache of {num_blocks} blocks"
+                )
+        if self.slot_mapping is not None:
+            check_slot_mapping(self.slot_mapping, num_blocks * block_size, num_blocks, block_size)
+        self._checked.add(key)
+
+
+def check_slot_mapping(slot_mapping: torch.Tensor, num_slots: int, num_blocks: int, block_size: int) -> None:
+    """Raise if any non-negative slot is ``>= num_slots`` (negative slots are padding)."""
+    if slot_mapping.numel() == 0:
+        return
+    bad = slot_mapping >= num_slots
+    if bool(bad.any()):
+        t = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"slot_mapping[{t}]={int(slot_mapping[t])} is out of range: the kv cache holds "
+            f"{num_slots} slots (num_blocks {num_blocks} x block_size {block_size})"
+        )
+
+
+def compute_slot_mapping(
+    query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """The slots of every new token of the batch (int64, on ``block_table``'s device):
+    token ``p`` of sequence ``i`` goes to ``block_table[i, p // block_size] * block_size +
+    p % block_size``."""
+    starts = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    slots = []
+    table = block_table.to(torch.int64)
+    for i, length in enumerate(lens):
+        n = starts[i + 1] - starts[i]
+        pos = torch.arange(length - n, length, device=block_table.device)
+        slots.append(table[i, pos // block_size] * block_size + pos % block_size)
+    if not slots:
+        return torch.empty(0, dtype=torch.int64, device=block_table.device)
+    return torch.cat(slots)
+
+
+def check_qkv(
+    backend: str,
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    query: torch.Tensor | None = None,
+    key: torch.Tensor | None = None,
+    value: torch.Tensor | None = None,
+) -> None:
+    """Shape checks for query ``[T, num_heads, head_size]`` and key/value ``[T,
+    num_kv_heads, head_size]``; errors name the argument and the expected shape."""
+    for arg, t, heads in (("query", query, num_heads), ("key", key, num_kv_heads), ("value", value, num_kv_heads)):
+        if t is None:
+            continue
+        if t.dim() != 3 or t.shape[1] != heads or t.shape[2] != head_size:
+            raise ValueError(
+                f"{backend}: {arg} must have shape [num_tokens, {heads}, {head_size}] "
+                f"({'num_heads' if arg == 'query' else 'num_kv_heads'}={heads}, head_size={head_size}), "
+                f"got {tuple(t.shape)}"
+            )
+    if key is not None and value is not None and key.shape[0] != value.shape[0]:
+        raise ValueError(f"{backend}: key has {key.shape[0]} tokens but value has {value.shape[0]}")
