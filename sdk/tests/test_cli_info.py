@@ -57,3 +57,12 @@ def test_failed_resolution_is_reported_with_candidates(tmp_path):
     assert {c["name"] for c in data["candidates"] if c["activated"]} == {"alpha", "beta", "cpu"}
     human = info(site=tmp_path)
     assert "NOT RESOLVED" in human.stdout and "alpha" in human.stdout
+
+
+def test_malformed_option_is_one_line_error():
+    proc = info("--ir-op-priority", "rms_norm=Bad-Name")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "opcore info: error: --ir-op-priority: provider 'Bad-Name' in 'rms_norm=Bad-Name' "
+        "is not a valid provider name"
+    ]

@@ -216,3 +216,40 @@ def set_current_config(config: OpcoreConfig) -> Iterator[OpcoreConfig]:
     finally:
         _current = previous
         _generation += 1
+
+
+# --------------------------------------------------------------------------- command line
+def add_config_arguments(
+    parser, platform: Platform | None = None, *, platform_options: bool = True
+) -> None:
+    """Add the `OpcoreConfig` options to an ``argparse`` parser, then let the platform add
+    its own (``pre_register_and_update(parser)``) unless ``platform_options`` is false
+    (for commands that must work before, or without, a resolved platform). Pair with
+    `config_from_args`."""
+    group = parser.add_argument_group("opcore configuration (override the OPCORE_* environment)")
+    group.add_argument("--ir-op-priority", metavar="SPEC", help="e.g. 'rms_norm=triton,native'")
+    group.add_argument("--custom-ops", metavar="LIST", help="e.g. 'none,+rms_norm'")
+    group.add_argument("--compilation-mode", choices=COMPILATION_MODES)
+    group.add_argument("--attention-backend", metavar="NAME")
+    if not platform_options:
+        return
+    if platform is None:
+        from opcore.platforms import get_current_platform
+
+        platform = get_current_platform()
+    platform.pre_register_and_update(parser)
+
+
+def config_from_args(args, platform: Platform | None = None) -> OpcoreConfig:
+    """`create_config` from options added by `add_config_arguments`."""
+    priority = getattr(args, "ir_op_priority", None)
+    custom_ops = getattr(args, "custom_ops", None)
+    return create_config(
+        platform,
+        ir_op_priority=parse_ir_op_priority(priority, source="--ir-op-priority")
+        if priority
+        else None,
+        custom_ops=parse_custom_ops(custom_ops, source="--custom-ops") if custom_ops else None,
+        mode=getattr(args, "compilation_mode", None),
+        attention_backend=getattr(args, "attention_backend", None),
+    )

@@ -43,7 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return int(args.run(args) or 0)
+    from opcore.config import ConfigError
+    from opcore.platforms import PlatformResolutionError
+    from opcore.plugins import PluginError
+
+    try:
+        return int(args.run(args) or 0)
+    except (ConfigError, PlatformResolutionError, PluginError) as exc:
+        # User-facing configuration problems: one line, no traceback.
+        print(f"opcore {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import platform as _pyplatform
 import sys
 from typing import Any
 
+from opcore.config import add_config_arguments
+
 SCHEMA_VERSION = 1
 
 
@@ -24,16 +26,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "providers each op would use, layer bindings and attention candidates.",
     )
     parser.add_argument("--json", action="store_true", help="print the stable JSON schema")
+    # No platform options here: `info` must also report a resolution that failed.
+    add_config_arguments(parser, platform_options=False)
     parser.set_defaults(run=run)
 
 
-def collect() -> dict[str, Any]:
+def collect(args: argparse.Namespace | None = None) -> dict[str, Any]:
     """Everything `opcore info` shows, as plain data. Raises nothing for a failed
     resolution: the error and the candidates seen are reported instead."""
     import torch
 
     import opcore
-    from opcore import platforms, plugins
+    from opcore import platforms
 
     data: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -55,6 +59,17 @@ def collect() -> dict[str, Any]:
         return data
     data.update(decision.to_dict())
     data["error"] = None
+    if args is not None:
+        from opcore.config import config_from_args, set_current_config
+
+        with set_current_config(config_from_args(args, decision.platform)):
+            return _collect_platform(data, decision)
+    return _collect_platform(data, decision)
+
+
+def _collect_platform(data: dict[str, Any], decision: Any) -> dict[str, Any]:
+    from opcore import plugins
+
     platform = decision.platform
     try:
         data["devices"] = platform.device_summary()
@@ -95,7 +110,7 @@ def _sections():
 
 
 def run(args: argparse.Namespace) -> int:
-    data = collect()
+    data = collect(args)
     if args.json:
         json.dump(data, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
