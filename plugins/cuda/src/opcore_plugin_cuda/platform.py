@@ -1,0 +1,123 @@
+"""`CudaPlatform`: NVIDIA GPUs, answered by torch.cuda (device queries) and NVML (facts
+that must not create a CUDA context, such as the capability used for dtypes)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from opcore.platforms import Platform
+
+# The ops the portable Triton kernels cover; the platform prefers them to native.
+TRITON_OPS = (
+    "rms_norm",
+    "fused_add_rms_norm",
+    "silu_and_mul",
+    "gelu_and_mul",
+    "rotary_embedding",
+    "split_qkv_rmsnorm_rope",
+)
+
+
+@functools.cache
+def nvml_min_capability() -> tuple[int, int] | None:
+    """The lowest compute capability among the driver's GPUs, or ``None`` without NVML.
+
+    Read through NVML so that importing this module creates no CUDA context."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            caps = [
+                tuple(pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(i)))
+                for i in range(pynvml.nvmlDeviceGetCount())
+            ]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+    return min(caps) if caps else None
+
+
+def dtypes_for_capability(cap: tuple[int, int] | None) -> tuple[torch.dtype, ...]:
+    """fp32 and fp16 on every GPU torch supports; bf16 from sm80 (Ampere) on. Unknown
+    capability: all three (the usual case for current datacentre GPUs)."""
+    if cap is not None and cap < (8, 0):
+        return (torch.float32, torch.float16)
+    return (torch.float32, torch.float16, torch.bfloat16)
+
+
+def fp8_for_capability(cap: tuple[int, int] | None) -> torch.dtype | None:
+    """``torch.float8_e4m3fn`` on sm89 (Ada) and later, which compute fp8; else ``None``."""
+    return torch.float8_e4m3fn if cap is not None and cap >= (8, 9) else None
+
+
+_CAP = nvml_min_capability()
+
+
+class CudaPlatform(Platform):
+    """NVIDIA GPUs. Kernels: the portable Triton providers (`opcore.kernels.triton`),
+    preferred to native for the six ops; layers bind ``forward_cuda`` then
+    ``forward_native``; attention tries ``TRITON_PAGED`` then ``TORCH_NATIVE``."""
+
+    name = "cuda"
+    device_name = "cuda"
+    device_type = "cuda"
+    dispatch_key = "CUDA"
+    dist_backend = "nccl"
+    device_control_env_var = "CUDA_VISIBLE_DEVICES"
+    supported_dtypes = dtypes_for_capability(_CAP)
+    supported_quantization = ("fp8",) if fp8_for_capability(_CAP) is not None else ()
+    fp8_dtype = fp8_for_capability(_CAP)
+    custom_op_forward_chain = ("forward_cuda", "forward_native")
+
+    # ------------------------------------------------------------------ device queries
+    def device_count(self) -> int:
+        return torch.cuda.device_count()
+
+    def get_device_name(self, index: int = 0) -> str:
+        return torch.cuda.get_device_name(index)
+
+    def get_device_capability(self, index: int = 0) -> tuple[int, int] | None:
+        return tuple(torch.cuda.get_device_capability(index))
+
+    def get_device_total_memory(self, index: int = 0) -> int:
+        return torch.cuda.get_device_properties(index).total_memory
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        torch.cuda.manual_seed_all(seed)
+
+    def empty_cache(self) -> None:
+        torch.cuda.empty_cache()
+
+    # ------------------------------------------------------------------ hooks
+    def import_ir_kernels(self) -> None:
+        import opcore.kernels.triton  # noqa: F401  (registers provider "triton")
+
+    def get_default_ir_op_priority(self, config: Any) -> dict[str, list[str]]:
+        return {op: ["triton", "native"] for op in TRITON_OPS}
+
+    def get_attn_backend_candidates(self, cfg: Any) -> list[str]:
+        return ["TRITON_PAGED", "TORCH_NATIVE"]
+
+    def device_summary(self) -> dict[str, Any]:
+        out = super().device_summary()
+        out["cuda_runtime"] = torch.version.cuda
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                out["driver"] = pynvml.nvmlSystemGetDriverVersion()
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception as exc:
+            out["driver"] = f"unknown ({type(exc).__name__})"
+        return out

@@ -1,0 +1,76 @@
+"""Gated activations: ``silu_and_mul`` and ``gelu_and_mul`` (erf or tanh GELU).
+
+``x[..., :d]`` is the gate and ``x[..., d:]`` the up projection, ``d = x.shape[-1] // 2``.
+A program covers a ``[ROWS, BLOCK_C]`` tile of the ``[rows, d]`` output, reading the two
+halves of the same input rows; the math is fp32 and the product is rounded once.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from opcore.kernels.triton import _launch
+from opcore.kernels.triton._support import row_stride
+
+# Activation kinds (constexpr selector).
+SILU, GELU_ERF, GELU_TANH = 0, 1, 2
+
+
+@triton.jit
+def _act_and_mul_kernel(
+    x_ptr, x_stride, out_ptr, out_stride, n_rows, d,
+    ACT: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows < n_rows)[:, None] & (cols < d)[None, :]
+    x_rows = x_ptr + rows[:, None] * x_stride + cols[None, :]
+    g = tl.load(x_rows, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(x_rows + d, mask=mask, other=0.0).to(tl.float32)
+    if ACT == 0:
+        a = g * tl.sigmoid(g)
+    elif ACT == 1:
+        a = 0.5 * g * (1.0 + tl.erf(g * 0.7071067811865476))
+    else:
+        # tanh(y) = 1 - 2 / (exp(2y) + 1): exact in fp32 and available in the interpreter.
+        y = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+        t = 1.0 - 2.0 / (tl.exp(2.0 * y) + 1.0)
+        a = 0.5 * g * (1.0 + t)
+    tl.store(out_ptr + rows[:, None] * out_stride + cols[None, :],
+             (a * u).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:
+    d = x.shape[-1] // 2
+    out = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
+    n_rows = out.numel() // d if d else 0
+    if n_rows == 0:
+        return out
+    stride = row_stride(x)
+    if stride is None:
+        raise ValueError(
+            f"triton kernel: input of shape {tuple(x.shape)} and strides {x.stride()} cannot "
+            f"be addressed as rows with one stride and a contiguous last dim"
+        )
+    block_c, rows, warps = _launch.elementwise_params(n_rows, d)
+    grid = (_launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c))
+    _act_and_mul_kernel[grid](
+        x, stride, out, d, n_rows, d, ACT=act, BLOCK_C=block_c, ROWS=rows, num_warps=warps
+    )
+    return out
+
+
+def silu_and_mul(x):
+    """`silu_and_mul` on a Triton device: ``silu(x[..., :d]) * x[..., d:]``."""
+    return _act_and_mul(x, SILU)
+
+
+def gelu_and_mul(x, approximate="none"):
+    """`gelu_and_mul` on a Triton device; ``approximate`` is ``"none"`` (erf) or ``"tanh"``."""
+    if approximate == "none":
+        return _act_and_mul(x, GELU_ERF)
+    if approximate == "tanh":
+        return _act_and_mul(x, GELU_TANH)
+    raise ValueError(f"gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}")

@@ -1,0 +1,150 @@
+"""RMSNorm and fused residual-add + RMSNorm.
+
+One kernel serves both ops: each program owns ``ROWS`` whole rows (so in-place writes
+never race), loads them once, sums squares in fp32, and writes the result once. Rows
+longer than `_launch.MAX_FUSED_COLS` take a two-pass path whose second pass re-reads the
+row (from L2 in practice); its chunk count is a compile-time constant (a runtime loop
+bound does not run under the interpreter with current numpy). Rows are addressed by a row stride, so a column slice of a
+wider buffer needs no copy; the last dim must be contiguous.
+
+Numerics: the residual sum is rounded to the input dtype (it is an output and the next
+layer's input) and the norm is computed from that rounded value; the norm itself is fp32
+``x * rsqrt(mean(x[:variance_size]**2) + eps) * weight``, cast once on store.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from opcore.kernels.triton import _launch
+from opcore.kernels.triton._support import row_stride
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, x_stride,
+    r_ptr, r_stride,
+    w_ptr,
+    out_ptr, out_stride,
+    res_ptr, res_stride,
+    n_rows, n_cols, var_size, eps,
+    HAS_RESIDUAL: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
+):
+    eps = tl.cast(eps, tl.float32)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_mask = (rows < n_rows)[:, None]
+    x_rows = x_ptr + rows[:, None] * x_stride
+    r_rows = r_ptr + rows[:, None] * r_stride
+    out_rows = out_ptr + rows[:, None] * out_stride
+    res_rows = res_ptr + rows[:, None] * res_stride
+    inv_n = 1.0 / tl.cast(var_size, tl.float32)
+    if SINGLE_PASS:
+        cols = tl.arange(0, BLOCK_N)
+        mask = row_mask & (cols < n_cols)[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            r = tl.load(r_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            s = (x + r).to(res_ptr.dtype.element_ty)
+            tl.store(res_rows + cols[None, :], s, mask=mask)
+            x = s.to(tl.float32)
+        sq = tl.where((cols < var_size)[None, :], x * x, 0.0)
+        rstd = tl.rsqrt(tl.sum(sq, axis=1) * inv_n + eps)
+        y = x * rstd[:, None]
+        if HAS_WEIGHT:
+            w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+            y = y * w[None, :]
+        tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+        for c in range(N_CHUNKS):
+            cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask = row_mask & (cols < n_cols)[None, :]
+            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_RESIDUAL:
+                r = tl.load(r_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                s = (x + r).to(res_ptr.dtype.element_ty)
+                tl.store(res_rows + cols[None, :], s, mask=mask)
+                x = s.to(tl.float32)
+            acc += tl.where((cols < var_size)[None, :], x * x, 0.0)
+        rstd = tl.rsqrt(tl.sum(acc, axis=1) * inv_n + eps)
+        for c in range(N_CHUNKS):
+            cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask = row_mask & (cols < n_cols)[None, :]
+            # Re-read the normalised input: the residual this program just wrote, or x.
+            if HAS_RESIDUAL:
+                x = tl.load(res_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            else:
+                x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = x * rstd[:, None]
+            if HAS_WEIGHT:
+                w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+                y = y * w[None, :]
+            tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch_norm(x, r, weight, out, res, epsilon, variance_size, x_stride, r_stride, out_stride, res_stride):
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols if n_cols else 0
+    if n_rows == 0 or n_cols == 0:
+        return
+    block_n, rows, single, warps = _launch.row_params(n_rows, n_cols)
+    var_size = n_cols if variance_size is None else int(variance_size)
+    has_res = r is not None
+    _rms_norm_kernel[(_launch.cdiv(n_rows, rows),)](
+        x, x_stride,
+        r if has_res else x, r_stride,
+        weight if weight is not None else x,
+        out, out_stride,
+        res if has_res else out, res_stride,
+        n_rows, n_cols, var_size, float(epsilon),
+        HAS_RESIDUAL=has_res,
+        HAS_WEIGHT=weight is not None,
+        BLOCK_N=block_n,
+        ROWS=rows,
+        SINGLE_PASS=single,
+        N_CHUNKS=1 if single else _launch.cdiv(n_cols, block_n),
+        num_warps=warps,
+    )
+
+
+def _stride(t: torch.Tensor) -> int:
+    s = row_stride(t)
+    if s is None:  # supports_args keeps such inputs away; direct callers get a clear error
+        raise ValueError(
+            f"triton kernel: tensor of shape {tuple(t.shape)} and strides {t.stride()} cannot "
+            f"be addressed as rows with one stride and a contiguous last dim"
+        )
+    return s
+
+
+def rms_norm(x, weight, epsilon, variance_size=None):
+    """`rms_norm` on a Triton device: a new tensor shaped and typed like ``x``."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n = x.shape[-1]
+    _launch_norm(x, None, weight, out, None, epsilon, variance_size, _stride(x), 0, n, 0)
+    return out
+
+
+def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
+    """`fused_add_rms_norm` into new tensors: ``(rms_norm(x + x_residual), x + x_residual)``."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n = x.shape[-1]
+    _launch_norm(x, x_residual, weight, out, res, epsilon, variance_size,
+                 _stride(x), _stride(x_residual), n, n)
+    return out, res
+
+
+def fused_add_rms_norm_inplace(x, x_residual, weight, epsilon, variance_size=None):
+    """In-place `fused_add_rms_norm`: ``x`` receives the normalised output and
+    ``x_residual`` the sum; returns ``(x, x_residual)``."""
+    sx, sr = _stride(x), _stride(x_residual)
+    _launch_norm(x, x_residual, weight, x, x_residual, epsilon, variance_size, sx, sr, sx, sr)
+    return x, x_residual

@@ -1,0 +1,233 @@
+"""Triton kernels (`opcore.kernels.triton`) against an independent float64 reference.
+
+The kernels run under Triton's CPU interpreter on CPU tensors. The interpreter is chosen
+when a kernel is decorated, so it must be on before `opcore.kernels.triton` is first
+imported; since the rest of the suite shares this process, the collected test below
+re-runs this file in a child pytest with ``TRITON_INTERPRET=1`` and fails with its output.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+if not INTERPRETED:
+
+    def test_triton_kernels_under_interpreter():
+        pytest.importorskip("triton")
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "--import-mode=importlib", "-x", __file__],
+            env=env, capture_output=True, text=True, timeout=600,
+        )
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        assert " passed" in proc.stdout
+
+else:
+    pytest.importorskip("triton")
+    from opcore.kernels.triton import activation, norm, qk_norm_rope, rotary
+
+    DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+    TOL = {torch.float32: (2e-5, 2e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)}
+
+    def check(out, ref, dtype):
+        assert out.dtype == dtype
+        atol, rtol = TOL[dtype]
+        torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
+
+    # ---- float64 references, written from DESIGN §3, independent of the kernels ----
+    def ref_rms(x, w, eps, var_size=None):
+        xd = x.double()
+        n = xd.shape[-1] if var_size is None else var_size
+        var = xd[..., :n].pow(2).mean(-1, keepdim=True)
+        y = xd / torch.sqrt(var + eps)
+        return y * w.double() if w is not None else y
+
+    def ref_rope(positions, t, head_size, cache, is_neox):
+        n_tok = positions.numel()
+        x = t.double().reshape(n_tok, -1, head_size).clone()
+        rot = cache.shape[-1]
+        half = rot // 2
+        c = cache.double()[positions.reshape(-1)]
+        cos, sin = c[:, None, :half], c[:, None, half:]
+        if is_neox:
+            a, b = x[..., :half].clone(), x[..., half:rot].clone()
+            x[..., :half], x[..., half:rot] = a * cos - b * sin, b * cos + a * sin
+        else:
+            a, b = x[..., 0:rot:2].clone(), x[..., 1:rot:2].clone()
+            x[..., 0:rot:2], x[..., 1:rot:2] = a * cos - b * sin, b * cos + a * sin
+        return x.reshape(t.shape)
+
+    def make_cache(max_pos, rot, dtype=torch.float32):
+        inv = 1.0 / (10000 ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+        f = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
+        return torch.cat([f.cos(), f.sin()], dim=-1).to(dtype)
+
+    def strided_rows(rows, n, dtype, pad=24):
+        """A [rows, n] view with row stride n + pad: a column slice of a wider buffer."""
+        buf = torch.randn(rows, n + pad, dtype=dtype)
+        return buf[:, 5 : 5 + n] if pad >= 5 else buf[:, :n]
+
+    # ------------------------------------------------------------------ rms_norm
+    @pytest.mark.parametrize("dtype", DTYPES)
+    @pytest.mark.parametrize("shape", [(1, 64), (7, 100), (3, 5, 256), (2, 3, 2, 48), (9, 1000)])
+    def test_rms_norm(dtype, shape):
+        x = torch.randn(shape, dtype=dtype)
+        w = torch.randn(shape[-1], dtype=dtype)
+        check(norm.rms_norm(x, w, 1e-6), ref_rms(x, w, 1e-6), dtype)
+
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_rms_norm_strided_no_weight_variance_size(dtype):
+        x = strided_rows(6, 96, dtype)
+        assert not x.is_contiguous()
+        check(norm.rms_norm(x, None, 1e-5), ref_rms(x, None, 1e-5), dtype)
+        w = torch.randn(96, dtype=torch.float32)
+        check(norm.rms_norm(x, w, 1e-5, 40), ref_rms(x, w, 1e-5, 40), dtype)
+
+    def test_rms_norm_long_rows_two_pass():
+        from opcore.kernels.triton import _launch
+
+        n = _launch.MAX_FUSED_COLS + 37
+        x = torch.randn(2, n, dtype=torch.bfloat16)
+        w = torch.randn(n, dtype=torch.bfloat16)
+        assert not _launch.row_params(2, n)[2]
+        check(norm.rms_norm(x, w, 1e-6, 5000), ref_rms(x, w, 1e-6, 5000), torch.bfloat16)
+
+    def test_rms_norm_leaves_input_alone():
+        x = torch.randn(4, 64)
+        before = x.clone()
+        out = norm.rms_norm(x, None, 1e-6)
+        assert out.data_ptr() != x.data_ptr()
+        assert torch.equal(x, before)
+
+    # ------------------------------------------------------------------ fused_add_rms_norm
+    @pytest.mark.parametrize("dtype", DTYPES)
+    @pytest.mark.parametrize("shape", [(1, 128), (5, 72), (2, 3, 200)])
+    def test_fused_add_rms_norm(dtype, shape):
+        x, r = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
+        w = torch.randn(shape[-1], dtype=dtype)
+        x0, r0 = x.clone(), r.clone()
+        out, res = norm.fused_add_rms_norm(x, r, w, 1e-6)
+        s = (x.double() + r.double()).to(dtype)
+        check(res, s.double(), dtype)
+        check(out, ref_rms(s, w, 1e-6), dtype)
+        assert torch.equal(x, x0) and torch.equal(r, r0)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_fused_add_rms_norm_inplace_strided(dtype):
+        x = strided_rows(7, 136, dtype)
+        r = strided_rows(7, 136, dtype, pad=8)
+        w = torch.randn(136, dtype=dtype)
+        s = (x.double() + r.double()).to(dtype)
+        ref = ref_rms(s, w, 1e-6, 100)
+        buf_before = x._base.clone()
+        out, res = norm.fused_add_rms_norm_inplace(x, r, w, 1e-6, 100)
+        assert out is x and res is r
+        check(x, ref, dtype)
+        check(r, s.double(), dtype)
+        # the columns around the slice are untouched
+        assert torch.equal(x._base[:, :5], buf_before[:, :5])
+        assert torch.equal(x._base[:, 141:], buf_before[:, 141:])
+
+    # ------------------------------------------------------------------ activations
+    @pytest.mark.parametrize("dtype", DTYPES)
+    @pytest.mark.parametrize("shape", [(1, 64), (5, 2 * 37), (2, 3, 2 * 300)])
+    def test_silu_and_mul(dtype, shape):
+        x = torch.randn(shape, dtype=dtype) * 3
+        d = shape[-1] // 2
+        g, u = x.double()[..., :d], x.double()[..., d:]
+        check(activation.silu_and_mul(x), g * torch.sigmoid(g) * u, dtype)
+
+    @pytest.mark.parametrize("dtype", DTYPES)
+    @pytest.mark.parametrize("approximate", ["none", "tanh"])
+    def test_gelu_and_mul(dtype, approximate):
+        x = strided_rows(6, 2 * 45, dtype) * 3
+        d = 45
+        g, u = x.double()[..., :d], x.double()[..., d:]
+        ref = torch.nn.functional.gelu(g, approximate=approximate) * u
+        check(activation.gelu_and_mul(x, approximate), ref, dtype)
+
+    def test_gelu_and_mul_rejects_unknown_approximation():
+        with pytest.raises(ValueError, match="approximate"):
+            activation.gelu_and_mul(torch.randn(2, 8), "sigmoid")
+
+    # ------------------------------------------------------------------ rotary
+    @pytest.mark.parametrize("dtype", DTYPES)
+    @pytest.mark.parametrize("is_neox", [True, False])
+    @pytest.mark.parametrize("rot", [64, 32])  # full and partial rotary of head_size 64
+    def test_rotary_embedding_qkv_slices(dtype, is_neox, rot):
+        n_tok, hq, hk, d = 5, 4, 2, 64
+        qkv = torch.randn(n_tok, (hq + 2 * hk) * d, dtype=dtype)
+        q, k = qkv[:, : hq * d], qkv[:, hq * d : (hq + hk) * d]
+        positions = torch.tensor([7, 0, 31, 3, 3])
+        cache = make_cache(40, rot)
+        qkv0 = qkv.clone()
+        qo, ko = rotary.rotary_embedding(positions, q, k, d, cache, is_neox)
+        assert torch.equal(qkv, qkv0)
+        check(qo, ref_rope(positions, q, d, cache, is_neox), dtype)
+        check(ko, ref_rope(positions, k, d, cache, is_neox), dtype)
+        rq, rk = ref_rope(positions, q, d, cache, is_neox), ref_rope(positions, k, d, cache, is_neox)
+        qi, ki = rotary.rotary_embedding_inplace(positions, q, k, d, cache, is_neox)
+        assert qi is q and ki is k
+        check(q, rq, dtype)
+        check(k, rk, dtype)
+        assert torch.equal(qkv[:, (hq + hk) * d :], qkv0[:, (hq + hk) * d :])  # v untouched
+
+    @pytest.mark.parametrize("is_neox", [True, False])
+    def test_rotary_embedding_4d_heads_layout_no_key(is_neox):
+        b, s, h, d = 2, 3, 3, 48
+        q = torch.randn(b, s, h, d, dtype=torch.bfloat16)
+        positions = torch.randint(0, 20, (b, s))
+        cache = make_cache(20, 32, torch.bfloat16)
+        qo, ko = rotary.rotary_embedding(positions, q, None, d, cache, is_neox)
+        assert ko is None and qo.shape == q.shape
+        check(qo, ref_rope(positions, q, d, cache, is_neox), torch.bfloat16)
+
+    # ------------------------------------------------------------------ fused split
+    def ref_split(qkv, qw, kw, eps, positions, cache, h, kv, d, is_neox):
+        q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
+        qn = ref_rms(q.reshape(-1, h, d), qw, eps).reshape(q.shape)
+        kn = ref_rms(k.reshape(-1, kv, d), kw, eps).reshape(k.shape)
+        return (ref_rope(positions, qn, d, cache, is_neox),
+                ref_rope(positions, kn, d, cache, is_neox), v.double())
+
+    @pytest.mark.parametrize("dtype", DTYPES)
+    @pytest.mark.parametrize("is_neox", [True, False])
+    @pytest.mark.parametrize("h,kv,d,rot", [(4, 2, 64, 64), (3, 1, 80, 32)])
+    def test_split_qkv_rmsnorm_rope(dtype, is_neox, h, kv, d, rot):
+        n_tok = 5
+        buf = torch.randn(n_tok, (h + 2 * kv) * d + 16, dtype=dtype)
+        qkv = buf[:, 16:]  # row-strided view
+        qw = torch.rand(d, dtype=dtype) + 0.5
+        kw = torch.rand(d, dtype=dtype) + 0.5
+        positions = torch.tensor([9, 1, 0, 33, 2])
+        cache = make_cache(40, rot)
+        buf0 = buf.clone()
+        q, k, v = qk_norm_rope.split_qkv_rmsnorm_rope(
+            qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox)
+        rq, rk, rv = ref_split(qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox)
+        assert torch.equal(buf, buf0)
+        # the norm rounds nothing before the rotation; allow one more ulp of slack for bf16
+        check(q, rq, dtype)
+        check(k, rk, dtype)
+        assert torch.equal(v, qkv[:, (h + kv) * d :])
+        assert q.shape == (n_tok, h * d) and v.is_contiguous()
+
+    def test_split_qkv_rmsnorm_rope_3d_no_weights():
+        h, kv, d = 2, 1, 32
+        qkv = torch.randn(2, 3, (h + 2 * kv) * d)
+        positions = torch.randint(0, 10, (2, 3))
+        cache = make_cache(10, 32)
+        q, k, v = qk_norm_rope.split_qkv_rmsnorm_rope(
+            qkv, None, None, 1e-6, positions, cache, h, kv, d, True)
+        rq, rk, rv = ref_split(qkv, None, None, 1e-6, positions, cache, h, kv, d, True)
+        check(q, rq, torch.float32)
+        check(k, rk, torch.float32)
+        assert q.shape == (2, 3, h * d)
