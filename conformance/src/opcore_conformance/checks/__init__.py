@@ -1,0 +1,26 @@
+"""The checks. Each module exposes ``collect(ctx) -> list[Case]``; cases carry their
+bodies. Order here is the order of the run and of the reports."""
+
+from __future__ import annotations
+
+from opcore_conformance.checks import (
+    attention,
+    determinism,
+    fake,
+    functional,
+    layers,
+    numerics,
+    platform_contract,
+)
+
+# (module, the check names its cases use)
+CHECK_MODULES = (
+    (platform_contract, ("platform",)),
+    (numerics, ("numerics",)),
+    (functional, ("functional", "maybe_inplace")),
+    (determinism, ("determinism",)),
+    (fake, ("supports_args", "opcheck")),
+    (layers, ("layers",)),
+    (attention, ("attention",)),
+)
+CHECK_NAMES = tuple(name for _, names in CHECK_MODULES for name in names)

@@ -1,0 +1,116 @@
+"""Checks that run on fake tensors or through the torch library.
+
+``supports_args[op-provider-dtype-sample]``: a provider's ``supports_args`` returns a plain
+``bool`` on fake tensors (it must decide from metadata: it runs while compiling), and the
+same answer as on the real device tensors. One that reads tensor values raises on fake
+tensors and fails. Providers without ``supports_args`` take every argument and get one
+``not_applicable`` case.
+
+``opcheck[op-provider-dtype-sample]``: ``torch.library.opcheck`` on ``torch.ops.opcore_ir.<op>``
+with this device's inputs and the provider forced: schema, fake implementation, AOT
+dispatch. ``test_autograd_registration`` runs only on cpu and cuda devices (PyTorch does
+not implement it for other backends: ``not_applicable`` there, recorded in the case).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from opcore_conformance import irapi
+from opcore_conformance import status as S
+from opcore_conformance.case import Case, CheckFailed, NotApplicable, case_id
+from opcore_conformance.checks._op_grid import device_sample, forced, grid
+from opcore_conformance.tensors import map_tensors
+
+SUPPORTS_ARGS = "supports_args"
+OPCHECK = "opcheck"
+OPCHECK_UTILS = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+AUTOGRAD_DEVICES = ("cpu", "cuda")
+
+
+def collect(ctx) -> list:
+    out: list[Case] = []
+    if not irapi.available():
+        return list(grid(ctx, SUPPORTS_ARGS, None))
+    with_sa: set[tuple[str, str]] = set()
+    for op_name in irapi.op_names():
+        for provider, impl in irapi.impls(irapi.get_op(op_name)).items():
+            if impl.supports_args is not None:
+                with_sa.add((op_name, provider))
+            elif ctx.wants(op=op_name, provider=provider):
+                out.append(Case(case_id(SUPPORTS_ARGS, op_name, provider), SUPPORTS_ARGS,
+                                op=op_name, provider=provider, preset=S.NOT_APPLICABLE,
+                                preset_reason=f"provider {provider!r} declares no supports_args "
+                                              f"(it takes every argument)"))
+    out += list(grid(ctx, SUPPORTS_ARGS, _supports_args_body,
+                     providers=lambda op: [p for p in op.impls if (op.name, p) in with_sa]))
+    # opcheck traces and compiles: in quick mode, the first two samples of each dtype.
+    out += list(grid(ctx, OPCHECK, _opcheck_body,
+                     sample_filter=(lambda names: names[:2]) if ctx.quick else None))
+    return out
+
+
+def _supports_args_body(op_name: str, provider: str, dtype: str, sample_name: str):
+    def body(ctx, _tol) -> dict[str, Any]:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        op, _, args, kwargs = device_sample(ctx, op_name, dtype, sample_name)
+        fn = op.impls[provider].supports_args
+        mode = FakeTensorMode(allow_non_fake_inputs=False)
+        fake_args, fake_kwargs = map_tensors((args, kwargs), mode.from_tensor)
+        try:
+            with mode:
+                answer = fn(*fake_args, **fake_kwargs)
+        except Exception as exc:
+            raise CheckFailed(
+                f"supports_args of {op_name}/{provider} raised {type(exc).__name__} on fake "
+                f"tensors: it must decide from metadata (shape, dtype, device, strides) alone, "
+                f"never from tensor values ({str(exc).splitlines()[0] if str(exc) else ''})"
+            ) from None
+        if type(answer) is not bool:
+            raise CheckFailed(f"supports_args of {op_name}/{provider} returned "
+                              f"{type(answer).__name__} {answer!r} on fake tensors; it must return a plain bool")
+        try:
+            real = fn(*args, **kwargs)
+        except Exception as exc:
+            raise CheckFailed(f"supports_args of {op_name}/{provider} raised {type(exc).__name__} on "
+                              f"device tensors: {exc}") from None
+        if type(real) is not bool or real != answer:
+            raise CheckFailed(f"supports_args of {op_name}/{provider} answers {answer!r} on fake "
+                              f"tensors but {real!r} on device tensors")
+        return {"answer": answer}
+
+    return body
+
+
+def _opcheck_body(op_name: str, provider: str, dtype: str, sample_name: str):
+    def body(ctx, _tol) -> dict[str, Any]:
+        opcheck = getattr(torch.library, "opcheck", None)
+        if opcheck is None:
+            raise NotApplicable(f"torch {torch.__version__} has no torch.library.opcheck")
+        op, _, args, kwargs = device_sample(ctx, op_name, dtype, sample_name)
+        utils = list(OPCHECK_UTILS)
+        info: dict[str, Any] = {}
+        if ctx.device.type in AUTOGRAD_DEVICES:
+            utils.append("test_autograd_registration")
+        else:
+            info["not_applicable"] = {"test_autograd_registration":
+                                      f"not implemented by PyTorch for {ctx.device.type} tensors"}
+        with forced(op, provider, args, kwargs):
+            try:
+                result = opcheck(op.torch_op, args, kwargs, test_utils=utils)
+            except NotImplementedError as exc:
+                raise NotApplicable(f"opcheck cannot run on {ctx.device.type}: {exc}") from None
+            except Exception as exc:
+                first = str(exc).strip().splitlines()
+                raise CheckFailed(f"torch.library.opcheck(opcore_ir::{op_name}) failed: "
+                                  f"{type(exc).__name__}: {first[0] if first else ''}") from None
+        bad = {k: v for k, v in (result or {}).items() if v not in ("SUCCESS", "xfail", "skip")}
+        if bad:
+            raise CheckFailed(f"opcheck(opcore_ir::{op_name}): {bad}")
+        info["utils"] = result
+        return info
+
+    return body

@@ -1,0 +1,95 @@
+"""``opcore conformance``: the command-line front end of the suite.
+
+`add_arguments` fills a parser (the ``opcore`` CLI calls it for its ``conformance``
+subcommand; ``python -m opcore_conformance`` builds its own); `run` runs it. This module
+imports nothing heavy at import time, so ``opcore --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DESCRIPTION = (
+    "Check the current platform (or --platform NAME) against opcore's reference semantics: "
+    "the platform contract, every op x provider x dtype x sample against the native reference, "
+    "the functional contract, supports_args, torch.library.opcheck, determinism, layers and "
+    "attention backends. Exit status 1 when a case fails, errors or passes unexpectedly."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--platform", metavar="NAME",
+                        help="run on this platform plugin (sets OPCORE_PLATFORM for the run)")
+    parser.add_argument("--ops", metavar="A,B", help="only these ops (comma-separated)")
+    parser.add_argument("--providers", metavar="A,B", help="only these providers")
+    parser.add_argument("--dtypes", metavar="A,B", help="only these dtypes (float32, float16, bfloat16)")
+    parser.add_argument("--checks", metavar="A,B",
+                        help="only these checks (platform, numerics, functional, maybe_inplace, "
+                             "determinism, supports_args, opcheck, layers, attention; "
+                             "or a sub-check such as platform.dtype)")
+    parser.add_argument("--case", action="append", metavar="ID", dest="cases",
+                        help="run exactly this case id (globs with * and ? allowed; repeatable); "
+                             "the form every failure's rerun command uses")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="quick", action="store_true", default=True,
+                      help="the op generators' quick sample sets (default)")
+    mode.add_argument("--full", dest="quick", action="store_false",
+                      help="the whole grid of samples")
+    parser.add_argument("--report-dir", metavar="DIR", default=None,
+                        help="where to write conformance.jsonl, conformance.md and "
+                             "conformance-junit.xml (default: ./opcore-reports)")
+    parser.add_argument("--expectations", metavar="FILE",
+                        help="the expectations TOML file (default: the platform's own, from its "
+                             "conformance_expectations attribute; 'none' to ignore it)")
+    parser.add_argument("--list", action="store_true", dest="list_only",
+                        help="list the selected case ids as JSON lines and exit")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar on stderr")
+
+
+def options_from_args(args: argparse.Namespace):
+    from opcore_conformance.options import DEFAULT_REPORT_DIR, Options, parse_list
+
+    return Options(
+        platform=args.platform,
+        ops=parse_list(args.ops),
+        providers=parse_list(args.providers),
+        dtypes=parse_list(args.dtypes),
+        checks=parse_list(args.checks),
+        cases=args.cases,
+        quick=args.quick,
+        report_dir=args.report_dir or DEFAULT_REPORT_DIR,
+        expectations=args.expectations,
+        progress=args.progress,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        options = options_from_args(args)
+    except ValueError as exc:
+        print(f"opcore conformance: {exc}", file=sys.stderr)
+        return 2
+    from opcore_conformance.runner import run as run_session
+
+    return run_session(options, list_only=args.list_only)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """For ``opcore``'s subcommand table: ``opcore conformance ...``."""
+    parser = subparsers.add_parser("conformance", help="check this platform against the reference semantics",
+                                   description=DESCRIPTION)
+    add_arguments(parser)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m opcore_conformance", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The suite's one view of `opcore.ir`: ops, providers, samples, tolerances.
+
+Everything the checks need from the op registry goes through here, so the checks read as
+statements about ops and providers, and a change in `opcore.ir` is absorbed in one place.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Any
+
+import torch
+
+from opcore_conformance.options import DEFAULT_DTYPES, dtype_from_name
+
+
+@functools.cache
+def _ir() -> Any:
+    import opcore.ir as ir
+
+    return ir
+
+
+def available() -> bool:
+    try:
+        _ir()
+    except ImportError:
+        return False
+    return True
+
+
+def unavailable_reason() -> str:
+    try:
+        _ir()
+    except ImportError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def load_kernels(platform: Any) -> None:
+    """Run the general plugins and the platform's kernel imports, as a first dispatch
+    would, so every provider the platform brings is registered before collection."""
+    from opcore.plugins import load_general_plugins
+
+    load_general_plugins()
+    if not available():
+        return
+    try:
+        from opcore.ir import priority
+    except ImportError:
+        priority = None
+    if priority is not None and hasattr(priority, "ensure_kernels_loaded"):
+        priority.ensure_kernels_loaded()
+    else:
+        platform.import_kernels()
+        platform.import_ir_kernels()
+
+
+def all_ops() -> dict[str, Any]:
+    from opcore.ir.op import all_ops as _all
+
+    return _all()
+
+
+def op_names() -> list[str]:
+    return sorted(all_ops()) if available() else []
+
+
+def get_op(name: str) -> Any | None:
+    return all_ops().get(name)
+
+
+def impls(op: Any) -> dict[str, Any]:
+    return dict(op.impls)
+
+
+def impl_supported(impl: Any) -> bool:
+    return bool(impl.supported)
+
+
+def op_dtypes(op: Any) -> list[str]:
+    """The dtypes an op is checked in (DESIGN §3: fp32, fp16, bf16 unless it says)."""
+    names = getattr(op, "dtypes", None)
+    if names:
+        return [str(d).removeprefix("torch.") for d in names]
+    return list(DEFAULT_DTYPES)
+
+
+def tolerance(op: Any, dtype: str) -> tuple[float, float]:
+    atol, rtol = op.tolerance(dtype_from_name(dtype))
+    return float(atol), float(rtol)
+
+
+class SampleCache:
+    """Samples per (op, dtype, mode), generated on the CPU by the op's generator (fixed
+    seed), kept for the few most recent keys: cases run op by op, so each list is built
+    a handful of times at most."""
+
+    def __init__(self, size: int = 6) -> None:
+        self._size = size
+        self._lru: collections.OrderedDict[tuple[str, str, bool], list[Any]] = collections.OrderedDict()
+        self._names: dict[tuple[str, str, bool], list[str]] = {}
+
+    def samples(self, op: Any, dtype: str, quick: bool) -> list[Any]:
+        key = (op.name, dtype, quick)
+        if key in self._lru:
+            self._lru.move_to_end(key)
+            return self._lru[key]
+        got = list(op.sample_inputs("cpu", dtype_from_name(dtype), quick=quick))
+        names = [s.name for s in got]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"op {op.name!r}: sample names repeat for {dtype}: {dupes}")
+        self._names[key] = names
+        self._lru[key] = got
+        while len(self._lru) > self._size:
+            self._lru.popitem(last=False)
+        return got
+
+    def names(self, op: Any, dtype: str, quick: bool) -> list[str]:
+        key = (op.name, dtype, quick)
+        if key not in self._names:
+            self.samples(op, dtype, quick)
+        return self._names[key]
+
+    def get(self, op: Any, dtype: str, quick: bool, name: str) -> Any:
+        for s in self.samples(op, dtype, quick):
+            if s.name == name:
+                return s
+        raise KeyError(f"op {op.name!r} has no {dtype} sample named {name!r}")
+
+
+def provider_table() -> dict[str, dict[str, Any]]:
+    """``{op: {provider: {"supported", "inplace", "identity"}}}`` for the report header."""
+    if not available():
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, op in all_ops().items():
+        out[name] = {}
+        for provider, impl in op.impls.items():
+            try:
+                ident = impl.identity_hash()[:16]
+            except Exception:
+                ident = None
+            out[name][provider] = {
+                "supported": bool(impl.supported),
+                "inplace": bool(impl.inplace),
+                "supports_args": impl.supports_args is not None,
+                "identity": ident,
+            }
+    return out
+
+
+def sample_seed() -> int | None:
+    try:
+        from opcore.ir.samples import SEED
+    except ImportError:
+        return None
+    return int(SEED)
+
+
+def dtype_of(name: str) -> torch.dtype:
+    return dtype_from_name(name)

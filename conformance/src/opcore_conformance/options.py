@@ -1,0 +1,60 @@
+"""What one conformance run is asked to do (the CLI's and the pytest plugin's options)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+DEFAULT_REPORT_DIR = "opcore-reports"
+# The dtypes an op is checked in when it does not say otherwise (DESIGN §3).
+DEFAULT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def parse_list(text: str | None) -> list[str] | None:
+    """``"a,b"`` -> ``["a", "b"]``; ``None`` or empty -> ``None`` (no filter)."""
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    return items or None
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"{name!r} is not a torch dtype name (e.g. float32, bfloat16)")
+    return value
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclasses.dataclass
+class Options:
+    """``platform``: run on this platform plugin (sets ``OPCORE_PLATFORM``), else the one
+    resolution picks. ``ops`` / ``providers`` / ``dtypes`` / ``checks``: filters (``None``
+    = all). ``cases``: exact case ids or globs to run (the repro form). ``quick``: the
+    generators' quick sample sets (default) instead of the whole grid. ``expectations``: a
+    TOML file, ``"none"`` to ignore the platform's, or ``None`` for the platform's own."""
+
+    platform: str | None = None
+    ops: list[str] | None = None
+    providers: list[str] | None = None
+    dtypes: list[str] | None = None
+    checks: list[str] | None = None
+    cases: list[str] | None = None
+    quick: bool = True
+    report_dir: Path = Path(DEFAULT_REPORT_DIR)
+    expectations: str | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.report_dir = Path(self.report_dir)
+        for name in self.dtypes or ():
+            dtype_from_name(name)
+
+    @property
+    def mode(self) -> str:
+        return "quick" if self.quick else "full"

@@ -1,0 +1,30 @@
+"""Reports of a conformance run. The JSON Lines file is the primary record; the Markdown
+summary and the JUnit XML are generated from it (`write_all`), the terminal table from the
+same records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from opcore_conformance.report import jsonl, junit, markdown
+
+JSONL_NAME = "conformance.jsonl"
+MARKDOWN_NAME = "conformance.md"
+JUNIT_NAME = "conformance-junit.xml"
+
+
+def write_all(report_dir: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Path]:
+    """Write the JSONL, then derive the Markdown and JUnit files from what was written."""
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "jsonl": report_dir / JSONL_NAME,
+        "markdown": report_dir / MARKDOWN_NAME,
+        "junit": report_dir / JUNIT_NAME,
+    }
+    jsonl.write(paths["jsonl"], header, records)
+    header_back, records_back = jsonl.read(paths["jsonl"])
+    paths["markdown"].write_text(markdown.render(header_back, records_back), encoding="utf-8")
+    junit.write(paths["junit"], header_back, records_back)
+    return paths

@@ -1,0 +1,110 @@
+"""The Markdown summary, generated from the JSON Lines file only.
+
+``python -m opcore_conformance.report.markdown run.jsonl`` prints it; the CLI and the pytest
+plugin write it next to the JSONL after reading that file back, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from opcore_conformance import status as S
+from opcore_conformance.report.jsonl import as_float, footer, read
+from opcore_conformance.report.tables import check_rows, op_rows, ratio_text, red
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _counts_cells(counts) -> list[str]:
+    return [str(counts.get(s, 0) or "") for s in S.ALL]
+
+
+def render(header: dict[str, Any], records: list[dict[str, Any]]) -> str:
+    foot = footer(records)
+    verdict = "FAILED" if foot["exit_status"] else "PASSED"
+    v = header.get("versions", {})
+    out = [
+        f"# opcore conformance: {header.get('platform')} — {verdict}",
+        "",
+        f"- platform: `{header.get('platform')}` (`{header.get('platform_class')}`"
+        f"{', ' + header['platform_distribution'] if header.get('platform_distribution') else ''})",
+        f"- device: `{header.get('device')}` — {header.get('device_name')}",
+        f"- versions: opcore {v.get('opcore')}, opcore-conformance {v.get('opcore-conformance')}, "
+        f"torch {v.get('torch')}, triton {v.get('triton')}, python {v.get('python')}",
+        f"- mode: {header.get('mode')}; sample seed: {header.get('seed')}; reference: "
+        f"{header.get('reference', {}).get('dtype')} on {header.get('reference', {}).get('device')}",
+        f"- expectations: {header.get('expectations') or 'none'}",
+        f"- started: {header.get('started')}",
+        "",
+        "| " + " | ".join(S.ALL) + " | total |",
+        "|" + "---:|" * (len(S.ALL) + 1),
+        "| " + " | ".join(str(foot["counts"][s]) for s in S.ALL) + f" | {foot['total']} |",
+        "",
+    ]
+    rows = op_rows(records)
+    if rows:
+        out += [
+            "## Ops: op × provider × dtype",
+            "",
+            "Worst err/tol is the largest `|out - ref| / (atol + rtol·|ref|)` over the row's "
+            "cases (1.00 is the bound).",
+            "",
+            "| op | provider | dtype | " + " | ".join(S.SYMBOL[s] + " " + s for s in S.ALL)
+            + " | worst err/tol | max abs | tolerance (atol, rtol) |",
+            "|---|---|---|" + "---:|" * len(S.ALL) + "---:|---:|---|",
+        ]
+        for r in rows:
+            tol = f"{r.tolerance[0]:g}, {r.tolerance[1]:g}" if r.tolerance else ""
+            out.append("| " + " | ".join([*r.key, *_counts_cells(r.counts), ratio_text(r),
+                                           "" if r.worst_abs is None else f"{r.worst_abs:.2e}", tol]) + " |")
+        out.append("")
+    others = check_rows([r for r in records if not r.get("op")])
+    if others:
+        out += ["## Platform and other checks", "",
+                "| check | " + " | ".join(S.ALL) + " |", "|---|" + "---:|" * len(S.ALL)]
+        for r in others:
+            out.append("| " + " | ".join([r.key[0], *_counts_cells(r.counts)]) + " |")
+        out.append("")
+    bad = red(records)
+    out += [f"## Needs attention ({len(bad)})", ""]
+    if not bad:
+        out += ["Nothing: no case failed, errored or passed unexpectedly.", ""]
+    for r in bad:
+        out += [f"- **{r['status']}** `{r['id']}`: {_cell(r.get('message') or '')}",
+                f"  - rerun: `{r.get('repro')}`" if r.get("repro") else ""]
+    out.append("")
+    loosened = [r for r in records if r.get("tolerance_source") == "expectations"]
+    if loosened:
+        out += ["## Loosened tolerances (from the expectations file)", "",
+                "| case | atol | rtol | worst err/tol | status | reason |", "|---|---:|---:|---:|---|---|"]
+        for r in loosened:
+            ratio = as_float(r.get("max_ratio"))
+            out.append(f"| `{r['id']}` | {r.get('atol')} | {r.get('rtol')} | "
+                       f"{'' if ratio is None else f'{ratio:.2f}'} | {r['status']} | {_cell(r.get('reason') or '')} |")
+        out.append("")
+    expected = [r for r in records if r.get("expected") in ("xfail", "skip", "unsupported")]
+    if expected:
+        out += ["## Declared by the expectations file", "", "| case | declared | status | reason |",
+                "|---|---|---|---|"]
+        for r in expected:
+            out.append(f"| `{r['id']}` | {r['expected']} | {r['status']} | {_cell(r.get('reason') or '')} |")
+        out.append("")
+    return "\n".join(line for line in out if line is not None) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m opcore_conformance.report.markdown REPORT.jsonl", file=sys.stderr)
+        return 2
+    header, records = read(Path(argv[0]))
+    sys.stdout.write(render(header, records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Aggregations shared by the terminal table and the Markdown summary."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+from opcore_conformance import status as S
+from opcore_conformance.report.jsonl import as_float
+
+
+@dataclasses.dataclass
+class Row:
+    key: tuple[str, ...]
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    worst_ratio: float | None = None
+    worst_abs: float | None = None
+    worst_id: str | None = None
+    tolerance: tuple[float, float] | None = None
+
+    def add(self, rec: dict[str, Any]) -> None:
+        self.counts[rec["status"]] += 1
+        ratio = as_float(rec.get("max_ratio"))
+        if ratio is not None and (self.worst_ratio is None or ratio > self.worst_ratio):
+            self.worst_ratio = ratio
+            self.worst_abs = as_float(rec.get("max_abs"))
+            self.worst_id = rec["id"]
+            if rec.get("atol") is not None:
+                self.tolerance = (rec["atol"], rec["rtol"])
+
+
+def op_rows(records: list[dict[str, Any]]) -> list[Row]:
+    """op x provider x dtype over every per-op check (worst error from numerics/attention)."""
+    rows: dict[tuple[str, ...], Row] = {}
+    for rec in records:
+        if not rec.get("op"):
+            continue
+        key = (rec["op"], rec.get("provider") or "", rec.get("dtype") or "")
+        rows.setdefault(key, Row(key)).add(rec)
+    return [rows[k] for k in sorted(rows)]
+
+
+def check_rows(records: list[dict[str, Any]]) -> list[Row]:
+    rows: dict[tuple[str, ...], Row] = {}
+    for rec in records:
+        key = (rec["check"],)
+        rows.setdefault(key, Row(key)).add(rec)
+    return list(rows.values())
+
+
+def counts_text(counts: collections.Counter) -> str:
+    return ", ".join(f"{counts[s]} {s}" for s in S.ALL if counts.get(s))
+
+
+def ratio_text(row: Row) -> str:
+    if row.worst_ratio is None:
+        return "-"
+    return f"{row.worst_ratio:.2f}"
+
+
+def red(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["status"] in S.RED]

@@ -1,0 +1,51 @@
+"""The terminal summary: op x provider x dtype counts with the worst error against its
+tolerance, the other checks' counts, then every red case with its repro command."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opcore_conformance import status as S
+from opcore_conformance.report.tables import check_rows, counts_text, op_rows, ratio_text, red
+
+COLUMNS = (S.PASS, S.FAIL, S.XFAIL, S.XPASS, S.ERROR, S.SKIP, S.UNSUPPORTED, S.NOT_APPLICABLE)
+SHORT = {S.PASS: "pass", S.FAIL: "fail", S.XFAIL: "xfail", S.XPASS: "xpass", S.ERROR: "err",
+         S.SKIP: "skip", S.UNSUPPORTED: "unsup", S.NOT_APPLICABLE: "n/a"}
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False))
+    out = [line, "  ".join("-" * w for w in widths)]
+    for r in rows:
+        out.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False))))
+    return out
+
+
+def render(header: dict[str, Any], records: list[dict[str, Any]], paths: dict[str, Any] | None = None) -> str:
+    lines = [
+        f"opcore conformance: platform {header.get('platform')} on {header.get('device')} "
+        f"({header.get('device_name')}), {header.get('mode')} mode",
+    ]
+    rows = op_rows(records)
+    if rows:
+        table = [[*r.key, *(str(r.counts.get(s, 0) or ".") for s in COLUMNS),
+                  ratio_text(r), "-" if r.worst_abs is None else f"{r.worst_abs:.2e}"] for r in rows]
+        lines += [""] + _table(["op", "provider", "dtype", *(SHORT[s] for s in COLUMNS),
+                                "worst err/tol", "max abs"], table)
+    others = [r for r in check_rows([x for x in records if not x.get("op")])]
+    if others:
+        table = [[r.key[0], counts_text(r.counts)] for r in others]
+        lines += [""] + _table(["check", "results"], table)
+    bad = red(records)
+    total = {s: sum(1 for r in records if r["status"] == s) for s in S.ALL}
+    lines += ["", "total: " + ", ".join(f"{n} {s}" for s, n in total.items() if n)]
+    if bad:
+        lines += ["", f"{len(bad)} case(s) need attention (fail, error or xpass):"]
+        for r in bad:
+            lines.append(f"  {r['status'].upper():5} {r['id']}: {r.get('message') or ''}")
+            if r.get("repro"):
+                lines.append(f"        rerun: {r['repro']}")
+    if paths:
+        lines += [""] + [f"{k}: {v}" for k, v in paths.items()]
+    return "\n".join(lines)

@@ -1,0 +1,354 @@
+"""One conformance run: resolve the platform, collect cases, run them, apply expectations.
+
+The CLI (`opcore_conformance.cli`) and the pytest plugin (`opcore_conformance.pytest_plugin`)
+are two front ends over this one object, so both give the same cases, ids, statuses and
+reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform as _pyplatform
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from opcore_conformance import expectations as X
+from opcore_conformance import status as S
+from opcore_conformance.case import (
+    Case,
+    CheckFailed,
+    NotApplicable,
+    Outcome,
+    Result,
+    Unsupported,
+    case_id,
+)
+from opcore_conformance.options import Options
+
+REPORT_SCHEMA = 1
+
+
+class SetupError(RuntimeError):
+    """The run cannot start (no such platform, a platform already resolved differently)."""
+
+
+def select_platform(name: str | None) -> Any:
+    """Resolve the platform, honouring ``name`` by setting ``OPCORE_PLATFORM`` first."""
+    import opcore.platforms as P
+
+    if name:
+        previous = os.environ.get("OPCORE_PLATFORM")
+        if P._decision is not None:  # resolution already happened in this process
+            current = P._decision.platform.name
+            if current != name:
+                raise SetupError(
+                    f"--platform {name}: this process already runs on platform {current!r} "
+                    f"(resolved before the conformance run started); run in a fresh process"
+                )
+        elif previous and previous != name:
+            raise SetupError(
+                f"--platform {name} conflicts with OPCORE_PLATFORM={previous} in the environment"
+            )
+        os.environ["OPCORE_PLATFORM"] = name
+    try:
+        return P.get_current_platform()
+    except Exception as exc:
+        raise SetupError(f"cannot resolve the platform: {type(exc).__name__}: {exc}") from exc
+
+
+@dataclasses.dataclass
+class Context:
+    """What a check body sees: the platform, its device, the options, the seed."""
+
+    options: Options
+    platform: Any
+    device: torch.device
+    seed: int | None
+    cache: Any = dataclasses.field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.cache is None:
+            from opcore_conformance.irapi import SampleCache
+
+            self.cache = SampleCache()
+
+    @property
+    def quick(self) -> bool:
+        return self.options.quick
+
+    def wants(self, *, op: str | None = None, provider: str | None = None,
+              dtype: str | None = None, check: str | None = None) -> bool:
+        """Whether a case with these parts passes the filters (used to avoid generating
+        samples for ops nobody asked for)."""
+        o = self.options
+        if op is not None and o.ops is not None and op not in o.ops:
+            return False
+        if provider is not None and o.providers is not None and provider not in o.providers:
+            return False
+        if dtype is not None and o.dtypes is not None and dtype not in o.dtypes:
+            return False
+        if check is not None and o.checks is not None and not _check_selected(check, o.checks):
+            return False
+        return True
+
+    def unfiltered(self, quick: bool) -> Context:
+        opts = dataclasses.replace(self.options, ops=None, providers=None, dtypes=None,
+                                   checks=None, cases=None, quick=quick)
+        return dataclasses.replace(self, options=opts)
+
+
+def _check_selected(check: str, selected: Iterable[str]) -> bool:
+    # "--checks platform" selects platform.members, platform.dtype, ...
+    return any(check == s or check.startswith(s + ".") for s in selected)
+
+
+def run_body(case: Case, ctx: Context, tolerance) -> Outcome:
+    """Run a case body, turning its exceptions into raw statuses."""
+    try:
+        metrics = case.body(ctx, tolerance) if case.body is not None else None
+    except CheckFailed as exc:
+        return Outcome(S.FAIL, str(exc), exc.metrics)
+    except NotApplicable as exc:
+        return Outcome(S.NOT_APPLICABLE, str(exc))
+    except Unsupported as exc:
+        return Outcome(S.UNSUPPORTED, str(exc))
+    except Exception as exc:  # the harness, not the code under test (that is CheckFailed)
+        tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        return Outcome(S.ERROR, f"{type(exc).__name__}: {exc}", {"traceback": "".join(tb[-6:])})
+    return Outcome(S.PASS, "", dict(metrics or {}))
+
+
+class ConformanceSession:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.ctx: Context | None = None
+        self.expectations = X.empty()
+        self.expectations_error: str | None = None
+        self.meta_cases: list[Case] = []
+        self.results: list[Result] = []
+        self.started = time.time()
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> Context:
+        from opcore_conformance import irapi
+
+        platform = select_platform(self.options.platform)
+        irapi.load_kernels(platform)
+        self.ctx = Context(
+            options=self.options, platform=platform, device=platform.device(0),
+            seed=irapi.sample_seed(),
+        )
+        self._load_expectations(platform)
+        return self.ctx
+
+    def _load_expectations(self, platform: Any) -> None:
+        spec = self.options.expectations
+        try:
+            if spec is not None and spec.lower() == "none":
+                self.expectations = X.empty()
+            elif spec is not None:
+                self.expectations = X.load(spec)
+            else:
+                resource = getattr(type(platform), "conformance_expectations", None)
+                self.expectations = X.load_resource(resource) if resource else X.empty()
+        except X.ExpectationsError as exc:
+            self.expectations_error = str(exc)
+            self.expectations = X.empty()
+
+    # ------------------------------------------------------------------ collection
+    def collect(self) -> list[Case]:
+        """The cases of this run, filtered, plus the expectation cases (unmatched entries)."""
+        assert self.ctx is not None, "call setup() first"
+        cases = [c for c in self._collect_all(self.ctx) if self._selected(c)]
+        cases += self._expectation_cases()
+        seen: set[str] = set()
+        for c in cases:
+            if c.id in seen:
+                raise SetupError(f"duplicate case id {c.id!r}: two checks or samples share a name")
+            seen.add(c.id)
+        return cases
+
+    def _collect_all(self, ctx: Context) -> list[Case]:
+        from opcore_conformance.checks import CHECK_MODULES
+
+        out: list[Case] = []
+        for module, names in CHECK_MODULES:
+            selected = ctx.options.checks
+            if selected is not None and not any(
+                _check_selected(n, selected) or s.startswith(n + ".") for n in names for s in selected
+            ):
+                continue
+            name = names[0]
+            try:
+                out.extend(module.collect(ctx))
+            except Exception as exc:
+                msg = f"collecting {name} cases failed: {type(exc).__name__}: {exc}"
+                out.append(Case(id=case_id(name, "collect"), check=name, preset=S.ERROR,
+                                preset_reason=msg,
+                                info={"traceback": traceback.format_exc(), "collect_error": True}))
+        return out
+
+    def _selected(self, case: Case) -> bool:
+        o = self.options
+        if case.info.get("collect_error"):
+            return True  # a check that could not even list its cases is never filtered away
+        if o.cases is not None:
+            return any(X.compile_glob(p).fullmatch(case.id) for p in o.cases)
+        if not self.ctx.wants(op=case.op, provider=case.provider, dtype=case.dtype):
+            return False
+        if o.checks is not None and not _check_selected(case.check, o.checks):
+            return False
+        return True
+
+    def inventory(self) -> list[str]:
+        """Every case id of this platform, quick and full, no filters: what expectation
+        entries are matched against (an entry for a case this run filtered out is fine;
+        one for a case that exists nowhere is an error)."""
+        ids: list[str] = []
+        seen: set[str] = set()
+        for quick in (True, False):
+            for c in self._collect_all(self.ctx.unfiltered(quick)):
+                if c.id not in seen:
+                    seen.add(c.id)
+                    ids.append(c.id)
+        return ids
+
+    def _expectation_cases(self) -> list[Case]:
+        if self.expectations_error:
+            return [Case(id=case_id("expectations", "file"), check="expectations",
+                         preset=S.ERROR, preset_reason=self.expectations_error)]
+        if not self.expectations.entries:
+            return []
+        out = []
+        for entry in self.expectations.unmatched(self.inventory()):
+            out.append(Case(
+                id=case_id("expectations", f"entry{entry.index}"), check="expectations",
+                preset=S.ERROR,
+                preset_reason=(f"{self.expectations.source}: {entry.label()} matches no case of "
+                               f"platform {self.ctx.platform.name!r} (or only cases an earlier "
+                               f"entry already takes): remove it or fix the glob"),
+            ))
+        return out
+
+    # ------------------------------------------------------------------ running
+    def run(self, case: Case) -> Result:
+        assert self.ctx is not None
+        start = time.perf_counter()
+        entry = self.expectations.lookup(case.id) if case.check != "expectations" else None
+        result = self._run(case, entry)
+        result.duration_s = time.perf_counter() - start
+        if entry is not None:
+            result.expected = entry.status
+            result.expectation_reason = entry.reason
+            result.expectation_entry = entry.index
+        if S.is_red(result.status):
+            result.repro = self.repro(case)
+        self.results.append(result)
+        return result
+
+    def _run(self, case: Case, entry: X.Entry | None) -> Result:
+        if entry is not None and entry.status in ("skip", "unsupported"):
+            status = S.SKIP if entry.status == "skip" else S.UNSUPPORTED
+            return Result(case, status, status, f"expectations: {entry.reason}")
+        if case.preset is not None:
+            status = X.resolve_outcome(case.preset, entry, case.preset_reason)
+            return Result(case, status, case.preset, case.preset_reason, dict(case.info))
+        tolerance, source = case.default_tolerance, "op"
+        if entry is not None and entry.status == "tolerance":
+            if case.default_tolerance is None:
+                return Result(case, S.ERROR, S.ERROR,
+                              f"{entry.label()} loosens the tolerance of a case that has none")
+            try:
+                tolerance, source = X.loosened(entry, case.default_tolerance, case.dtype), "expectations"
+            except X.ExpectationsError as exc:
+                return Result(case, S.ERROR, S.ERROR, str(exc))
+        outcome = run_body(case, self.ctx, tolerance)
+        status = X.resolve_outcome(outcome.status, entry, outcome.message)
+        message = outcome.message
+        if status == S.XPASS:
+            message = f"passed, but {entry.label()} expects xfail ({entry.reason}): remove the entry"
+        return Result(case, status, outcome.status, message, outcome.metrics, tolerance_source=source)
+
+    def repro(self, case: Case) -> str:
+        """A one-line command that reruns exactly this case."""
+        parts = []
+        if os.environ.get("TRITON_INTERPRET"):
+            parts.append(f"TRITON_INTERPRET={shlex.quote(os.environ['TRITON_INTERPRET'])}")
+        parts += ["opcore", "conformance", "--platform", self.ctx.platform.name]
+        parts += ["--case", shlex.quote(case.id)]
+        if not self.options.quick:
+            parts.append("--full")
+        if self.options.expectations:
+            parts += ["--expectations", shlex.quote(str(self.options.expectations))]
+        return " ".join(parts)
+
+    # ------------------------------------------------------------------ reporting
+    def header(self) -> dict[str, Any]:
+        from opcore_conformance import __version__, irapi
+
+        p = self.ctx.platform
+        try:
+            device_name = p.get_device_name(0)
+        except Exception as exc:  # reported by platform.device_queries as well
+            device_name = f"<get_device_name failed: {exc}>"
+        dist = _distribution_of(type(p).__module__)
+        return {
+            "type": "header",
+            "schema": REPORT_SCHEMA,
+            "suite": f"opcore-conformance@{__version__}",
+            "platform": p.name,
+            "platform_class": f"{type(p).__module__}.{type(p).__qualname__}",
+            "platform_distribution": dist,
+            "device": str(self.ctx.device),
+            "device_type": p.device_type,
+            "device_name": device_name,
+            "versions": {
+                "opcore": _version("opcore"),
+                "opcore-conformance": __version__,
+                "torch": torch.__version__,
+                "triton": _version("triton"),
+                "python": _pyplatform.python_version(),
+            },
+            "providers": irapi.provider_table(),
+            "seed": self.ctx.seed,
+            "mode": self.options.mode,
+            "filters": {
+                "ops": self.options.ops, "providers": self.options.providers,
+                "dtypes": self.options.dtypes, "checks": self.options.checks,
+                "cases": self.options.cases,
+            },
+            "expectations": self.expectations.source,
+            "environment": {k: v for k, v in os.environ.items()
+                            if k.startswith("OPCORE_") or k == "TRITON_INTERPRET"},
+            "reference": {"device": "cpu", "dtype": "float64"},
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "argv": sys.argv,
+        }
+
+    def exit_code(self) -> int:
+        return 1 if any(S.is_red(r.status) for r in self.results) else 0
+
+
+def _version(dist: str) -> str | None:
+    import importlib.metadata as md
+
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _distribution_of(module: str) -> str | None:
+    import importlib.metadata as md
+
+    top = module.split(".")[0]
+    for dist_name in md.packages_distributions().get(top, []):
+        return f"{dist_name}@{_version(dist_name)}"
+    return None

@@ -1,0 +1,152 @@
+"""Moving sample inputs between devices without changing what they are, and comparing
+outputs with a reference.
+
+Inputs are generated on the CPU and copied to the device with their exact layout: strides,
+storage offset, and which arguments share one storage (q, k, v as slices of one QKV
+buffer stay slices of one device buffer). ``Tensor.to`` would make a non-dense tensor
+contiguous and hide exactly the defects (rows read as if contiguous) this suite looks for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """Apply ``fn`` to every tensor inside nested tuples/lists/dicts; keep the rest."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple):
+        return tuple(map_tensors(o, fn) for o in obj)
+    if isinstance(obj, list):
+        return [map_tensors(o, fn) for o in obj]
+    if isinstance(obj, dict):
+        return {k: map_tensors(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def iter_tensors(obj: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor | None]]:
+    """``(path, tensor)`` for every tensor (and ``None`` slot) in nested outputs."""
+    if isinstance(obj, torch.Tensor) or obj is None:
+        yield path or "out", obj
+    elif isinstance(obj, (tuple, list)):
+        for i, o in enumerate(obj):
+            yield from iter_tensors(o, f"{path or 'out'}[{i}]")
+    elif isinstance(obj, dict):
+        for k, o in obj.items():
+            yield from iter_tensors(o, f"{path or 'out'}[{k!r}]")
+    else:
+        yield path or "out", obj  # a non-tensor output, compared by the caller
+
+
+def to_device(obj: Any, device: torch.device | str) -> Any:
+    """A copy of ``obj`` on ``device`` with every tensor's size, stride, storage offset and
+    storage sharing preserved (always a fresh copy, also when ``device`` is the CPU)."""
+    device = torch.device(device)
+    copies: dict[int, torch.Tensor] = {}
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        raw = copies.get(key)
+        if raw is None:
+            src = torch.empty(0, dtype=torch.uint8).set_(storage)
+            raw = torch.empty(src.numel(), dtype=torch.uint8, device=device)
+            raw.copy_(src)
+            copies[key] = raw
+        typed = raw.view(t.dtype) if t.element_size() > 0 and raw.numel() else raw
+        return typed.as_strided(t.size(), t.stride(), t.storage_offset())
+
+    return map_tensors(obj, move)
+
+
+def clone_preserving(obj: Any) -> Any:
+    """A copy on the same device, layout and storage sharing preserved."""
+    def first_device(o: Any) -> torch.device | None:
+        for _, t in iter_tensors(o):
+            if isinstance(t, torch.Tensor):
+                return t.device
+        return None
+
+    device = first_device(obj)
+    return obj if device is None else _clone_on(obj, device)
+
+
+def _clone_on(obj: Any, device: torch.device) -> Any:
+    copies: dict[int, torch.Tensor] = {}
+
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        raw = copies.get(key)
+        if raw is None:
+            src = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+            raw = src.clone()
+            copies[key] = raw
+        return raw.view(t.dtype).as_strided(t.size(), t.stride(), t.storage_offset())
+
+    return map_tensors(obj, copy)
+
+
+def upcast(obj: Any, dtype: torch.dtype = torch.float64) -> Any:
+    """Floating tensors to ``dtype`` (contiguous, on the CPU); others unchanged."""
+    return map_tensors(
+        obj,
+        lambda t: t.detach().to("cpu", dtype) if t.is_floating_point() else t.detach().to("cpu"),
+    )
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and bits (NaN payloads included)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
+    if a.is_floating_point() and a.element_size() in (1, 2, 4, 8):
+        view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.view(view), b.view(view))
+    return torch.equal(a, b)
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> dict[str, Any]:
+    """Error metrics of ``out`` against ``ref`` (both brought to float64 on the CPU).
+
+    NaN must sit where the reference has NaN; infinities must match exactly. Returns
+    ``max_abs``, ``max_rel``, ``max_ratio`` (worst ``|d| / (atol + rtol |ref|)``),
+    ``mismatched`` (elements over the bound, non-finite mismatches included), ``numel``,
+    ``worst_index``.
+    """
+    o = out.detach().to("cpu", torch.float64)
+    r = ref.detach().to("cpu", torch.float64)
+    numel = r.numel()
+    if numel == 0:
+        return {"max_abs": 0.0, "max_rel": 0.0, "max_ratio": 0.0, "mismatched": 0, "numel": 0}
+    r_nan, o_nan = torch.isnan(r), torch.isnan(o)
+    r_inf, o_inf = torch.isinf(r), torch.isinf(o)
+    nonfinite_bad = (r_nan != o_nan) | ((r_inf | o_inf) & ~(r_nan | o_nan) & (o != r))
+    finite = torch.isfinite(r) & torch.isfinite(o)
+    diff = torch.where(finite, (o - r).abs(), torch.zeros_like(r))
+    bound = atol + rtol * r.abs()
+    ratio = torch.where(
+        finite,
+        torch.where(bound > 0, diff / bound.clamp_min(1e-300), torch.where(diff > 0, math.inf, 0.0)),
+        torch.zeros_like(r),
+    )
+    ratio = torch.where(nonfinite_bad, torch.full_like(r, math.inf), ratio)
+    rel = torch.where(finite & (r.abs() > 0), diff / r.abs().clamp_min(1e-300), torch.zeros_like(r))
+    flat_idx = int(torch.argmax(ratio.reshape(-1)))
+    worst = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_idx), r.shape)) if r.dim() else ()
+    mismatched = int(((ratio > 1.0) | nonfinite_bad).sum())
+    return {
+        "max_abs": float(diff.max()),
+        "max_rel": float(rel.max()),
+        "max_ratio": float(ratio.max()),
+        "mismatched": mismatched,
+        "numel": numel,
+        "worst_index": list(worst),
+        "worst_value": float(o.reshape(-1)[flat_idx]),
+        "worst_reference": float(r.reshape(-1)[flat_idx]),
+    }
