@@ -4,7 +4,7 @@ for the kernels to run on the CPU interpreter.
 
 Cache layout: key and value caches ``[num_blocks, block_size, num_kv_heads, head_size]``
 (strides passed explicitly). Every kernel gathers keys one position at a time through
-the block table (``block_table[seq, pos // BLOCK_SIZE]``), so a tile of ``BLOCK_N`` keys
+the block table (``block_table[seq, pos // block_size]``), so a tile of ``BLOCK_N`` keys
 may span pages of any size.
 
 Query rows are packed per kv head: row ``r`` of a program's tile is query token
@@ -40,15 +40,15 @@ def _attend_tile(
     q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
     K, V, block_table, qk_scale,
     stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-    BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, CAUSAL: tl.constexpr,
-    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, INTERPRET: tl.constexpr,
+    block_size, window,
+    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """One online-softmax step over keys ``start .. start + BLOCK_N`` (those in
     ``[lo, hi)`` and visible to each row). Returns the updated ``(m_i, l_i, acc)``."""
     kpos = start + tl.arange(0, BLOCK_N)
     k_ok = (kpos < hi) & (kpos >= lo)
-    blk = tl.load(block_table + seq * stride_bt + kpos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
-    slot = kpos % BLOCK_SIZE
+    blk = tl.load(block_table + seq * stride_bt + kpos // block_size, mask=k_ok, other=0).to(tl.int64)
+    slot = kpos % block_size
     k = tl.load(
         K + blk[None, :] * stride_kb + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],
         mask=k_ok[None, :] & d_ok[:, None],
@@ -67,10 +67,10 @@ def _attend_tile(
     visible = k_ok[None, :]
     if CAUSAL:
         visible = visible & (kpos[None, :] <= q_pos[:, None])
-    if WINDOW > 0:
-        visible = visible & (q_pos[:, None] - kpos[None, :] < WINDOW)
-        if not CAUSAL:
-            visible = visible & (kpos[None, :] - q_pos[:, None] < WINDOW)
+    # window is the sliding window, or a huge number when there is none.
+    visible = visible & (q_pos[:, None] - kpos[None, :] < window)
+    if not CAUSAL:
+        visible = visible & (kpos[None, :] - q_pos[:, None] < window)
     s = tl.where(visible, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     # A row with nothing visible yet keeps m = -inf; subtract 0 instead to avoid NaN.
@@ -91,11 +91,10 @@ def paged_attention_kernel(
     stride_ot, stride_oh,
     stride_kb, stride_ks, stride_kh,
     stride_vb, stride_vs, stride_vh,
-    stride_bt,
+    stride_bt, block_size, window,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-    SOFTCAP: tl.constexpr, INTERPRET: tl.constexpr,
+    CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Mixed prefill/decode: grid (num_seqs, cdiv(max_query_len, BLOCK_Q), num_kv_heads)."""
     BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
@@ -126,15 +125,13 @@ def paged_attention_kernel(
 
     first_pos = ctx - q_len + qblock * BLOCK_Q
     last_pos = ctx - q_len + tl.minimum((qblock + 1) * BLOCK_Q, q_len) - 1
-    hi = ctx
     if CAUSAL:
         hi = last_pos + 1
-    elif WINDOW > 0:
-        hi = tl.minimum(ctx, last_pos + WINDOW)
-    lo = 0
-    if WINDOW > 0:
-        lo = tl.maximum(0, first_pos - WINDOW + 1)
-        lo = (lo // BLOCK_N) * BLOCK_N
+    else:
+        hi = tl.minimum(ctx, last_pos + window)
+    # Start at the tile holding the first key any row of this block can see.
+    lo = tl.maximum(0, first_pos - window + 1)
+    lo = (lo // BLOCK_N) * BLOCK_N
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -149,7 +146,7 @@ def paged_attention_kernel(
                 q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
                 K, V, block_table, qk_scale,
                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                BLOCK_N, BLOCK_SIZE, CAUSAL, WINDOW, SOFTCAP, INTERPRET,
+                block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
             )
             start += BLOCK_N
     else:
@@ -158,7 +155,7 @@ def paged_attention_kernel(
                 q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
                 K, V, block_table, qk_scale,
                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                BLOCK_N, BLOCK_SIZE, CAUSAL, WINDOW, SOFTCAP, INTERPRET,
+                block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
             )
 
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
@@ -170,7 +167,7 @@ def paged_attention_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def paged_decode_kernel(
     Q, K, V, Out, Part_acc, Part_ml,
     query_start_loc, seq_lens, block_table,
@@ -182,14 +179,14 @@ def paged_decode_kernel(
     stride_bt,
     stride_pa_s, stride_pa_h, stride_pa_p,
     stride_pm_s, stride_pm_h,
+    block_size, window, num_splits,
     GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, INTERPRET: tl.constexpr,
+    SOFTCAP: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Decode (one new token per sequence), split-KV: grid (num_seqs, num_kv_heads,
-    NUM_SPLITS). With one split it writes the output; otherwise each split writes its
-    unnormalised accumulator and (max, sum) for `paged_decode_reduce_kernel`."""
+    num_splits). Without SPLIT (one split) it writes the output; otherwise each split
+    writes its unnormalised accumulator and (max, sum) for `paged_decode_reduce_kernel`."""
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -212,12 +209,10 @@ def paged_decode_kernel(
     if INTERPRET:
         q = q.to(tl.float32)
 
-    lo = 0
-    if WINDOW > 0:
-        lo = tl.maximum(0, ctx - WINDOW)
+    lo = tl.maximum(0, ctx - window)
     # Each split takes a whole number of tiles of [lo, ctx).
     tiles = tl.cdiv(ctx - lo, BLOCK_N)
-    per_split = tl.cdiv(tiles, NUM_SPLITS)
+    per_split = tl.cdiv(tiles, num_splits)
     s_lo = lo + split * per_split * BLOCK_N
     s_hi = tl.minimum(ctx, s_lo + per_split * BLOCK_N)
 
@@ -232,7 +227,7 @@ def paged_decode_kernel(
                 q, m_i, l_i, acc, start, s_hi, lo, q_pos, seq, kv_head, d, d_ok,
                 K, V, block_table, qk_scale,
                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                BLOCK_N, BLOCK_SIZE, False, 0, SOFTCAP, INTERPRET,
+                block_size, window, BLOCK_N, True, SOFTCAP, INTERPRET,
             )
             start += BLOCK_N
     else:
@@ -241,10 +236,10 @@ def paged_decode_kernel(
                 q, m_i, l_i, acc, start, s_hi, lo, q_pos, seq, kv_head, d, d_ok,
                 K, V, block_table, qk_scale,
                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                BLOCK_N, BLOCK_SIZE, False, 0, SOFTCAP, INTERPRET,
+                block_size, window, BLOCK_N, True, SOFTCAP, INTERPRET,
             )
 
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
         tl.store(
             Out + q_begin.to(tl.int64) * stride_ot + head[:, None] * stride_oh + d[None, :],
@@ -262,14 +257,13 @@ def paged_decode_kernel(
         tl.store(ml + 1, l_i, mask=row_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def paged_decode_reduce_kernel(
     Out, Part_acc, Part_ml, query_start_loc,
     stride_ot, stride_oh,
     stride_pa_s, stride_pa_h, stride_pa_p,
-    stride_pm_s, stride_pm_h,
-    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    stride_pm_s, stride_pm_h, num_splits,
+    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     """Merge the splits of one (sequence, head): grid (num_seqs, num_heads)."""
     seq = tl.program_id(0)
@@ -279,7 +273,7 @@ def paged_decode_reduce_kernel(
     if q_len == 0:
         return
     sp = tl.arange(0, SPLITS_PAD)
-    sp_ok = sp < NUM_SPLITS
+    sp_ok = sp < num_splits
     d = tl.arange(0, HEAD_PAD)
     d_ok = d < HEAD
     ml = Part_ml + seq * stride_pm_s + head * stride_pm_h + sp * 2
@@ -306,7 +300,7 @@ def write_kv_kernel(
     stride_kcb, stride_kcs, stride_kch,
     stride_vcb, stride_vcs, stride_vch,
     NUM_KV_HEADS: tl.constexpr, HEAD: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
+    block_size,
 ):
     """Copy token ``t``'s key/value rows to slot ``slot_mapping[t]``; grid (num_tokens,).
     A negative slot is padding and is skipped."""
@@ -314,8 +308,8 @@ def write_kv_kernel(
     slot = tl.load(slot_mapping + t)
     if slot < 0:
         return
-    blk = slot // BLOCK_SIZE
-    off = slot % BLOCK_SIZE
+    blk = slot // block_size
+    off = slot % block_size
     h = tl.arange(0, HEADS_PAD)
     d = tl.arange(0, HEAD_PAD)
     ok = (h[:, None] < NUM_KV_HEADS) & (d[None, :] < HEAD)

@@ -7,7 +7,8 @@ use, and `unavailable_reason` says why the backend cannot run when Triton is mis
 Dispatch: a batch whose sequences all bring at most one new token runs the split-KV
 decode kernel (plus a merge kernel when it splits); any other batch runs the mixed
 prefill/decode kernel. The number of KV splits is chosen so that
-``num_seqs * num_kv_heads * splits`` covers the device's multiprocessors about twice.
+``num_seqs * num_kv_heads * splits`` gives each multiprocessor about
+``decode_programs_per_sm`` programs, each split keeping at least four tiles of keys.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class TritonPagedBackend(AttentionBackend):
     prefill_num_stages = 2
     # None: choose from the device's multiprocessor count; an int forces it.
     num_splits: int | None = None
+    # Aim for this many decode programs per multiprocessor (several resident programs
+    # per SM hide memory latency and shorten the tail of the last wave).
+    decode_programs_per_sm = 4
 
     @classmethod
     def unavailable_reason(cls, device_type: str | None) -> str | None:
@@ -118,7 +122,7 @@ class TritonPagedBackend(AttentionBackend):
             value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
             NUM_KV_HEADS=self.num_kv_heads, HEAD=self.head_size,
             HEADS_PAD=_pow2(self.num_kv_heads), HEAD_PAD=_pow2(self.head_size),
-            BLOCK_SIZE=block_size,
+            block_size=block_size,
         )
 
     # ------------------------------------------------------------------ forward
@@ -142,11 +146,9 @@ class TritonPagedBackend(AttentionBackend):
         group = self.num_heads // self.num_kv_heads
         head_pad = max(16, _pow2(self.head_size))
         common = dict(
-            WINDOW=self.sliding_window or 0,
             SOFTCAP=float(self.logits_soft_cap or 0.0),
             HEAD=self.head_size,
             HEAD_PAD=head_pad,
-            BLOCK_SIZE=block_size,
             INTERPRET=_interpreting(),
         )
         strides = (
@@ -155,6 +157,9 @@ class TritonPagedBackend(AttentionBackend):
             value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
             metadata.block_table.stride(0),
         )
+        # Block size and window are runtime arguments so one compiled kernel serves every
+        # page size; "no window" is a window longer than any context.
+        window = self.sliding_window or (1 << 30)
         qk_scale = self.scale * LOG2E
         k = _kernels()
         num_seqs = metadata.num_seqs
@@ -172,30 +177,28 @@ class TritonPagedBackend(AttentionBackend):
             k.paged_decode_kernel[(num_seqs, self.num_kv_heads, splits)](
                 query, key_cache, value_cache, out, part_acc, part_ml,
                 metadata.query_start_loc, metadata.seq_lens, metadata.block_table,
-                qk_scale, *strides, *pa, *pm,
+                qk_scale, *strides, *pa, *pm, block_size, window, splits,
                 GROUP=group, BLOCK_H=max(16, _pow2(group)), BLOCK_N=self.decode_block_n,
-                NUM_SPLITS=splits,
+                SPLIT=splits > 1,
                 num_warps=self.decode_num_warps, num_stages=self.decode_num_stages,
                 **common,
             )
             if splits > 1:
                 k.paged_decode_reduce_kernel[(num_seqs, self.num_heads)](
                     out, part_acc, part_ml, metadata.query_start_loc,
-                    out.stride(0), out.stride(1), *pa, *pm,
-                    HEAD=self.head_size, HEAD_PAD=head_pad,
-                    NUM_SPLITS=splits, SPLITS_PAD=max(2, _pow2(splits)),
+                    out.stride(0), out.stride(1), *pa, *pm, splits,
+                    HEAD=self.head_size, HEAD_PAD=head_pad, SPLITS_PAD=max(2, _pow2(splits)),
                 )
             return out
         group_pad = _pow2(group)
-        block_q = max(1, self.prefill_block_m // group_pad)
-        block_q = min(block_q, _pow2(metadata.max_query_len))
-        # tl.dot needs M >= 16.
-        block_q = max(block_q, -(-16 // group_pad))
+        # BLOCK_Q query tokens x the padded GQA group fill the M dimension (tl.dot needs
+        # M >= 16).
+        block_q = max(1, self.prefill_block_m // group_pad, -(-16 // group_pad))
         grid = (num_seqs, -(-metadata.max_query_len // block_q), self.num_kv_heads)
         k.paged_attention_kernel[grid](
             query, key_cache, value_cache, out,
             metadata.query_start_loc, metadata.seq_lens, metadata.block_table,
-            qk_scale, *strides,
+            qk_scale, *strides, block_size, window,
             GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=self.prefill_block_n,
             CAUSAL=self.causal,
             num_warps=self.prefill_num_warps, num_stages=self.prefill_num_stages,
@@ -208,7 +211,7 @@ class TritonPagedBackend(AttentionBackend):
             return max(1, int(self.num_splits))
         sms = _multiprocessors(device.type, device.index or 0)
         programs = num_seqs * self.num_kv_heads
-        want = -(-2 * sms // max(1, programs))
+        want = -(-self.decode_programs_per_sm * sms // max(1, programs))
         # Each split should still stream at least a few tiles.
         most = max(1, max_seq_len // (4 * self.decode_block_n))
         return max(1, min(want, most, 64))
