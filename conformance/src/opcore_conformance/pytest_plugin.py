@@ -1,1 +1,162 @@
-"""pytest plugin entry (filled in by the conformance issue)."""
+"""The pytest front end: ``pytest --opcore`` runs the conformance suite as pytest items.
+
+Installed as a ``pytest11`` entry point, so it is loaded in every pytest run but stays
+inert unless ``--opcore`` (or any other ``--opcore-*`` option) is given. Each case becomes
+one item named by its case id, e.g. ``numerics[rms_norm-triton-bfloat16-odd_hidden_4099]``,
+under the node ``opcore-conformance``; statuses map to pytest outcomes (pass; fail, error and
+xpass fail the item; xfail is xfailed; skip, unsupported and not_applicable are skipped
+with the status in the reason). The reports are the CLI's, written at session end.
+
+``--opcore-only`` ignores the test files pytest would otherwise collect (what a plugin's
+CI wants when it only runs the suite).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+_ACTIVATING = ("opcore_platform", "opcore_ops", "opcore_providers", "opcore_dtypes", "opcore_checks",
+               "opcore_cases", "opcore_full", "opcore_report_dir", "opcore_expectations")
+_KEY = pytest.StashKey["Any"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("opcore", "opcore conformance suite")
+    g.addoption("--opcore", action="store_true", default=False,
+                help="run the opcore conformance suite against the current platform")
+    g.addoption("--opcore-only", action="store_true", default=False,
+                help="with --opcore: collect nothing but the conformance cases")
+    g.addoption("--opcore-platform", metavar="NAME", help="platform plugin to run on (sets OPCORE_PLATFORM)")
+    g.addoption("--opcore-ops", metavar="A,B", help="only these ops")
+    g.addoption("--opcore-providers", metavar="A,B", help="only these providers")
+    g.addoption("--opcore-dtypes", metavar="A,B", help="only these dtypes")
+    g.addoption("--opcore-checks", metavar="A,B", help="only these checks (e.g. numerics,platform)")
+    g.addoption("--opcore-case", action="append", dest="opcore_cases", metavar="ID",
+                help="exactly this case id (globs * and ?; repeatable)")
+    g.addoption("--opcore-quick", action="store_true", default=False, help="quick sample sets (default)")
+    g.addoption("--opcore-full", action="store_true", default=False, help="the whole grid")
+    g.addoption("--opcore-report-dir", metavar="DIR", help="report directory (default ./opcore-reports)")
+    g.addoption("--opcore-expectations", metavar="FILE",
+                help="expectations TOML (default: the platform's own; 'none' to ignore it)")
+
+
+def _active(config: pytest.Config) -> bool:
+    if config.getoption("opcore") or config.getoption("opcore_only") or config.getoption("opcore_quick"):
+        return True
+    return any(config.getoption(name) for name in _ACTIVATING)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not _active(config):
+        return
+    if config.getoption("opcore_quick") and config.getoption("opcore_full"):
+        raise pytest.UsageError("--opcore-quick and --opcore-full exclude each other")
+    from opcore_conformance.options import DEFAULT_REPORT_DIR, Options, parse_list
+    from opcore_conformance.session import ConformanceSession, SetupError
+
+    try:
+        options = Options(
+            platform=config.getoption("opcore_platform"),
+            ops=parse_list(config.getoption("opcore_ops")),
+            providers=parse_list(config.getoption("opcore_providers")),
+            dtypes=parse_list(config.getoption("opcore_dtypes")),
+            checks=parse_list(config.getoption("opcore_checks")),
+            cases=config.getoption("opcore_cases"),
+            quick=not config.getoption("opcore_full"),
+            report_dir=config.getoption("opcore_report_dir") or DEFAULT_REPORT_DIR,
+            expectations=config.getoption("opcore_expectations"),
+            progress=False,
+        )
+        session = ConformanceSession(options)
+        session.setup()
+    except (ValueError, SetupError) as exc:
+        raise pytest.UsageError(f"opcore conformance: {exc}") from None
+    config.stash[_KEY] = session
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    if config.getoption("opcore_only"):
+        return True
+    return None
+
+
+class ConformanceFailure(Exception):
+    """A red case (fail, error, xpass)."""
+
+
+class ConformanceItem(pytest.Item):
+    def __init__(self, *, case, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.result = None
+
+    def runtest(self) -> None:
+        from opcore_conformance import status as S
+
+        session = self.config.stash[_KEY]
+        result = self.result = session.run(self.case)
+        status = result.status
+        if status == S.PASS:
+            return
+        if status in S.RED:
+            raise ConformanceFailure(result)
+        if status == S.XFAIL:
+            pytest.xfail(f"{result.expectation_reason} ({result.message})")
+        pytest.skip(f"{status}: {result.message}")
+
+    def repr_failure(self, excinfo, style=None) -> str:
+        if isinstance(excinfo.value, ConformanceFailure):
+            r = excinfo.value.args[0]
+            text = f"{r.status}: {r.message}"
+            tb = r.metrics.get("traceback")
+            if tb:
+                text += "\n" + tb
+            return text + f"\nrerun: {r.repro}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, self.case.id
+
+
+class ConformanceCollector(pytest.Collector):
+    def collect(self):
+        session = self.config.stash[_KEY]
+        for case in session.collect():
+            yield ConformanceItem.from_parent(self, name=case.id, case=case)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    if _KEY not in config.stash:
+        return
+    collector = ConformanceCollector.from_parent(session, name="opcore-conformance")
+    items.extend(collector.collect())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if _KEY not in config.stash:
+        return
+    from opcore_conformance import report
+
+    conf = config.stash[_KEY]
+    if not conf.results:
+        return
+    records = [r.to_record() for r in conf.results]
+    conf.paths = report.write_all(conf.options.report_dir, conf.header(), records)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _KEY not in config.stash:
+        return
+    from opcore_conformance.report import terminal
+
+    conf = config.stash[_KEY]
+    if not conf.results:
+        return
+    records = [r.to_record() for r in conf.results]
+    paths = getattr(conf, "paths", None)
+    terminalreporter.write_sep("=", "opcore conformance")
+    terminalreporter.write_line(terminal.render(conf.header(), records,
+                                                {k: str(v) for k, v in (paths or {}).items()}))
