@@ -85,7 +85,9 @@ def device_sample(ctx: Any, op_name: str, dtype: str, sample_name: str) -> tuple
 def forced(op: Any, provider: str, args: tuple, kwargs: dict) -> Iterator[None]:
     """Within the block ``op(*args, **kwargs)`` runs ``provider``; `Unsupported` when its
     ``supports_args`` declines these arguments (the op would run another provider)."""
-    with op.set_priority([provider]):
+    # "native" second: a provider with supports_args is then not the whole list (no
+    # fallback warning), and a declined sample shows up as a different provider chosen.
+    with op.set_priority([provider] if provider == "native" else [provider, "native"]):
         try:
             chosen = op.dispatch(*args, **kwargs).provider
         except Exception as exc:

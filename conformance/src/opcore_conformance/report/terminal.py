@@ -8,6 +8,7 @@ from typing import Any
 from opcore_conformance import status as S
 from opcore_conformance.report.tables import check_rows, counts_text, op_rows, ratio_text, red
 
+MAX_LISTED = 25
 COLUMNS = (S.PASS, S.FAIL, S.XFAIL, S.XPASS, S.ERROR, S.SKIP, S.UNSUPPORTED, S.NOT_APPLICABLE)
 SHORT = {S.PASS: "pass", S.FAIL: "fail", S.XFAIL: "xfail", S.XPASS: "xpass", S.ERROR: "err",
          S.SKIP: "skip", S.UNSUPPORTED: "unsup", S.NOT_APPLICABLE: "n/a"}
@@ -42,10 +43,13 @@ def render(header: dict[str, Any], records: list[dict[str, Any]], paths: dict[st
     lines += ["", "total: " + ", ".join(f"{n} {s}" for s, n in total.items() if n)]
     if bad:
         lines += ["", f"{len(bad)} case(s) need attention (fail, error or xpass):"]
-        for r in bad:
+        for r in bad[:MAX_LISTED]:
             lines.append(f"  {r['status'].upper():5} {r['id']}: {r.get('message') or ''}")
             if r.get("repro"):
                 lines.append(f"        rerun: {r['repro']}")
+        if len(bad) > MAX_LISTED:
+            lines.append(f"  ... and {len(bad) - MAX_LISTED} more: every one is in the Markdown "
+                         f"summary and the JSONL, with its rerun command")
     if paths:
         lines += [""] + [f"{k}: {v}" for k, v in paths.items()]
     return "\n".join(lines)

@@ -1,0 +1,46 @@
+"""A planted out-of-tree platform (a real installed distribution) whose contract is broken in
+four ways; the suite runs through ``python -m opcore conformance`` (the core CLI, which
+imports the suite lazily) and default resolution, where the out-of-tree platform wins."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def platform_run(planted_site, tmp_path_factory, run_suite, read_statuses):
+    report_dir = tmp_path_factory.mktemp("platform") / "reports"
+    proc = run_suite(["--checks", "platform", "--no-progress"], site=planted_site,
+                     report_dir=report_dir, module="opcore conformance")
+    return proc, read_statuses(report_dir)
+
+
+def test_platform_claiming_an_unusable_dtype_fails(platform_run):
+    proc, records = platform_run
+    assert proc.returncode == 1
+    assert records["platform.dtype[float8_e4m3fn]"]["status"] == "fail"
+    assert "float8_e4m3fn" in records["platform.dtype[float8_e4m3fn]"]["message"]
+    assert records["platform.dtype[float32]"]["status"] == "pass"
+
+
+def test_stale_and_misspelled_members_are_flagged(platform_run):
+    _, records = platform_run
+    rec = records["platform.overrides"]
+    assert rec["status"] == "fail"
+    assert "get_device_nmae" in rec["message"] and "'get_device_name'?" in rec["message"]
+    assert "is_cuda" in rec["message"]
+
+
+def test_signature_the_core_cannot_call_is_flagged(platform_run):
+    _, records = platform_run
+    assert records["platform.signatures[get_device_total_memory]"]["status"] == "fail"
+    assert "'unit'" in records["platform.signatures[get_device_total_memory]"]["message"]
+    assert records["platform.signatures[get_device_name]"]["status"] == "pass"
+
+
+def test_sound_parts_of_the_contract_pass(platform_run):
+    _, records = platform_run
+    for cid in ("platform.members", "platform.identity", "platform.config_hooks",
+                "platform.priorities[eager]", "platform.kernels"):
+        assert records[cid]["status"] == "pass", records[cid]
+    assert records["platform.members"]["id"] == "platform.members"
