@@ -1,0 +1,37 @@
+"""Provider identity: a hash of the provider's source, for compile caches.
+
+The whole source file of the provider function is hashed (a kernel usually lives in
+helpers next to it), together with the op, provider and function names. Functions
+without a source file (built in, generated) fall back to their code object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable
+
+
+def hash_source(fn: Callable, *, op_name: str, provider: str) -> str:
+    h = hashlib.sha256()
+    h.update(f"{op_name}\0{provider}\0{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}\0".encode())
+    target = inspect.unwrap(fn)
+    path = None
+    try:
+        path = inspect.getsourcefile(target)
+    except TypeError:
+        pass
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                h.update(f.read())
+            return h.hexdigest()
+        except OSError:
+            pass
+    code = getattr(target, "__code__", None)
+    if code is not None:
+        h.update(code.co_code)
+        h.update(repr(code.co_consts).encode())
+    else:
+        h.update(repr(target).encode())
+    return h.hexdigest()

@@ -1,0 +1,47 @@
+"""`info`: plain data about every op for `opcore info` (JSON-serializable)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opcore.ir import priority
+from opcore.ir.op import all_ops
+
+
+def info(config: Any = None) -> dict[str, Any]:
+    """Per op: its schema, registered providers (supported here, in place, accepts every
+    argument, identity hash), the providers supported here, the effective priority under
+    ``config`` (default: the current config) and why the others are left out.
+
+    Also ``kernel_load_errors``: failures of the platform's kernel hooks."""
+    priority.ensure_kernels_loaded()
+    ops: dict[str, Any] = {}
+    for name, op in all_ops().items():
+        entry: dict[str, Any] = {
+            "schema": f"opcore_ir::{name}{op.schema}",
+            "allow_inplace": op.allow_inplace,
+            "activations": list(op.activations),
+            "providers": [
+                {
+                    "name": impl.provider,
+                    "supported": impl.supported,
+                    "inplace": impl.inplace,
+                    "supports_all_args": impl.supports_all_args,
+                    "identity": impl.identity_hash()[:16],
+                }
+                for impl in op.impls.values()
+            ],
+            "supported_here": op.supported_providers(),
+        }
+        try:
+            decision = priority.decide(op, config)
+        except ValueError as exc:
+            entry["error"] = str(exc)
+        else:
+            entry["effective_priority"] = decision.names
+            entry["user_priority"] = decision.user
+            entry["platform_default"] = decision.platform_default
+            entry["native_appended"] = decision.native_appended
+            entry["skipped"] = decision.skipped
+        ops[name] = entry
+    return {"ops": ops, "kernel_load_errors": priority.kernel_load_errors()}

@@ -1,0 +1,554 @@
+"""`IrOp`: one op, its native function, its providers, and dispatch among them.
+
+Hot path (`IrOp.__call__` in eager mode): validate the arguments (metadata checks shared by
+every provider), take the cached effective priority chain, return the first provider whose
+``supports_args`` accepts the arguments, call it. The chain is recomputed only when
+`opcore.config.config_generation()` or the registry generation moves (a provider or op is
+registered or removed, `set_priority` enters or exits, `invalidate_caches()` is called).
+
+When torch is tracing (Dynamo, make_fx, torch.fx proxies, any active dispatch mode) the
+call goes through ``torch.ops.opcore_ir.<name>`` instead, so the trace holds one opaque node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from opcore.config import config_generation as _config_generation
+from opcore.ir import schema as _schema
+from opcore.ir.identity import hash_source
+from opcore.ir.samples import SEED, SampleGenerator, SampleInput
+from opcore.ir.tolerances import default_tolerance
+
+logger = logging.getLogger("opcore.ir")
+dispatch_logger = logging.getLogger("opcore.ir.dispatch")
+
+NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
+RESERVED_PROVIDERS = frozenset({"native"})
+
+_REGISTRY: dict[str, IrOp] = {}
+_registry_lock = threading.RLock()
+# Bumped on every change that can alter a dispatch decision other than the config.
+_GENERATION = 0
+
+# Bound once: these run on every eager call.
+_is_compiling = torch.compiler.is_compiling
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_has_torch_function = torch._C._has_torch_function
+
+
+def bump_generation() -> None:
+    global _GENERATION
+    _GENERATION += 1
+
+
+def invalidate_caches() -> None:
+    """Drop every op's cached priority chain (call after mutating the current config's
+    ``kernel.ir_op_priority`` in place)."""
+    bump_generation()
+
+
+def is_tracing(args: tuple, kwargs: Mapping[str, Any] | None = None) -> bool:
+    """True when a call must go through the torch op: under Dynamo, with a torch dispatch
+    mode active (make_fx, FakeTensorMode, functionalization), or with proxy/tensor-subclass
+    arguments that override ``__torch_function__`` (torch.fx symbolic tracing)."""
+    return bool(
+        _is_compiling()
+        or _dispatch_stack_len()
+        or _has_torch_function(args)
+        or (kwargs and _has_torch_function(tuple(kwargs.values())))
+    )
+
+
+class Impl:
+    """One provider of one op.
+
+    ``impl_fn`` has the native function's parameters. ``supported`` is static (library or
+    hardware present). ``supports_args`` (or ``None`` for "every argument") decides per call
+    from metadata alone and returns a plain bool. ``inplace`` providers write their outputs
+    into the op's activations; ``functional`` is the callable the default overload uses
+    (``impl_fn``, or for an in-place provider a wrapper that clones the activations first).
+    """
+
+    __slots__ = ("provider", "impl_fn", "supported", "supports_args", "inplace", "op_name", "functional", "_identity")
+
+    def __init__(
+        self,
+        provider: str,
+        impl_fn: Callable,
+        supported: bool,
+        supports_args: Callable[..., bool] | None,
+        inplace: bool,
+        *,
+        op_name: str = "",
+        functional: Callable | None = None,
+    ):
+        self.provider = provider
+        self.impl_fn = impl_fn
+        self.supported = supported
+        self.supports_args = supports_args
+        self.inplace = inplace
+        self.op_name = op_name
+        self.functional = functional if functional is not None else impl_fn
+        self._identity: str | None = None
+
+    @property
+    def supports_all_args(self) -> bool:
+        return self.supports_args is None
+
+    def identity_hash(self) -> str:
+        if self._identity is None:
+            self._identity = hash_source(self.impl_fn, op_name=self.op_name, provider=self.provider)
+        return self._identity
+
+    def __repr__(self) -> str:
+        return (
+            f"Impl(provider={self.provider!r}, impl_fn={getattr(self.impl_fn, '__qualname__', self.impl_fn)!r}, "
+            f"supported={self.supported}, supports_args={'None' if self.supports_args is None else 'fn'}, "
+            f"inplace={self.inplace})"
+        )
+
+
+def _check_name(kind: str, name: object) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValueError(f"{kind} name {name!r} is invalid: it must match {NAME_RE.pattern}")
+    return name
+
+
+class IrOp:
+    """An op declared by its native function. Use `register_op` to create one."""
+
+    def __init__(
+        self,
+        name: str,
+        native: Callable,
+        *,
+        activations: Sequence[str] | None = None,
+        allow_inplace: bool = False,
+        tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
+    ):
+        self.name = name
+        self.native = native
+        self.__doc__ = native.__doc__
+        sig = _schema.signature(native)
+        for p in sig.parameters.values():
+            if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
+                raise ValueError(
+                    f"op {name!r}: parameter {p.name!r} is {p.kind.description}; native functions "
+                    f"take plain positional-or-keyword parameters only"
+                )
+        self.param_names = tuple(sig.parameters)
+        if activations is None:
+            activations = [p for p in self.param_names if p.startswith("x")]
+        for a in activations:
+            if a not in self.param_names:
+                raise ValueError(f"op {name!r}: activation {a!r} is not a parameter of {self.param_names}")
+        self.activations = tuple(activations)
+        self._activation_index = tuple(self.param_names.index(a) for a in self.activations)
+        self.allow_inplace = allow_inplace
+        self.schema = _schema.schema_of(native, name)
+        self.inplace_schema = None
+        if allow_inplace:
+            if not self.activations:
+                raise ValueError(f"op {name!r}: allow_inplace needs at least one activation parameter")
+            arity = _schema.return_arity(native) or 1
+            if arity != len(self.activations):
+                raise ValueError(
+                    f"op {name!r}: allow_inplace needs one returned tensor per activation "
+                    f"({len(self.activations)} activations {self.activations}, {arity} outputs)"
+                )
+            self.inplace_schema = _schema.schema_of(native, name, mutates=self.activations)
+        self.impls: dict[str, Impl] = {"native": Impl("native", native, True, None, False, op_name=name)}
+        self._validator: Callable[..., None] | None = None
+        self._sample_fn: SampleGenerator | None = None
+        self._tolerances: dict[torch.dtype, tuple[float, float]] = dict(tolerances or {})
+        self._priority_override: list[str] | None = None
+        # dispatch cache
+        self._key_cfg = -1
+        self._key_reg = -1
+        self._chain: tuple[Impl, ...] = ()
+        self._fast: Impl | None = None
+        self._decision = None
+        self._log = False
+        self._lib = None
+        self.torch_op = None
+        self.torch_op_inplace = None
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Compute the op with the selected provider; never mutates the arguments."""
+        if _is_compiling() or _dispatch_stack_len() or _has_torch_function(args) or (
+            kwargs and _has_torch_function(tuple(kwargs.values()))
+        ):
+            return self.torch_op(*args, **kwargs)
+        v = self._validator
+        if v is not None:
+            v(*args, **kwargs)
+        if self._key_cfg != _config_generation() or self._key_reg != _GENERATION:
+            self._refresh()
+        impl = self._fast
+        if impl is None:
+            impl = self.dispatch(*args, **kwargs)
+        return impl.functional(*args, **kwargs)
+
+    def maybe_inplace(self, *args: Any, **kwargs: Any) -> Any:
+        """Like calling the op, but the caller donates the activations: an in-place
+        provider may overwrite them, so their contents are undefined afterwards. Always use
+        the returned tensors. Only for ops registered with ``allow_inplace=True``."""
+        if not self.allow_inplace:
+            raise TypeError(f"op {self.name!r} was not registered with allow_inplace=True; call it directly")
+        if is_tracing(args, kwargs):
+            return self._from_inplace_list(self.torch_op_inplace(*args, **kwargs), args, kwargs)
+        v = self._validator
+        if v is not None:
+            v(*args, **kwargs)
+        return self.dispatch(*args, **kwargs).impl_fn(*args, **kwargs)
+
+    def dispatch(self, *args: Any, **kwargs: Any) -> Impl:
+        """The provider that runs for these arguments (first in the effective priority
+        whose ``supports_args`` accepts them). Works on fake tensors."""
+        if self._key_cfg != _config_generation() or self._key_reg != _GENERATION:
+            self._refresh()
+        for impl in self._chain:
+            sa = impl.supports_args
+            if sa is None:
+                break
+            ok = sa(*args, **kwargs)
+            if ok is True:
+                break
+            if ok is not False:
+                raise TypeError(
+                    f"op {self.name!r}: supports_args of provider {impl.provider!r} returned "
+                    f"{type(ok).__name__} {ok!r}; it must return a plain bool"
+                )
+        else:  # the chain always ends in a provider that takes every argument
+            raise RuntimeError(f"op {self.name!r}: no provider accepts these arguments")
+        if self._log:
+            _log_dispatch(self, impl, args, kwargs)
+        return impl
+
+    # ------------------------------------------------------------------ priority
+    def _refresh(self) -> None:
+        from opcore.ir import priority
+
+        priority.ensure_kernels_loaded()
+        with _registry_lock:
+            cfg_gen, reg_gen = _config_generation(), _GENERATION
+            decision = priority.decide(self)
+            self._decision = decision
+            self._chain = decision.chain
+            self._log = priority.log_dispatch_enabled()
+            # The first provider takes every argument and nothing is logged: no loop needed.
+            first = decision.chain[0]
+            self._fast = first if first.supports_args is None and not self._log else None
+            self._key_cfg, self._key_reg = cfg_gen, reg_gen
+
+    def effective_priority(self, config: Any = None) -> list[str]:
+        """The providers tried, in order, under ``config`` (default: the current config):
+        user list, then platform default, then ``native`` when needed; providers not
+        supported here are left out."""
+        from opcore.ir import priority
+
+        if config is None:
+            if self._key_cfg != _config_generation() or self._key_reg != _GENERATION:
+                self._refresh()
+            return list(self._decision.names)
+        priority.ensure_kernels_loaded()
+        return list(priority.decide(self, config).names)
+
+    @contextlib.contextmanager
+    def set_priority(self, providers: Sequence[str]) -> Iterator[None]:
+        """Within the block, use ``providers`` as this op's user priority list (in place
+        of the configured one; the platform default and the native rule still apply)."""
+        providers = list(providers)
+        self._check_known(providers, source="set_priority")
+        previous = self._priority_override
+        self._priority_override = providers
+        bump_generation()
+        try:
+            yield
+        finally:
+            self._priority_override = previous
+            bump_generation()
+
+    def _check_known(self, providers: Sequence[str], *, source: str) -> None:
+        unknown = [p for p in providers if p not in self.impls]
+        if unknown:
+            raise ValueError(
+                f"op {self.name!r}: {source} names unknown provider(s) "
+                f"{', '.join(repr(u) for u in unknown)}; registered providers: {', '.join(self.impls)}"
+            )
+
+    def explain(self, *args: Any, **kwargs: Any):
+        """Which provider runs for these arguments, and why each other one does not
+        (`opcore.ir.priority.Explanation`; ``str()`` gives a readable report). With no
+        arguments, explains the priority only."""
+        from opcore.ir import priority
+
+        return priority.explain(self, args, kwargs)
+
+    # ------------------------------------------------------------------ registration
+    def register_impl(
+        self,
+        provider: str,
+        supported: bool = True,
+        supports_args: Callable[..., bool] | None = None,
+        inplace: bool = False,
+    ) -> Callable[[Callable], Callable]:
+        """Decorator registering ``fn`` as ``provider``'s implementation; returns ``fn``.
+
+        Raises ``ValueError`` for a malformed or reserved name, a duplicate provider,
+        parameters that differ from the native function's, a ``supports_args`` with other
+        parameters, or ``inplace=True`` on an op without ``allow_inplace``."""
+        _check_name("provider", provider)
+        if provider in RESERVED_PROVIDERS:
+            raise ValueError(f"op {self.name!r}: provider name {provider!r} is reserved")
+        if not isinstance(supported, bool):
+            raise TypeError(f"op {self.name!r}, provider {provider!r}: supported must be a bool, got {supported!r}")
+        if supports_args is not None:
+            _schema.check_same_parameters(
+                self.native, supports_args, op_name=self.name, what=f"supports_args of provider {provider!r}"
+            )
+        if inplace and not self.allow_inplace:
+            raise ValueError(
+                f"op {self.name!r}: provider {provider!r} is inplace=True but the op was not "
+                f"registered with allow_inplace=True"
+            )
+
+        def decorator(fn: Callable) -> Callable:
+            _schema.check_same_parameters(self.native, fn, op_name=self.name, what=f"provider {provider!r}")
+            with _registry_lock:
+                if provider in self.impls:
+                    raise ValueError(f"op {self.name!r}: provider {provider!r} is already registered")
+                functional = _cloning_wrapper(fn, self._activation_index, self.activations) if inplace else fn
+                self.impls[provider] = Impl(
+                    provider, fn, supported, supports_args, inplace, op_name=self.name, functional=functional
+                )
+                bump_generation()
+            logger.debug("op %s: provider %s registered (supported=%s)", self.name, provider, supported)
+            return fn
+
+        return decorator
+
+    def unregister_impl(self, provider: str) -> None:
+        """Remove a provider (tests and plugin unloading). ``native`` cannot be removed."""
+        if provider == "native":
+            raise ValueError(f"op {self.name!r}: the native provider cannot be removed")
+        with _registry_lock:
+            if self.impls.pop(provider, None) is None:
+                raise KeyError(f"op {self.name!r} has no provider {provider!r}")
+            bump_generation()
+
+    def register_validator(self, fn: Callable[..., None]) -> Callable[..., None]:
+        """Decorator: ``fn`` (same parameters as the native function) checks argument
+        metadata and raises ``ValueError`` naming op and argument. It runs once per call
+        before dispatch, for every provider, and in the fake implementation."""
+        _schema.check_same_parameters(self.native, fn, op_name=self.name, what="validator")
+        self._validator = fn
+        return fn
+
+    def register_sample_inputs(self, fn: SampleGenerator) -> SampleGenerator:
+        """Decorator: ``fn(dtype, *, quick, generator)`` yields `SampleInput` on the CPU."""
+        self._sample_fn = fn
+        return fn
+
+    def validate(self, *args: Any, **kwargs: Any) -> None:
+        """Run the op's validator (no-op when it has none)."""
+        if self._validator is not None:
+            self._validator(*args, **kwargs)
+
+    # ------------------------------------------------------------------ test metadata
+    def sample_inputs(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, *, quick: bool = True) -> Iterator[SampleInput]:
+        """Named samples for this op: generated on the CPU from a fixed seed, then moved to
+        ``device`` keeping layouts (strided rows stay strided views of one buffer)."""
+        if self._sample_fn is None:
+            raise RuntimeError(f"op {self.name!r} has no sample input generator")
+        generator = torch.Generator().manual_seed(SEED)
+        device = torch.device(device)
+        for sample in self._sample_fn(dtype, quick=quick, generator=generator):
+            yield sample.to(device)
+
+    def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
+        """``(atol, rtol)`` for comparing this op's outputs in ``dtype``."""
+        if dtype in self._tolerances:
+            return self._tolerances[dtype]
+        return default_tolerance(dtype)
+
+    def override_tolerance(self, dtype: torch.dtype, *, atol: float, rtol: float) -> None:
+        self._tolerances[dtype] = (float(atol), float(rtol))
+
+    def identity_hash(self, provider: str) -> str:
+        """SHA-256 of the provider's source file (plus op and provider names)."""
+        try:
+            return self.impls[provider].identity_hash()
+        except KeyError:
+            raise KeyError(f"op {self.name!r} has no provider {provider!r}; registered: {', '.join(self.impls)}") from None
+
+    def supported_providers(self) -> list[str]:
+        return [p for p, impl in self.impls.items() if impl.supported]
+
+    # ------------------------------------------------------------------ torch side
+    def _torch_impl(self, *args: Any, **kwargs: Any) -> Any:
+        # The CompositeExplicitAutograd kernel of the default overload: same dispatch as
+        # eager, outputs made fresh and contiguous to match the fake implementation.
+        self.validate(*args, **kwargs)
+        out = self.dispatch(*args, **kwargs).functional(*args, **kwargs)
+        return _fresh_outputs(out, args, kwargs)
+
+    def _torch_impl_inplace(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        # The maybe_inplace overload behaves functionally here (its schema allows, but
+        # does not require, mutating the activations). A compile pass can rewrite it to
+        # the default overload once it has checked the activations are dead.
+        return self._to_inplace_tuple(self._torch_impl(*args, **kwargs))
+
+    def _fake_impl(self, *args: Any, **kwargs: Any) -> Any:
+        self.validate(*args, **kwargs)
+        out = self.native(*args, **kwargs)
+        return _map_outputs(out, lambda t: t.contiguous())
+
+    def _fake_impl_inplace(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        return self._to_inplace_tuple(self._fake_impl(*args, **kwargs))
+
+    def _to_inplace_tuple(self, out: Any) -> tuple[torch.Tensor, ...]:
+        outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+        ref = next(o for o in outs if o is not None)
+        return tuple(ref.new_empty(0) if o is None else o for o in outs)
+
+    def _from_inplace_list(self, outs: Any, args: tuple, kwargs: Mapping[str, Any]) -> Any:
+        """Rebuild the native return value from the ``maybe_inplace`` overload's tuple
+        (one tensor per activation; a placeholder where the activation is ``None``)."""
+        if isinstance(outs, torch.Tensor):
+            outs = (outs,)
+        result = []
+        for out, i, name in zip(outs, self._activation_index, self.activations, strict=True):
+            value = args[i] if i < len(args) else kwargs.get(name)
+            result.append(None if value is None else out)
+        return result[0] if len(result) == 1 and _schema.return_arity(self.native) is None else tuple(result)
+
+    def __repr__(self) -> str:
+        return f"<opcore.ir op {self.name}{self.schema} providers={list(self.impls)}>"
+
+
+def _map_outputs(out: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(out, torch.Tensor):
+        return fn(out)
+    return tuple(fn(o) if isinstance(o, torch.Tensor) else o for o in out)
+
+
+def _fresh_outputs(out: Any, args: tuple, kwargs: Mapping[str, Any]) -> Any:
+    inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    ptrs = {t.untyped_storage().data_ptr() for t in inputs if t.device.type != "meta"}
+
+    def fix(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "meta" and t.untyped_storage().data_ptr() in ptrs:
+            return t.clone(memory_format=torch.contiguous_format)
+        return t.contiguous()
+
+    return _map_outputs(out, fix)
+
+
+def _cloning_wrapper(fn: Callable, indices: tuple[int, ...], names: tuple[str, ...]) -> Callable:
+    """Call in-place ``fn`` on clones of the activations, so the caller's tensors are
+    untouched (the default overload's contract)."""
+
+    def functional(*args: Any, **kwargs: Any) -> Any:
+        args = list(args)
+        for i, name in zip(indices, names, strict=True):
+            if i < len(args):
+                if args[i] is not None:
+                    args[i] = args[i].clone()
+            elif kwargs.get(name) is not None:
+                kwargs[name] = kwargs[name].clone()
+        return fn(*args, **kwargs)
+
+    functional.__wrapped__ = fn  # type: ignore[attr-defined]
+    functional.__qualname__ = getattr(fn, "__qualname__", "fn") + ".<functional>"
+    return functional
+
+
+def _log_dispatch(op: IrOp, impl: Impl, args: tuple, kwargs: Mapping[str, Any]) -> None:
+    shapes = [
+        f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}" if isinstance(a, torch.Tensor) else repr(a)
+        for a in (*args, *kwargs.values())
+    ]
+    skipped = [
+        p.provider for p in op._chain[: op._chain.index(impl)]
+    ]
+    dispatch_logger.info(
+        "%s(%s) -> %s%s", op.name, ", ".join(shapes), impl.provider,
+        f" (supports_args rejected: {', '.join(skipped)})" if skipped else "",
+    )
+
+
+def register_op(
+    f: Callable | None = None,
+    *,
+    name: str | None = None,
+    activations: Sequence[str] | None = None,
+    allow_inplace: bool = False,
+    tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
+) -> Any:
+    """Declare an op by its native function; returns the `IrOp`.
+
+    Usable bare (``@register_op``) or with options. ``name`` defaults to the function's
+    name and must match ``^[a-z_][a-z0-9_]*$``. ``activations`` default to the parameters
+    whose name starts with ``x``; ``allow_inplace`` adds `IrOp.maybe_inplace` and the
+    ``opcore_ir::<name>.maybe_inplace`` overload (activations marked mutable).
+    ``tolerances`` override the default ``(atol, rtol)`` per dtype.
+    """
+
+    def decorator(fn: Callable) -> IrOp:
+        op_name = _check_name("op", name if name is not None else fn.__name__)
+        from opcore.ir import torch_lib
+
+        with _registry_lock:
+            if op_name in _REGISTRY:
+                raise ValueError(f"op {op_name!r} is already registered")
+            torch_lib.check_op_name_free(op_name)
+            op = IrOp(op_name, fn, activations=activations, allow_inplace=allow_inplace, tolerances=tolerances)
+            torch_lib.register(op)
+            _REGISTRY[op_name] = op
+            bump_generation()
+        return op
+
+    if f is not None:
+        return decorator(f)
+    return decorator
+
+
+def unregister_op(name: str) -> None:
+    """Remove an op and its torch registration (tests only: compiled code that captured
+    the op keeps a dangling reference)."""
+    from opcore.ir import torch_lib
+
+    with _registry_lock:
+        op = _REGISTRY.pop(name, None)
+        if op is None:
+            raise KeyError(f"no op named {name!r}")
+        torch_lib.unregister(op)
+        bump_generation()
+
+
+def get_op(name: str) -> IrOp:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise AttributeError(f"opcore.ir has no op {name!r}; registered ops: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def all_ops() -> dict[str, IrOp]:
+    """Every registered op, by name (a copy)."""
+    return dict(sorted(_REGISTRY.items()))
+
+
+def env_flag(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
