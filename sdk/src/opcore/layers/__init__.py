@@ -1,0 +1,31 @@
+"""opcore.layers: `CustomOp` / `PluggableLayer` and the reference layers.
+
+- ``@CustomOp.register("rms_norm")`` names a layer; ``@RMSNorm.register_oot`` (or
+  ``CustomOp.register_oot(name="rms_norm")``) lets a plugin replace it, keyed by that name,
+  so ``RMSNorm(...)`` builds the replacement and ``-rms_norm`` still applies to it.
+- Construction binds ``forward`` to the first method of the platform's
+  ``custom_op_forward_chain`` the class defines, unless ``custom_ops``
+  (``config.compilation.custom_ops`` / ``OPCORE_CUSTOM_OPS``) disables the op, in which case
+  ``forward_native`` runs. `binding_info()` reports each class's binding and why.
+- `PluggableLayer`: whole-module replacement without ``forward_*`` dispatch.
+- Reference layers: `RMSNorm`, `SiluAndMul`, `GeluAndMul`, `RotaryEmbedding` (with
+  `build_cos_sin_cache`), `QKNormRoPE`; their ``forward_native`` calls `opcore.ir.ops`.
+"""
+
+from opcore.layers.activation import GeluAndMul, SiluAndMul
+from opcore.layers.custom_op import CustomOp, PluggableLayer, binding_info, clear_binding_records
+from opcore.layers.norm import RMSNorm
+from opcore.layers.rotary import QKNormRoPE, RotaryEmbedding, build_cos_sin_cache
+
+__all__ = [
+    "CustomOp",
+    "GeluAndMul",
+    "PluggableLayer",
+    "QKNormRoPE",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "SiluAndMul",
+    "binding_info",
+    "build_cos_sin_cache",
+    "clear_binding_records",
+]
