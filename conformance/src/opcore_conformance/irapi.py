@@ -94,10 +94,11 @@ def tolerance(op: Any, dtype: str) -> tuple[float, float]:
 
 class SampleCache:
     """Samples per (op, dtype, mode), generated on the CPU by the op's generator (fixed
-    seed), kept for the few most recent keys: cases run op by op, so each list is built
-    a handful of times at most."""
+    seed): all quick lists are kept, and the most recent full ones."""
 
     def __init__(self, size: int = 6) -> None:
+        # Quick lists are small: keep them all (every check reuses them). Full lists can be
+        # large: keep only ``size`` of them.
         self._size = size
         self._lru: collections.OrderedDict[tuple[str, str, bool], list[Any]] = collections.OrderedDict()
         self._names: dict[tuple[str, str, bool], list[str]] = {}
@@ -114,8 +115,9 @@ class SampleCache:
             raise ValueError(f"op {op.name!r}: sample names repeat for {dtype}: {dupes}")
         self._names[key] = names
         self._lru[key] = got
-        while len(self._lru) > self._size:
-            self._lru.popitem(last=False)
+        full = [k for k in self._lru if not k[2]]
+        while len(full) > self._size:
+            del self._lru[full.pop(0)]
         return got
 
     def names(self, op: Any, dtype: str, quick: bool) -> list[str]:

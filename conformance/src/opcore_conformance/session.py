@@ -207,13 +207,13 @@ class ConformanceSession:
             return False
         return True
 
-    def inventory(self) -> list[str]:
-        """Every case id of this platform, quick and full, no filters: what expectation
-        entries are matched against (an entry for a case this run filtered out is fine;
-        one for a case that exists nowhere is an error)."""
+    def inventory(self, modes: tuple[bool, ...] = (True, False)) -> list[str]:
+        """Every case id of this platform in the given modes (quick, full), no filters: what
+        expectation entries are matched against (an entry for a case this run filtered out
+        is fine; one for a case that exists nowhere is an error)."""
         ids: list[str] = []
         seen: set[str] = set()
-        for quick in (True, False):
+        for quick in modes:
             for c in self._collect_all(self.ctx.unfiltered(quick)):
                 if c.id not in seen:
                     seen.add(c.id)
@@ -227,7 +227,12 @@ class ConformanceSession:
         if not self.expectations.entries:
             return []
         out = []
-        for entry in self.expectations.unmatched(self.inventory()):
+        # The quick inventory first; the full grid (slower to generate) only when some
+        # entry matched nothing there.
+        unmatched = self.expectations.unmatched(self.inventory((True,)))
+        if unmatched:
+            unmatched = self.expectations.unmatched(self.inventory((True, False)))
+        for entry in unmatched:
             out.append(Case(
                 id=case_id("expectations", f"entry{entry.index}"), check="expectations",
                 preset=S.ERROR,
