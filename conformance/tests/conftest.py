@@ -78,9 +78,28 @@ def rotary_ignores_style(positions, query, key, head_size, cos_sin_cache, is_neo
     return ops.rotary_embedding.native(positions, query, key, head_size, cos_sin_cache, True)
 
 
+def _layers():
+    from opcore.layers import RMSNorm, RotaryEmbedding
+
+    @RMSNorm.register_oot
+    class PlantedRMSNorm(RMSNorm):
+        def forward_cpu(self, x, residual=None):
+            # DEFECT: ignores the learned weight.
+            if residual is not None:
+                return ops.fused_add_rms_norm(x, residual, None, self.variance_epsilon)
+            return ops.rms_norm(x, None, self.variance_epsilon)
+
+    @RotaryEmbedding.register_oot
+    class PlantedRotary(RotaryEmbedding):
+        def forward_cpu(self, positions, query, key=None):  # correct
+            return ops.rotary_embedding(positions, query, key, self.head_size, self.cos_sin_cache,
+                                        self.is_neox)
+
+
 def register():
     if "planted_good" in ops.rms_norm.impls:
         return  # idempotent: general plugins run once per process, but be safe
+    _layers()
     ops.rms_norm.register_impl("planted_good")(good)
     ops.rms_norm.register_impl("planted_eps")(eps_outside)
     ops.rms_norm.register_impl("planted_dtype")(wrong_dtype)

@@ -17,7 +17,7 @@ def provider_run(planted_site, tmp_path_factory, run_suite, read_statuses):
     report_dir = tmp_path_factory.mktemp("providers") / "reports"
     proc = run_suite(
         ["--platform", "cpu", "--ops", "rms_norm,rotary_embedding", "--providers", PROVIDERS,
-         "--dtypes", "float32,bfloat16", "--checks", "numerics,functional,supports_args",
+         "--dtypes", "float32,bfloat16", "--checks", "numerics,functional,supports_args,layers",
          "--expectations", "none", "--no-progress"],
         site=planted_site, report_dir=report_dir,
     )
@@ -114,3 +114,16 @@ def test_repro_command_reruns_exactly_that_case(provider_run, planted_site, tmp_
     again = read_statuses(tmp_path / "again")
     assert list(again) == [cid] and again[cid]["status"] == "fail"
     assert proc.returncode == 1
+
+
+def test_oot_layer_replacement_is_built_bound_and_checked_against_native(provider_run):
+    _, records, _ = provider_run
+    # both replacements are built and bound to forward_cpu, as the cpu platform's chain says
+    for name in ("rms_norm", "rotary_embedding"):
+        rec = records[f"layers.binding[{name}]"]
+        assert rec["status"] == "pass" and rec["details"]["method"] == "forward_cpu", rec
+        assert rec["details"]["replacement"] is True
+    # the replacement that ignores its weight disagrees with forward_native; the correct one agrees
+    assert records["layers.agree[rms_norm-float32]"]["status"] == "fail"
+    assert "forward_native" in records["layers.agree[rms_norm-float32]"]["message"]
+    assert records["layers.agree[rotary_embedding-float32]"]["status"] == "pass"
