@@ -1,0 +1,261 @@
+"""`OpcoreBackend`: a ``torch.compile`` backend that runs the opcore pass pipeline.
+
+    compiled = torch.compile(model, backend=opcore.compile.backend(mode="inductor"))
+    compiled = opcore.compile.compile(model, mode="inductor", fusion=True)
+
+Why a backend and not hooks installed into Inductor's global config: the pipeline needs
+state per compiled graph (the donated inputs found before AOTAutograd, the compile's config
+and its lowering record), the ``eager`` mode must run the same passes without Inductor, and
+a backend object leaves other ``torch.compile`` users in the process untouched. Under
+``inductor`` the backend still hands the graph to Inductor's ``compile_fx`` with its pass
+installed as ``post_grad_custom_pre_pass`` for that call only (a `CustomGraphPass` whose
+``uuid()`` is the opcore cache key).
+
+Per graph Dynamo captures (``opcore_ir`` ops are single opaque nodes there):
+
+1. ``maybe_inplace`` -> default overload, donation checked and recorded (before AOTAutograd);
+2. AOTAutograd (functional aten graph; ``opcore_ir`` ops still one node each);
+3. fusion passes, lowering to the providers dispatch picks under the compile's config
+   (``config.compilation.mode`` = the backend's mode, so the platform's per-mode default
+   priority applies), clone elimination;
+4. ``inductor``: Inductor's own passes and code generation; ``eager``: the FX graph runs
+   as Python (Dynamo-only, no code generation), for debugging and for platforms whose
+   kernels are all providers.
+
+Compiled graphs check, on each call, whether the opcore configuration or provider registry
+changed since they were compiled (two integer compares); if the cache key moved, the graph
+is compiled again from Dynamo's capture. Compilation is for inference: a graph with
+``opcore_ir`` ops whose inputs require grad under grad mode is refused (the ops have no
+autograd formula).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import threading
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from opcore.compile import opaque
+from opcore.compile import record as _record
+from opcore.compile.cache_key import cache_key
+from opcore.compile.passes import _graph, functionalize_inplace, run_post_aot
+from opcore.compile.record import CompileRecord
+from opcore.ir import op as _ir_op
+from opcore.ir import priority as _priority
+
+logger = logging.getLogger("opcore.compile")
+MODES = ("eager", "inductor")
+
+
+class CompileError(RuntimeError):
+    """The model cannot be compiled by opcore as asked (the message says why)."""
+
+
+def _stamp() -> tuple[int, int]:
+    from opcore.config import config_generation
+
+    return config_generation(), _ir_op._GENERATION
+
+
+class OpcoreBackend:
+    """A ``torch.compile`` backend. ``config``: the `OpcoreConfig` to compile under
+    (default: the current one, copied); ``mode``: ``"eager"`` or ``"inductor"`` (default:
+    ``config.compilation.mode``); ``fusion``: run the fusion passes; ``inductor_config``:
+    extra Inductor config patches for ``inductor`` mode (e.g. ``{"triton.cudagraphs": True}``).
+
+    ``records``: one `CompileRecord` per graph compiled (recompilations included)."""
+
+    def __init__(
+        self,
+        config: Any = None,
+        *,
+        mode: str | None = None,
+        fusion: bool = True,
+        inductor_config: dict[str, Any] | None = None,
+    ):
+        if config is None:
+            from opcore.config import get_current_config
+
+            config = get_current_config()
+        self.config = copy.deepcopy(config)
+        if mode is not None:
+            if mode not in MODES:
+                raise ValueError(f"opcore.compile: mode {mode!r} is not one of {', '.join(MODES)}")
+            self.config.compilation.mode = mode
+        self.mode = self.config.compilation.mode
+        if self.mode not in MODES:
+            raise ValueError(f"opcore.compile: config.compilation.mode {self.mode!r} is not one of {', '.join(MODES)}")
+        self.fusion = bool(fusion)
+        self.inductor_config = dict(inductor_config or {})
+        self.records: list[CompileRecord] = []
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ public
+    def cache_key(self) -> str:
+        return cache_key(self.config, mode=self.mode, fusion=self.fusion)
+
+    @property
+    def last_record(self) -> CompileRecord | None:
+        return self.records[-1] if self.records else None
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        return CompiledGraph(self, gm, example_inputs)
+
+    def __repr__(self) -> str:
+        return f"OpcoreBackend(mode={self.mode!r}, fusion={self.fusion}, graphs={len(self.records)})"
+
+    # ------------------------------------------------------------------ compiling
+    def compile_graph(self, gm: fx.GraphModule, example_inputs: list[Any], key: str) -> tuple[Any, CompileRecord]:
+        """Run the pipeline on ``gm`` (modified in place); returns (callable, record)."""
+        _priority.ensure_kernels_loaded()
+        opaque.ensure_all()
+        _check_inference(gm)
+        record = CompileRecord(
+            graph_id=_record.next_graph_id(),
+            mode=self.mode,
+            fusion=self.fusion,
+            cache_key=key,
+            priorities=_priorities(self.config),
+        )
+        record.donated_inputs = functionalize_inplace(gm)
+        n_inputs = len(_graph.placeholders(gm.graph))
+        if self.mode == "eager":
+            fn = self._compile_eager(gm, example_inputs, record, n_inputs)
+        else:
+            fn = self._compile_inductor(gm, example_inputs, record, n_inputs)
+        with self._lock:
+            self.records.append(record)
+        _record.set_last(record)
+        logger.debug("opcore.compile:\n%s", record)
+        return fn, record
+
+    def _post_aot(self, graph: fx.Graph, record: CompileRecord, n_inputs: int) -> None:
+        if len(_graph.placeholders(graph)) != n_inputs and record.donated_inputs:
+            # Inputs were reordered or lifted differently: the donated indices do not carry over.
+            record.clones_kept["*"] = "graph inputs changed through AOTAutograd; donations ignored"
+            record.donated_inputs = []
+        run_post_aot(graph, record, self.config)
+
+    def _compile_eager(self, gm, example_inputs, record, n_inputs):
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+
+        def fw_compiler(aot_gm: fx.GraphModule, _inputs: Any) -> Any:
+            self._post_aot(aot_gm.graph, record, n_inputs)
+            aot_gm.recompile()
+            return make_boxed_func(aot_gm.forward)
+
+        return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+
+    def _compile_inductor(self, gm, example_inputs, record, n_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        stored_key = _graph_key(record.cache_key, gm)
+        post = _make_inductor_pass(self, record, n_inputs)
+        patches = {**self.inductor_config, "post_grad_custom_pre_pass": post}
+        fn = compile_fx(gm, example_inputs, config_patches=patches)
+        if post.ran:
+            _record.store(stored_key, record)
+        else:  # Inductor's cache served the graph: the passes did not run this time
+            cached = _record.load(stored_key)
+            record.cache_hit = True
+            if cached is not None:
+                record.fusions, record.lowered = cached.fusions, cached.lowered
+                record.clones_removed, record.clones_kept = cached.clones_removed, cached.clones_kept
+        return fn
+
+
+def _make_inductor_pass(backend: OpcoreBackend, record: CompileRecord, n_inputs: int):
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class OpcorePostGradPass(CustomGraphPass):
+        """opcore's fusion, lowering and clone elimination as Inductor's
+        ``post_grad_custom_pre_pass``; ``uuid()`` is the opcore cache key."""
+
+        ran = False
+
+        def __call__(self, graph: fx.Graph) -> None:
+            self.ran = True
+            backend._post_aot(graph, record, n_inputs)
+
+        def uuid(self) -> str:
+            return record.cache_key
+
+    return OpcorePostGradPass()
+
+
+def _graph_key(key: str, gm: fx.GraphModule) -> str:
+    h = hashlib.sha256(key.encode())
+    h.update(gm.code.encode())
+    for node in _graph.placeholders(gm.graph):
+        v = _graph.fake_value(node)
+        if isinstance(v, torch.Tensor):
+            h.update(f"{tuple(v.shape)}{v.stride()}{v.dtype}{v.device}".encode())
+        else:
+            h.update(repr(v).encode())
+    return h.hexdigest()
+
+
+def _priorities(config: Any) -> dict[str, list[str]]:
+    from opcore.ir.op import all_ops
+
+    return {name: list(_priority.decide(op, config).names) for name, op in all_ops().items()}
+
+
+def _check_inference(gm: fx.GraphModule) -> None:
+    if not torch.is_grad_enabled():
+        return
+    default, inplace = _graph.ir_targets()
+    has_ir = any(n.op == "call_function" and (n.target in default or n.target in inplace) for n in gm.graph.nodes)
+    if not has_ir:
+        return
+    for node in _graph.placeholders(gm.graph):
+        v = _graph.fake_value(node)
+        if isinstance(v, torch.Tensor) and v.requires_grad:
+            raise CompileError(
+                f"opcore.compile compiles inference graphs: input %{node.name} requires grad "
+                f"while grad mode is on, and opcore_ir ops have no autograd formula. Run the "
+                f"model under torch.no_grad() or torch.inference_mode(), or set "
+                f"requires_grad=False on its parameters."
+            )
+
+
+class CompiledGraph:
+    """What the backend returns to Dynamo for one graph: the compiled callable plus a
+    staleness check (config or provider registry changed -> cache key recomputed -> the
+    graph compiled again from Dynamo's capture if the key moved)."""
+
+    def __init__(self, backend: OpcoreBackend, gm: fx.GraphModule, example_inputs: list[Any]):
+        self.backend = backend
+        self._original = copy.deepcopy(gm)
+        self._tracing_context = torch._guards.TracingContext.try_get()
+        self._key = backend.cache_key()
+        self._fn, self.record = backend.compile_graph(gm, example_inputs, self._key)
+        self._stamp = _stamp()
+
+    def __call__(self, *args: Any) -> Any:
+        # Dynamo calls a backend's result with positional arguments, as AOTAutograd's
+        # wrappers (eager and Inductor) expect.
+        if self._stamp != _stamp():
+            self._refresh()
+        return self._fn(*args)
+
+    def _refresh(self) -> None:
+        stamp = _stamp()
+        key = self.backend.cache_key()
+        if key != self._key:
+            logger.info("opcore.compile: configuration or providers changed; recompiling graph %d", self.record.graph_id)
+            gm = copy.deepcopy(self._original)
+            fakes = [_graph.fake_value(n) for n in _graph.placeholders(gm.graph)]
+            ctx = self._tracing_context
+            if ctx is None:
+                raise CompileError("opcore.compile: cannot recompile a graph captured without a tracing context")
+            with torch._guards.tracing(ctx):
+                self._fn, self.record = self.backend.compile_graph(gm, fakes, key)
+            self._key = key
+        self._stamp = stamp

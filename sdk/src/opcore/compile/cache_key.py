@@ -1,0 +1,69 @@
+"""The compile cache key: everything that changes what lowering produces.
+
+``cache_key(config, mode=..., fusion=...)`` hashes: torch and opcore versions; the mode and
+fusion flag; the name and source of every fusion pass and of the opcore pass modules; per
+op, the effective priority under the config (so a platform default, a user list or a
+``set_priority`` block all count) and the identity hash (source) of every registered
+provider. It is the ``uuid()`` of the pass Inductor runs, so Inductor's FX-graph and
+AOTAutograd caches miss when any of it changes, and the in-process check of a compiled
+graph (`opcore.compile.backend`) recompiles.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import json
+from typing import Any
+
+import torch
+
+import opcore
+from opcore.ir import priority as _priority
+from opcore.ir.op import all_ops
+
+
+def _source_hash(obj: Any) -> str:
+    try:
+        text = inspect.getsource(obj)
+    except (OSError, TypeError):
+        text = repr(obj)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
+    """The data `cache_key` hashes (JSON-serializable; shown by `opcore.compile.info`)."""
+    from opcore.compile import passes as _passes
+    from opcore.compile.passes import _graph, clone_elimination, functionalize_inplace, lower
+
+    _priority.ensure_kernels_loaded()
+    cfg = copy.deepcopy(config)
+    cfg.compilation.mode = mode
+    ops: dict[str, Any] = {}
+    for name, op in all_ops().items():
+        ops[name] = {
+            "priority": list(_priority.decide(op, cfg).names),
+            "override": list(op._priority_override) if op._priority_override is not None else None,
+            "providers": {p: impl.identity_hash() for p, impl in sorted(op.impls.items())},
+        }
+    return {
+        "torch": torch.__version__,
+        "opcore": opcore.__version__,
+        "mode": mode,
+        "fusion": fusion,
+        "fusion_passes": {n: _source_hash(fn) for n, fn in _passes.FUSION_PASSES.items()} if fusion else {},
+        "pipeline": {m.__name__: _source_hash(m) for m in (_graph, functionalize_inplace, lower, clone_elimination)},
+        "ops": ops,
+    }
+
+
+def cache_key(config: Any = None, *, mode: str | None = None, fusion: bool = True) -> str:
+    """Hex SHA-256 of `key_material` (``config``: default the current one; ``mode``:
+    default ``config.compilation.mode``)."""
+    if config is None:
+        from opcore.config import get_current_config
+
+        config = get_current_config()
+    material = key_material(config, mode=mode or config.compilation.mode, fusion=fusion)
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,79 @@
+"""The opcore pass pipeline, in order.
+
+Before AOTAutograd, on Dynamo's graph:
+  1. `functionalize_inplace`: ``maybe_inplace`` -> default overload; donated inputs recorded.
+
+After AOTAutograd, on the functional aten graph where each ``opcore_ir`` op is still one node
+(under Inductor this runs as ``post_grad_custom_pre_pass``, before Inductor's own pattern
+passes, which would otherwise fold a residual add into a matmul's bias):
+  2. fusion passes (`FUSION_PASSES`, when enabled), in list order;
+  3. `lower`: each ``opcore_ir`` node -> its provider's code;
+  4. `eliminate_clones`: clones in front of in-place providers dropped where safe.
+
+A fusion pass is a function ``(graph: torch.fx.Graph) -> int`` (number of rewrites) that
+keeps the graph functional and leaves ``opcore_ir`` nodes for lowering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.fx as fx
+
+from opcore.compile.passes.clone_elimination import eliminate_clones
+from opcore.compile.passes.functionalize_inplace import DonationError, functionalize_inplace
+from opcore.compile.passes.fuse_add_rms_norm import fuse_add_rms_norm
+from opcore.compile.passes.fuse_split_qkv_rmsnorm_rope import fuse_split_qkv_rmsnorm_rope
+from opcore.compile.passes.lower import LoweringError, lower
+from opcore.compile.record import CompileRecord
+
+FusionPass = Callable[[fx.Graph], int]
+
+# name -> pass; order matters: the QKV fusion consumes rms_norm nodes the add fusion must
+# not see (their input is a split, never an add, so the order is for clarity only).
+FUSION_PASSES: dict[str, FusionPass] = {
+    "fuse_split_qkv_rmsnorm_rope": fuse_split_qkv_rmsnorm_rope,
+    "fuse_add_rms_norm": fuse_add_rms_norm,
+}
+
+
+def register_fusion_pass(name: str, fn: FusionPass) -> None:
+    """Add a fusion pass (runs after the built-in ones). Part of the cache key by name and
+    source, so adding or changing one recompiles."""
+    if name in FUSION_PASSES:
+        raise ValueError(f"fusion pass {name!r} is already registered")
+    FUSION_PASSES[name] = fn
+
+
+def unregister_fusion_pass(name: str) -> None:
+    del FUSION_PASSES[name]
+
+
+def run_post_aot(graph: fx.Graph, record: CompileRecord, config) -> None:
+    """Passes 2-4 on ``graph`` under ``config`` (made current while lowering, so dispatch
+    sees the compile's mode and priorities)."""
+    from opcore.config import set_current_config
+
+    if record.fusion:
+        for name, fn in FUSION_PASSES.items():
+            fired = fn(graph)
+            if fired:
+                record.fusions[name] = record.fusions.get(name, 0) + fired
+    with set_current_config(config):
+        lower(graph, record.lowered)
+    eliminate_clones(graph, record.donated_inputs, record.clones_removed, record.clones_kept)
+    graph.lint()
+
+
+__all__ = [
+    "FUSION_PASSES",
+    "DonationError",
+    "LoweringError",
+    "eliminate_clones",
+    "functionalize_inplace",
+    "fuse_add_rms_norm",
+    "fuse_split_qkv_rmsnorm_rope",
+    "lower",
+    "register_fusion_pass",
+    "run_post_aot",
+]
