@@ -105,6 +105,8 @@ def _sections():
             continue
         if section == "ops":
             yield section, lambda m=module, f=fn_name: getattr(m, f)(get_current_config())
+        elif section == "attention":
+            yield section, lambda m=module: {**m.selection_info(), "probe": m.probe_selection()}
         else:
             yield section, lambda m=module, f=fn_name: getattr(m, f)()
 
@@ -192,37 +194,68 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _render_ops(ops: Any) -> list[str]:
-    if ops is None:
+def _error_section(title: str, data: Any) -> list[str] | None:
+    if data is None:
         return []
-    if isinstance(ops, dict) and "error" in ops:
-        return ["Ops:", f"  error: {ops['error']}", ""]
-    rows = [["OP", "EFFECTIVE PRIORITY", "PROVIDERS (supported here)"]]
-    for op in ops:
-        providers = ", ".join(
-            p["provider"] + ("" if p["supported"] else " (unsupported)") for p in op["providers"]
+    if isinstance(data, dict) and "error" in data and len(data) == 1:
+        return [f"{title}:", f"  error: {data['error']}", ""]
+    return None
+
+
+def _render_ops(data: Any) -> list[str]:
+    early = _error_section("Ops", data)
+    if early is not None:
+        return early
+    rows = [["OP", "EFFECTIVE PRIORITY", "PROVIDERS", "NOT USABLE HERE"]]
+    for name, op in sorted(data["ops"].items()):
+        providers = ", ".join(p["name"] for p in op["providers"])
+        unusable = [p["name"] for p in op["providers"] if not p["supported"]]
+        skipped = [f"{k}: {v}" for k, v in (op.get("skipped") or {}).items()]
+        rows.append(
+            [name, " > ".join(op["effective_priority"]), providers, "; ".join(unusable + skipped)]
         )
-        rows.append([op["name"], " > ".join(op["effective_priority"]), providers])
-    return ["Ops:", *_table(rows), ""]
+    return ["Ops (providers tried in order; native always accepts):", *_table(rows), ""]
 
 
-def _render_layers(layers: Any) -> list[str]:
-    if layers is None:
-        return []
-    if isinstance(layers, dict) and "error" in layers:
-        return ["Layers:", f"  error: {layers['error']}", ""]
-    rows = [["LAYER", "OP NAME", "BOUND METHOD", "WHY"]]
-    for layer in layers:
-        rows.append([layer["class"], layer["op_name"], layer["bound"], layer["why"]])
-    return ["Layers:", *_table(rows), ""]
+def _render_layers(data: Any) -> list[str]:
+    early = _error_section("Layers", data)
+    if early is not None:
+        return early
+    rows = [["OP NAME", "LAYER CLASS", "BOUND METHOD", "WHY"]]
+    for name, entry in sorted(data.get("registry", {}).items()):
+        cls = entry["replacement"] or entry["class"]
+        if entry["replacement"]:
+            cls += f" (replaces {entry['class']})"
+        bound = entry.get("bound", "")
+        rows.append([name, cls, bound, entry.get("why", "")])
+    out = ["Layers:", *_table(rows)]
+    for binding in (
+        data.get("bindings", {}).values()
+        if isinstance(data.get("bindings"), dict)
+        else data.get("bindings", [])
+    ):
+        out.append(f"  bound: {binding}")
+    return out + [""]
 
 
-def _render_attention(att: Any) -> list[str]:
-    if att is None:
-        return []
-    if isinstance(att, dict) and "error" in att:
-        return ["Attention:", f"  error: {att['error']}", ""]
+def _render_attention(data: Any) -> list[str]:
+    early = _error_section("Attention", data)
+    if early is not None:
+        return early
     out = ["Attention:"]
-    for key, value in att.items():
-        out.append(f"  {key}: {value}")
+    registered = [n for n, e in data.get("registry", {}).items() if e.get("class_path")]
+    out.append(f"  registered backends: {', '.join(registered)}")
+    selections = list(data.get("selections") or [])
+    if data.get("probe"):
+        selections.append(data["probe"])
+    for sel in selections:
+        cfg = sel.get("config", {})
+        what = ", ".join(f"{k}={v}" for k, v in cfg.items() if v is not None)
+        if sel.get("error"):
+            out.append(f"  for {what}: NO VALID BACKEND: {sel['error']}")
+        else:
+            out.append(f"  for {what}: {sel['selected']} (from {sel['source']})")
+        for cand in sel.get("candidates", []):
+            verdict = "valid" if cand["valid"] else "rejected: " + "; ".join(cand["reasons"])
+            out.append(f"    candidate {cand['name']}: {verdict}")
     return out + [""]
