@@ -168,6 +168,7 @@ class IrOp:
             self.inplace_schema = _schema.schema_of(native, name, mutates=self.activations)
         self.impls: dict[str, Impl] = {"native": Impl("native", native, True, None, False, op_name=name)}
         self._validator: Callable[..., None] | None = None
+        self._fake: Callable[..., Any] | None = None
         self._sample_fn: SampleGenerator | None = None
         self._tolerances: dict[torch.dtype, tuple[float, float]] = dict(tolerances or {})
         self._priority_override: list[str] | None = None
@@ -355,6 +356,14 @@ class IrOp:
         self._validator = fn
         return fn
 
+    def register_fake(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: ``fn`` (same parameters as the native function) returns empty
+        outputs of the right shape, dtype and device; used when torch traces with fake
+        tensors (default: the native function, which is slower to trace)."""
+        _schema.check_same_parameters(self.native, fn, op_name=self.name, what="fake implementation")
+        self._fake = fn
+        return fn
+
     def register_sample_inputs(self, fn: SampleGenerator) -> SampleGenerator:
         """Decorator: ``fn(dtype, *, quick, generator)`` yields `SampleInput` on the CPU."""
         self._sample_fn = fn
@@ -411,7 +420,7 @@ class IrOp:
 
     def _fake_impl(self, *args: Any, **kwargs: Any) -> Any:
         self.validate(*args, **kwargs)
-        out = self.native(*args, **kwargs)
+        out = (self._fake or self.native)(*args, **kwargs)
         return _map_outputs(out, lambda t: t.contiguous())
 
     def _fake_impl_inplace(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:

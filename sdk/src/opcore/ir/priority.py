@@ -131,12 +131,15 @@ def _current_config() -> Any:
     return get_current_config()
 
 
-def decide(op: IrOp, config: Any = None) -> Decision:
-    from opcore.platforms import get_current_platform
-
+def decide(op: IrOp, config: Any = None, platform: Any = None) -> Decision:
+    """The chain of ``op`` under ``config`` (default: current) on ``platform`` (default:
+    current); raises ``ValueError`` when the user list names an unknown provider."""
     if config is None:
         config = _current_config()
-    platform = get_current_platform()
+    if platform is None:
+        from opcore.platforms import get_current_platform
+
+        platform = get_current_platform()
     if op._priority_override is not None:
         user, source = list(op._priority_override), "set_priority"
     else:

@@ -55,6 +55,16 @@ def _validate_gelu_and_mul(x, approximate="none"):
         c.fail("gelu_and_mul", "approximate", f"is {approximate!r}; expected 'none' or 'tanh'")
 
 
+@silu_and_mul.register_fake
+def _silu_and_mul_fake(x):
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+
+
+@gelu_and_mul.register_fake
+def _gelu_and_mul_fake(x, approximate="none"):
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+
+
 def _gated_samples(dtype, quick, generator):
     """(name, x): 1 token, odd and prime halves, halves around vector widths, 2-D to 4-D,
     strided rows, zero rows and large magnitudes."""

@@ -89,6 +89,16 @@ def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=N
         c.fail("fused_add_rms_norm", "x_residual", f"has shape {tuple(x_residual.shape)}; expected {tuple(x.shape)} like 'x'")
 
 
+@rms_norm.register_fake
+def _rms_norm_fake(x, weight, epsilon, variance_size=None):
+    return x.new_empty(x.shape)
+
+
+@fused_add_rms_norm.register_fake
+def _fused_add_rms_norm_fake(x, x_residual, weight, epsilon, variance_size=None):
+    return x.new_empty(x.shape), x.new_empty(x.shape)
+
+
 # --------------------------------------------------------------------------- samples
 def _shapes(quick: bool):
     """(name, shape, options): 1 token, odd and prime sizes, sizes around vector widths,

@@ -81,6 +81,13 @@ def _validate(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_he
         raise TypeError(f"opcore.ir.ops.{OP}: argument 'is_neox': expected a bool, got {type(is_neox).__name__}")
 
 
+@split_qkv_rmsnorm_rope.register_fake
+def _fake(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads, head_size, is_neox):
+    lead = tuple(qkv.shape[:-1])
+    kv = num_kv_heads * head_size
+    return qkv.new_empty((*lead, num_heads * head_size)), qkv.new_empty((*lead, kv)), qkv.new_empty((*lead, kv))
+
+
 # (name, tokens, heads, kv_heads, head_size, rot_dim, options)
 _CASES = [
     ("t1_h2_kv1_d64", 1, 2, 1, 64, 64, {}),

@@ -65,6 +65,11 @@ def _validate(positions, query, key, head_size, cos_sin_cache, is_neox):
         raise TypeError(f"opcore.ir.ops.{OP}: argument 'is_neox': expected a bool, got {type(is_neox).__name__}")
 
 
+@rotary_embedding.register_fake
+def _fake(positions, query, key, head_size, cos_sin_cache, is_neox):
+    return query.new_empty(query.shape), None if key is None else key.new_empty(key.shape)
+
+
 # --------------------------------------------------------------------------- samples
 # (name, tokens, heads, kv_heads, head_size, rot_dim, options)
 _CASES = [
