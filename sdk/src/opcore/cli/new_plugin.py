@@ -1,0 +1,82 @@
+"""`opcore new-plugin NAME`: scaffold ``opcore-plugin-NAME`` from the template opcore ships.
+
+The name, vendor and device type are checked before anything is rendered; a bad one is
+one line on stderr and exit status 2. Interactive runs (a terminal, no ``--no-input``) ask
+for the vendor and device type that were not given; otherwise the defaults are used.
+Rendering needs cookiecutter: ``pip install 'opcore[template]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "new-plugin",
+        help="scaffold a new platform plugin (opcore-plugin-NAME)",
+        description="Render opcore-plugin-NAME: a platform plugin that installs, is discovered "
+        "and passes the conformance suite out of the box on the cpu device, ready for you to "
+        "point at your hardware. See docs/new-plugin.md.",
+    )
+    parser.add_argument("name", metavar="NAME", help="plugin name: a lowercase identifier, e.g. acme")
+    parser.add_argument(
+        "-o", "--output-dir", default=".", metavar="DIR",
+        help="where to create opcore-plugin-NAME (default: the current directory)",
+    )
+    parser.add_argument("--no-input", action="store_true", help="ask nothing; use defaults for what is not given")
+    parser.add_argument("--vendor", metavar="TEXT", help="who publishes the plugin (default: 'The NAME authors')")
+    parser.add_argument(
+        "--device-type", metavar="TYPE", default=None,
+        help="torch device type the platform uses (default: cpu, so the scaffold runs anywhere)",
+    )
+    parser.set_defaults(run=run)
+
+
+def _ask(question: str, default: str) -> str:
+    answer = input(f"{question} [{default}]: ").strip()
+    return answer or default
+
+
+def run(args: argparse.Namespace) -> int:
+    from opcore import templates
+
+    def fail(message: str) -> int:
+        print(f"opcore new-plugin: error: {message}", file=sys.stderr)
+        return 2
+
+    vendor, device_type = args.vendor, args.device_type
+    # Check the name before asking anything else.
+    problem = templates.name_checks().name_problem(args.name)
+    if problem:
+        return fail(problem)
+    if not args.no_input and sys.stdin.isatty():
+        try:
+            if vendor is None:
+                vendor = _ask("Vendor (who publishes the plugin)", templates.default_vendor(args.name))
+            if device_type is None:
+                device_type = _ask("torch device type", templates.DEFAULT_DEVICE_TYPE)
+        except (EOFError, KeyboardInterrupt):
+            print(file=sys.stderr)
+            return fail("cancelled")
+    try:
+        project = templates.render_plugin(
+            args.name,
+            args.output_dir,
+            vendor=vendor,
+            device_type=device_type or templates.DEFAULT_DEVICE_TYPE,
+        )
+    except templates.TemplateError as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"cannot write the project: {exc}")
+    standin = f"OPCORE_{args.name.upper()}_STANDIN"
+    print(f"Created {project}")
+    print("Next:")
+    print(f"  cd {project}")
+    print('  pip install -e ".[test]"')
+    print(f"  {standin}=1 opcore info     # your platform wins, on the stand-in")
+    print(f"  {standin}=1 pytest          # its tests and the conformance suite")
+    print("  then README.md, 'Next steps': detection, device queries, kernels, conformance on the device")
+    return 0

@@ -1,0 +1,81 @@
+"""`{{ cookiecutter.__class_prefix }}Platform`: what opcore knows about {{ cookiecutter.plugin_name }} devices.
+
+Every member the core calls is declared on `opcore.platforms.Platform`; this class answers
+them. The scaffold runs on torch's '{{ cookiecutter.device_type }}' device: point
+`device_type`, `dispatch_key`, `dist_backend` and the device queries at your own device
+and runtime.
+"""
+
+from __future__ import annotations
+{% if cookiecutter.device_type == "cpu" %}
+import os
+import platform as _pyplatform
+{% endif %}
+import torch
+from opcore.platforms import Platform
+
+from {{ cookiecutter.__module_name }} import PROVIDER
+
+
+class {{ cookiecutter.__class_prefix }}Platform(Platform):
+    """{{ cookiecutter.plugin_name }} devices, as seen by opcore."""
+
+    name = "{{ cookiecutter.plugin_name }}"  # must equal the entry-point name
+    device_name = "{{ cookiecutter.plugin_name }}"
+    device_type = "{{ cookiecutter.device_type }}"
+    dispatch_key = "{{ cookiecutter.__dispatch_key }}"
+    dist_backend = "gloo"  # TODO: your collective library's torch.distributed backend
+    device_control_env_var = None  # e.g. "{{ cookiecutter.plugin_name.upper() }}_VISIBLE_DEVICES"
+    # Only dtypes the device really computes: conformance checks each one on the device.
+    supported_dtypes = (torch.float32, torch.float16, torch.bfloat16)
+    plugin_api = ("{{ cookiecutter.__plugin_api_min }}", "{{ cookiecutter.__plugin_api_max }}")
+    # CustomOp layers bind to the first of these methods they define.
+    custom_op_forward_chain = ("forward_oot", "forward_native")
+    # Declared expected failures and loosened tolerances, read by opcore-conformance.
+    conformance_expectations = "{{ cookiecutter.__module_name }}:expectations.toml"
+{% if cookiecutter.device_type == "cpu" %}
+    # ------------------------------------------------------------ device queries
+    # TODO: answer these from your runtime. The stand-in is the host CPU as one device.
+    def device_count(self) -> int:
+        return 1
+
+    def get_device_name(self, index: int = 0) -> str:
+        return f"{{ cookiecutter.plugin_name }} stand-in ({_pyplatform.processor() or _pyplatform.machine()})"
+
+    def get_device_total_memory(self, index: int = 0) -> int:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+{% else %}
+    # ------------------------------------------------------------ device queries
+    # TODO: answer these from your runtime; the scaffold asks torch.{{ cookiecutter.device_type }}.
+    def device_count(self) -> int:
+        return torch.{{ cookiecutter.device_type }}.device_count()
+
+    def get_device_name(self, index: int = 0) -> str:
+        return torch.{{ cookiecutter.device_type }}.get_device_name(index)
+
+    def get_device_total_memory(self, index: int = 0) -> int:
+        return torch.{{ cookiecutter.device_type }}.get_device_properties(index).total_memory
+
+    def synchronize(self) -> None:
+        torch.{{ cookiecutter.device_type }}.synchronize()
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        torch.{{ cookiecutter.device_type }}.manual_seed_all(seed)
+
+    def empty_cache(self) -> None:
+        torch.{{ cookiecutter.device_type }}.empty_cache()
+{% endif %}
+    # ------------------------------------------------------------ hooks
+    def import_kernels(self) -> None:
+        """Layer replacements (register_oot) and any torch ops of this platform."""
+        from {{ cookiecutter.__module_name }} import layers  # noqa: F401  (registers on import)
+
+    def import_ir_kernels(self) -> None:
+        """This platform's providers of opcore ops."""
+        from {{ cookiecutter.__module_name }} import providers  # noqa: F401  (registers on import)
+
+    def get_default_ir_op_priority(self, config) -> dict[str, list[str]]:
+        """Our provider first; native is the reference and the fallback for arguments our
+        provider declines (its supports_args)."""
+        return {"rms_norm": [PROVIDER, "native"]}
