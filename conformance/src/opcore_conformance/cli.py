@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case", action="append", metavar="ID", dest="cases",
                         help="run exactly this case id (globs with * and ? allowed; repeatable); "
                              "the form every failure's rerun command uses")
+    parser.add_argument("--import", action="append", dest="imports", metavar="MODULE",
+                        help="import MODULE before collecting (repeatable): providers no plugin "
+                             "registers on this platform, e.g. opcore.kernels.triton with "
+                             "TRITON_INTERPRET=1 on the CPU")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="quick", action="store_true", default=True,
                       help="the op generators' quick sample sets (default)")
@@ -58,6 +62,7 @@ def options_from_args(args: argparse.Namespace):
         dtypes=parse_list(args.dtypes),
         checks=parse_list(args.checks),
         cases=args.cases,
+        imports=args.imports,
         quick=args.quick,
         report_dir=args.report_dir or DEFAULT_REPORT_DIR,
         expectations=args.expectations,

@@ -36,7 +36,9 @@ class Options:
     """``platform``: run on this platform plugin (sets ``OPCORE_PLATFORM``), else the one
     resolution picks. ``ops`` / ``providers`` / ``dtypes`` / ``checks``: filters (``None``
     = all). ``cases``: exact case ids or globs to run (the repro form). ``quick``: the
-    generators' quick sample sets (default) instead of the whole grid. ``expectations``: a
+    generators' quick sample sets (default) instead of the whole grid. ``imports``: modules
+    imported before collection, for providers no plugin registers on this platform (e.g.
+    ``opcore.kernels.triton`` under ``TRITON_INTERPRET=1`` on the CPU). ``expectations``: a
     TOML file, ``"none"`` to ignore the platform's, or ``None`` for the platform's own."""
 
     platform: str | None = None
@@ -46,6 +48,7 @@ class Options:
     checks: list[str] | None = None
     cases: list[str] | None = None
     quick: bool = True
+    imports: list[str] | None = None
     report_dir: Path = Path(DEFAULT_REPORT_DIR)
     expectations: str | None = None
     progress: bool = True

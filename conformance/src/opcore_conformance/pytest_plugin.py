@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 _ACTIVATING = ("opcore_platform", "opcore_ops", "opcore_providers", "opcore_dtypes", "opcore_checks",
-               "opcore_cases", "opcore_full", "opcore_report_dir", "opcore_expectations")
+               "opcore_cases", "opcore_imports", "opcore_full", "opcore_report_dir", "opcore_expectations")
 _KEY = pytest.StashKey["Any"]()
 
 
@@ -35,6 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--opcore-checks", metavar="A,B", help="only these checks (e.g. numerics,platform)")
     g.addoption("--opcore-case", action="append", dest="opcore_cases", metavar="ID",
                 help="exactly this case id (globs * and ?; repeatable)")
+    g.addoption("--opcore-import", action="append", dest="opcore_imports", metavar="MODULE",
+                help="import MODULE before collecting (providers no plugin registers here)")
     g.addoption("--opcore-quick", action="store_true", default=False, help="quick sample sets (default)")
     g.addoption("--opcore-full", action="store_true", default=False, help="the whole grid")
     g.addoption("--opcore-report-dir", metavar="DIR", help="report directory (default ./opcore-reports)")
@@ -64,6 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
             dtypes=parse_list(config.getoption("opcore_dtypes")),
             checks=parse_list(config.getoption("opcore_checks")),
             cases=config.getoption("opcore_cases"),
+            imports=config.getoption("opcore_imports"),
             quick=not config.getoption("opcore_full"),
             report_dir=config.getoption("opcore_report_dir") or DEFAULT_REPORT_DIR,
             expectations=config.getoption("opcore_expectations"),

@@ -8,6 +8,7 @@ reports.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import platform as _pyplatform
 import shlex
@@ -141,6 +142,11 @@ class ConformanceSession:
 
         platform = select_platform(self.options.platform)
         irapi.load_kernels(platform)
+        for module in self.options.imports or ():
+            try:
+                importlib.import_module(module)
+            except Exception as exc:
+                raise SetupError(f"--import {module}: {type(exc).__name__}: {exc}") from exc
         self.ctx = Context(
             options=self.options, platform=platform, device=platform.device(0),
             seed=irapi.sample_seed(),
@@ -287,6 +293,8 @@ class ConformanceSession:
         if os.environ.get("TRITON_INTERPRET"):
             parts.append(f"TRITON_INTERPRET={shlex.quote(os.environ['TRITON_INTERPRET'])}")
         parts += ["opcore", "conformance", "--platform", self.ctx.platform.name]
+        for module in self.options.imports or ():
+            parts += ["--import", shlex.quote(module)]
         parts += ["--case", shlex.quote(case.id)]
         if not self.options.quick:
             parts.append("--full")
@@ -327,7 +335,7 @@ class ConformanceSession:
             "filters": {
                 "ops": self.options.ops, "providers": self.options.providers,
                 "dtypes": self.options.dtypes, "checks": self.options.checks,
-                "cases": self.options.cases,
+                "cases": self.options.cases, "imports": self.options.imports,
             },
             "expectations": self.expectations.source,
             "environment": {k: v for k, v in os.environ.items()

@@ -27,11 +27,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     except ModuleNotFoundError as exc:
         if exc.name is None or not exc.name.startswith("opcore_conformance"):
             raise
+        # prefix_chars="+": every argument, "--ops" and "--help" included, lands in `rest`,
+        # so any invocation reaches the install hint instead of an argparse error.
         parser = subparsers.add_parser(
             "conformance", help="check this platform (needs opcore-conformance)",
-            description=INSTALL_HINT,
+            description=INSTALL_HINT, prefix_chars="+", add_help=False,
         )
-        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
         parser.set_defaults(run=_missing)
         return parser
     return cli.add_parser(subparsers)
