@@ -81,8 +81,9 @@ def run(opts: Options, log=print) -> dict[str, Any]:
     records: list[dict[str, Any]] = []
     sink = open(opts.jsonl, "a", encoding="utf-8") if opts.jsonl else None  # noqa: SIM115
     try:
-        for op in opts.ops:
-            for hidden in opts.hidden:
+        # hidden outermost: a run cut short still has every op at the first hidden size
+        for hidden in opts.hidden:
+            for op in opts.ops:
                 for tokens in opts.tokens:
                     case = cases.build(op, tokens, hidden, opts.dtype, device, quick=opts.quick)
                     fns, skipped = baselines.providers(case, opts.providers)

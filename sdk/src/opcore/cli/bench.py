@@ -44,6 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help=f"small shapes for a CPU: tokens {cases.QUICK_TOKENS}, hidden {cases.QUICK_HIDDEN}")
     p.add_argument("--rep-ms", type=int, default=60, help="milliseconds per timer per case (GPU)")
     p.add_argument("--out", default="opcore-bench", help="output directory (default: ./opcore-bench)")
+    p.add_argument("--jsonl", default=None,
+                   help="also append each record to this JSON Lines file as it is measured")
     p.set_defaults(run=run)
 
 
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         device=device,
         quick=args.quick,
         rep_ms=args.rep_ms,
-        jsonl=None,
+        jsonl=args.jsonl,
     )
     result = runner.run(opts)
     paths = report.write_all(result, args.out)

@@ -1,0 +1,212 @@
+"""Decode-step benchmark: a small Llama-shaped decoder run with the platform's providers
+and with native only, eagerly and as one CUDA graph.
+
+Model: 8 layers, hidden 4096, 32 q / 8 kv heads of 128, intermediate 14336, bf16 (the
+Llama-3-8B layer shapes, 8 of its 32 layers). Each layer: fused add + RMSNorm, QKV
+projection, rotary on the q/k slices in place, attention, output projection, fused add +
+RMSNorm, gate/up projection, SiLU-and-mul, down projection; a final RMSNorm. The norms,
+activation and rotary go through `opcore.ir` ops (the calls `opcore.layers` RMSNorm,
+SiluAndMul and RotaryEmbedding make); projections are plain matmuls.
+
+Attention is a stand-in: `F.scaled_dot_product_attention` of the new tokens over a fixed,
+pre-filled KV context (``--context`` tokens, GQA), identical in both runs; the KV cache is
+not written. It stands for the attention backend, which this benchmark does not measure.
+
+Run: ``python bench/decode_step.py [--batch 1,8,32] [--out DIR]`` on the platform's device.
+Prints a table and writes ``decode_step.json`` / ``decode_step.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD, INTER = 4096, 8, 32, 8, 128, 14336
+OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding")
+
+
+class Decoder:
+    """The decoder's weights and one decode step over ``batch`` new tokens."""
+
+    def __init__(self, batch: int, context: int, device, dtype=torch.bfloat16, seed: int = 0):
+        g = torch.Generator(device=device).manual_seed(seed)
+
+        def w(*shape, scale):  # drawn on the device: the CPU would take seconds for 3.5 GB
+            return (torch.randn(*shape, generator=g, device=device) * scale).to(dtype)
+
+        qkv_out = (HEADS + 2 * KV_HEADS) * HEAD
+        self.layers = [
+            {
+                "in_norm": w(HIDDEN, scale=0.1) + 1,
+                "qkv": w(HIDDEN, qkv_out, scale=HIDDEN**-0.5),
+                "o": w(HEADS * HEAD, HIDDEN, scale=HIDDEN**-0.5),
+                "post_norm": w(HIDDEN, scale=0.1) + 1,
+                "gate_up": w(HIDDEN, 2 * INTER, scale=HIDDEN**-0.5),
+                "down": w(INTER, HIDDEN, scale=INTER**-0.5),
+                "k_ctx": w(batch, KV_HEADS, context, HEAD, scale=1.0),
+                "v_ctx": w(batch, KV_HEADS, context, HEAD, scale=1.0),
+            }
+            for _ in range(LAYERS)
+        ]
+        self.final_norm = w(HIDDEN, scale=0.1) + 1
+        inv = 1.0 / (500000.0 ** (torch.arange(0, HEAD, 2, dtype=torch.float32) / HEAD))
+        f = torch.arange(context + 64, dtype=torch.float32)[:, None] * inv[None, :]
+        self.cos_sin = torch.cat([f.cos(), f.sin()], -1).to(device)
+        self.positions = torch.full((batch,), context, dtype=torch.int64, device=device)
+        self.x = w(batch, HIDDEN, scale=1.0)
+        self.batch = batch
+
+    def step(self) -> torch.Tensor:
+        from opcore.ir import ops
+
+        b = self.batch
+        h = self.x.clone()
+        residual = torch.zeros_like(h)
+        for p in self.layers:
+            h, residual = ops.fused_add_rms_norm.maybe_inplace(h, residual, p["in_norm"], 1e-5)
+            qkv = h @ p["qkv"]
+            q, k = qkv[:, : HEADS * HEAD], qkv[:, HEADS * HEAD : (HEADS + KV_HEADS) * HEAD]
+            q, k = ops.rotary_embedding.maybe_inplace(self.positions, q, k, HEAD, self.cos_sin, True)
+            # attention stand-in: new queries over the fixed KV context (see module docstring)
+            qh = q.reshape(b, HEADS, 1, HEAD)
+            attn = F.scaled_dot_product_attention(qh, p["k_ctx"], p["v_ctx"], enable_gqa=True)
+            h = attn.reshape(b, HEADS * HEAD) @ p["o"]
+            h, residual = ops.fused_add_rms_norm.maybe_inplace(h, residual, p["post_norm"], 1e-5)
+            h = ops.silu_and_mul(h @ p["gate_up"]) @ p["down"]
+        out, _ = ops.fused_add_rms_norm.maybe_inplace(h, residual, self.final_norm, 1e-5)
+        return out
+
+
+@contextlib.contextmanager
+def native_only():
+    from opcore.ir import ops
+
+    with contextlib.ExitStack() as stack:
+        for name in OPS:
+            stack.enter_context(getattr(ops, name).set_priority(["native"]))
+        yield
+
+
+def providers_used() -> dict[str, str]:
+    from opcore.ir import ops
+
+    return {name: ",".join(getattr(ops, name).effective_priority()) for name in OPS}
+
+
+def time_eager(fn, device) -> float:
+    if device.type == "cuda":
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=20, rep=300, return_mode="median")) * 1e3
+    fn()
+    samples = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return sorted(samples)[len(samples) // 2] * 1e6
+
+
+def time_graph(fn, device) -> float | None:
+    if device.type != "cuda":
+        return None
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    import triton.testing
+
+    return float(triton.testing.do_bench(graph.replay, warmup=20, rep=300, return_mode="median")) * 1e3
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", default="1,8,32", help="decode batch sizes (new tokens per step)")
+    ap.add_argument("--context", type=int, default=1024, help="KV context length of the attention stand-in")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default=None, help="directory for decode_step.json / .md")
+    args = ap.parse_args(argv)
+
+    from opcore.ir import priority
+    from opcore.platforms import get_current_platform
+
+    platform = get_current_platform()
+    device = torch.device(args.device) if args.device else platform.device()
+    priority.ensure_kernels_loaded()
+    rows = []
+    with torch.inference_mode():
+        for batch in [int(b) for b in args.batch.split(",")]:
+            model = Decoder(batch, args.context, device)
+            ref = model.step()
+            with native_only():
+                nat = model.step()
+                native_providers = providers_used()
+                t_native_eager = time_eager(model.step, device)
+                t_native_graph = time_graph(model.step, device)
+            err = ((ref.float() - nat.float()).norm() / nat.float().norm()).item()
+            t_prov_eager = time_eager(model.step, device)
+            t_prov_graph = time_graph(model.step, device)
+            row = {
+                "batch": batch, "context": args.context,
+                "providers": providers_used(), "native": native_providers,
+                "rel_diff_providers_vs_native": err,
+                "native_eager_us": t_native_eager, "native_graph_us": t_native_graph,
+                "providers_eager_us": t_prov_eager, "providers_graph_us": t_prov_graph,
+                "speedup_eager": t_native_eager / t_prov_eager,
+            }
+            if t_native_graph:
+                row["speedup_graph"] = t_native_graph / t_prov_graph
+                row["speedup_providers_graph_vs_native_eager"] = t_native_eager / t_prov_graph
+            rows.append(row)
+            del model
+    env = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "platform": platform.name, "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "torch": torch.__version__,
+    }
+    lines = [
+        "# decode step: 8 layers, hidden 4096, 32/8 heads x 128, intermediate 14336, bf16",
+        "", ", ".join(f"{k}: {v}" for k, v in env.items()), "",
+        "attention: SDPA stand-in over a fixed KV context (identical in both runs)", "",
+        "| batch | native eager µs | providers eager µs | × eager | native graph µs | providers graph µs "
+        "| × graph | providers graph vs native eager | rel. diff |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        g = r["native_graph_us"] is not None
+        lines.append(
+            f"| {r['batch']} | {r['native_eager_us']:.1f} | {r['providers_eager_us']:.1f} | "
+            f"{r['speedup_eager']:.2f} | {r['native_graph_us']:.1f} | {r['providers_graph_us']:.1f} | "
+            f"{r['speedup_graph']:.2f} | {r['speedup_providers_graph_vs_native_eager']:.2f} | "
+            f"{r['rel_diff_providers_vs_native']:.1e} |" if g else
+            f"| {r['batch']} | {r['native_eager_us']:.1f} | {r['providers_eager_us']:.1f} | "
+            f"{r['speedup_eager']:.2f} | | | | | {r['rel_diff_providers_vs_native']:.1e} |"
+        )
+    lines.append("")
+    lines.append("providers: " + json.dumps(rows[0]["providers"]) if rows else "")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "decode_step.json"), "w") as f:
+            json.dump({"environment": env, "rows": rows}, f, indent=1)
+        with open(os.path.join(args.out, "decode_step.md"), "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
