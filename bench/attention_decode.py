@@ -1,19 +1,16 @@
-"""Paged attention on one GPU: TRITON_PAGED conformance over the full grid, a small
-kernel-configuration sweep, and the decode-attention benchmark.
+"""Paged attention on one GPU: TRITON_PAGED conformance over the full grid, the
+decode-attention benchmark, and (``--sweep``) a decode kernel-configuration sweep.
 
-Decode benchmark: Llama-style layer (32 query heads over 8 kv heads, head size 128,
-bf16, block size 16), batch 1..256, context 1k..32k, each sequence's blocks scattered
-at random over the cache. Reported per shape: the median time of one TRITON_PAGED
-decode call (`triton.testing.do_bench`), the bytes that must be read at least once (the
-whole KV context of every sequence: batch x context x kv heads x head size x 2 (K and V)
-x 2 bytes), that over the time as TB/s and as a share of the datasheet bandwidth
-(4.8 TB/s) and of the measured copy bandwidth, and
-`torch.nn.functional.scaled_dot_product_attention` over the same KV: once already
-gathered into dense [batch, kv heads, context, head size] tensors (the query's GQA group
-as the query length, which is exact for decode), once including the gather from the
-paged cache.
+Decode benchmark (`opcore.attention.bench.decode_attention_records`): Llama-style layer
+(32 query heads over 8 kv heads, head size 128, bf16, block size 16), batch 1..256,
+context 1k..32k, each sequence's blocks scattered at random over the cache. Per shape: the
+eager and CUDA-graph medians of one TRITON_PAGED decode call, the bytes that must be read
+at least once (every sequence's K and V), that over the graph time as TB/s and as a share
+of the datasheet (4.8 TB/s) and of the measured copy bandwidth, and
+`torch.nn.functional.scaled_dot_product_attention` on the same KV, dense and with the
+gather from the paged cache.
 
-Usage: python bench/attention_decode.py [--quick] [--out DIR]
+Usage: python bench/attention_decode.py [--quick] [--sweep] [--skip conformance,bench] [--out DIR]
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 DATASHEET_TBPS = 4.8
 
@@ -151,70 +147,19 @@ def sweep_one(batch: int, ctx: int, log) -> list[dict]:
 
 
 def bench(batches, contexts, copy_tbps, log) -> list[dict]:
+    from opcore.attention.bench import decode_attention_records
 
-    rows = []
-    impl = make_impl()
-    for ctx in contexts:
-        for batch in batches:
-            try:
-                rows.append(bench_one(impl, batch, ctx, copy_tbps, log))
-            except Exception as exc:  # one shape's failure must not lose the others
-                log(f"B={batch} ctx={ctx}: {type(exc).__name__}: {str(exc)[:200]}")
-            torch.cuda.empty_cache()
-    return rows
-
-
-def bench_one(impl, batch: int, ctx: int, copy_tbps: float, log) -> dict:
-    from triton.testing import do_bench
-
-    cache, table, q, md = build_decode(batch, ctx)
-    nbytes = cache.numel() * cache.element_size()
-    out = impl.forward(q, cache, md)
-    idx = table.long()
-
-    def gather():
-        k = cache[0][idx].view(batch, -1, 8, 128)[:, :ctx].transpose(1, 2)
-        v = cache[1][idx].view(batch, -1, 8, 128)[:, :ctx].transpose(1, 2)
-        return k, v
-
-    # The query's GQA group of 4 heads becomes the query length of its kv head: exact for
-    # decode (one token that sees the whole context), and the dense kernels' fast path.
-    qg = q.view(batch, 8, 4, 128)
-    k, v = (t.contiguous() for t in gather())
-    ref = F.scaled_dot_product_attention(qg, k, v).reshape(batch, 32, 128)
-    err = (out.float() - ref.float()).abs().max().item()
-    eager_ms = do_bench(lambda: impl.forward(q, cache, md), warmup=10, rep=50, return_mode="median")
-    # The same call captured in a CUDA graph: the kernels' own time, without Python and
-    # launch overhead (which dominates small shapes in eager mode).
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        impl.forward(q, cache, md)
-    ms = do_bench(graph.replay, warmup=10, rep=50, return_mode="median")
-    sdpa_ms = do_bench(lambda: F.scaled_dot_product_attention(qg, k, v), warmup=10, rep=50, return_mode="median")
-    k = v = None  # free the dense copies before timing gather + SDPA
-
-    def gather_sdpa():
-        return F.scaled_dot_product_attention(qg, *gather())
-
-    try:
-        gather_ms = do_bench(gather_sdpa, warmup=5, rep=30, return_mode="median")
-    except torch.OutOfMemoryError:
-        gather_ms = float("nan")
-    tbps = nbytes / (ms * 1e-3) / 1e12
-    row = dict(
-        batch=batch, ctx=ctx, kv_mib=nbytes / 2**20, us=ms * 1e3, eager_us=eager_ms * 1e3, tbps=tbps,
-        pct_datasheet=100 * tbps / DATASHEET_TBPS, pct_copy=100 * tbps / copy_tbps,
-        sdpa_dense_us=sdpa_ms * 1e3, sdpa_gather_us=gather_ms * 1e3, max_abs_err_vs_sdpa=err,
-        splits=impl._choose_splits(q.device, batch, ctx),
-    )
-    log(
-        f"B={batch:4d} ctx={ctx:6d} KV {nbytes / 2**20:9.1f} MiB  triton graph {ms * 1e3:9.1f} us "
-        f"eager {eager_ms * 1e3:9.1f} us "
-        f"{tbps:5.2f} TB/s ({row['pct_datasheet']:5.1f}% of 4.8, {row['pct_copy']:5.1f}% of copy) "
-        f"splits {row['splits']:2d} | sdpa dense {sdpa_ms * 1e3:9.1f} us, gather+sdpa {gather_ms * 1e3:9.1f} us "
-        f"| err {err:.1e}"
-    )
-    return row
+    records = decode_attention_records(batches, contexts, device="cuda", copy_gbs=copy_tbps * 1000, log=log)
+    for r in records:
+        if "gbs" in r:
+            r["pct_datasheet"] = 100 * r["gbs"] / 1000 / DATASHEET_TBPS
+    log("summary (% of the 4.8 TB/s datasheet bandwidth, CUDA-graph time):")
+    for r in records:
+        if "gbs" in r:
+            log(f"  B={r['batch']:4d} ctx={r['context']:6d}: {r['pct_datasheet']:5.1f}%  "
+                f"triton {r['graph_us']:8.1f} us  sdpa dense {r['sdpa_dense_us']:8.1f} us  "
+                f"gather+sdpa {r['sdpa_gather_us']:8.1f} us")
+    return records
 
 
 def main() -> int:
@@ -222,6 +167,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--skip", default="", help="comma list of: conformance,sweep,bench")
+    ap.add_argument("--sweep", action="store_true", help="also run the decode kernel-configuration sweep")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     lines = []
@@ -248,7 +194,7 @@ def main() -> int:
         result["bench"] = bench(batches, contexts, copy_tbps, log)
         log(f"[{time.time() - t0:.0f}s]")
         _dump(args.out, result)
-    if "sweep" not in skip:
+    if args.sweep and "sweep" not in skip:
         result["sweep"] = sweep(log)
         log(f"[{time.time() - t0:.0f}s]")
     _dump(args.out, result)

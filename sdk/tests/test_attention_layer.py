@@ -94,3 +94,16 @@ def test_cache_ownership_errors():
     with pytest.raises(ValueError, match="metadata.slot_mapping is required"):
         layer(x, x, x, no_slots)
     assert layer(x, None, None, no_slots).shape == x.shape
+
+
+def test_decode_benchmark_records_on_the_host():
+    """The benchmark's record builder (no timing asserted: performance lives in bench/)."""
+    from opcore.attention.bench import decode_attention_records
+
+    (rec,) = decode_attention_records(
+        (2,), (40,), backend="TORCH_NATIVE", device="cpu", dtype=torch.float32, heads=4, kv_heads=2, head_size=16
+    )
+    assert "error" not in rec, rec
+    assert rec["kv_bytes"] == 2 * 2 * 40 * 2 * 16 * 4
+    assert rec["max_abs_err_vs_sdpa"] < 1e-5  # the paged result is the dense SDPA result
+    assert rec["us"] > 0 and rec["sdpa_dense_us"] > 0 and rec["sdpa_gather_us"] > 0

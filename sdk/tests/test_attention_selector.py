@@ -18,6 +18,7 @@ from opcore.attention import (
     UnknownBackendError,
     clear_override,
     is_overridden,
+    probe_selection,
     register_backend,
     select_backend,
     selection_info,
@@ -245,3 +246,20 @@ def test_a_general_plugin_overrides_a_backend_in_a_real_distribution(tmp_path):
     assert info["registry"]["TORCH_NATIVE"]["overridden"] is True
     assert info["selections"][0]["class_path"] == "attn_override_plugin.backend.PluginNative"
     assert info["selections"][0]["selected"] == "TORCH_NATIVE"
+
+
+def test_probe_selection_reports_a_failure_as_data():
+    platform = ListedPlatform(["TRITON_PAGED"])
+    record = probe_selection(CFG, platform=platform, config=create_config(platform, env={}))
+    assert record["selected"] is None
+    assert record["error"].startswith("No valid attention backend")
+    assert record["candidates"] == [
+        {
+            "name": "TRITON_PAGED",
+            "class_path": "opcore.attention.backends.triton_paged.TritonPagedBackend",
+            "valid": False,
+            "reasons": ["device type 'cpu' not supported (supported: cuda, xpu)"],
+        }
+    ]
+    ok = probe_selection(platform=ListedPlatform(["TORCH_NATIVE"]), config=create_config(platform, env={}))
+    assert ok["selected"] == "TORCH_NATIVE" and ok["config"]["num_kv_heads"] == 8

@@ -31,7 +31,12 @@ logger = logging.getLogger("opcore.attention")
 
 
 class AttentionSelectionError(ValueError):
-    """No backend can serve the configuration (or the explicit one cannot)."""
+    """No backend can serve the configuration (or the explicit one cannot). ``selection``
+    is the failed `Selection`, with every candidate's reasons."""
+
+    def __init__(self, message: str, selection: Selection | None = None) -> None:
+        super().__init__(message)
+        self.selection = selection
 
 
 @dataclasses.dataclass
@@ -135,9 +140,14 @@ def select_backend(
     else:
         requested, source = None, "platform"
 
-    key = (cfg, requested, id(platform), registry.registry_generation())
-    with _lock:
-        hit = _cache.get(key)
+    # The platform object itself is part of the key (not its id, which a later object
+    # could reuse); an unhashable platform simply is not cached.
+    key = (cfg, requested, platform, registry.registry_generation())
+    try:
+        with _lock:
+            hit = _cache.get(key)
+    except TypeError:
+        key, hit = None, None
     if hit is not None:
         return hit
 
@@ -158,7 +168,7 @@ def select_backend(
             )
             _record(key, selection)
             logger.error("%s", selection.error)
-            raise AttentionSelectionError(selection.error)
+            raise AttentionSelectionError(selection.error, selection)
         selection.selected, selection.backend_cls = requested, cls
     else:
         candidates = list(platform.get_attn_backend_candidates(cfg))
@@ -184,7 +194,7 @@ def select_backend(
                 )
             _record(key, selection)
             logger.error("%s", selection.error)
-            raise AttentionSelectionError(selection.error)
+            raise AttentionSelectionError(selection.error, selection)
         selection.selected, selection.backend_cls = chosen
 
     rejected = [r for r in selection.candidates if not r.valid]
@@ -197,8 +207,9 @@ def select_backend(
         f"; rejected: {_format_reasons(rejected)}" if rejected else "",
     )
     _record(key, selection)
-    with _lock:
-        _cache[key] = selection
+    if key is not None:
+        with _lock:
+            _cache[key] = selection
     return selection
 
 
@@ -207,9 +218,9 @@ def get_attn_backend(cfg: AttentionSelectorConfig, backend: str | None = None, *
     return select_backend(cfg, backend, **kwargs).backend_cls
 
 
-def _record(key: tuple, selection: Selection) -> None:
+def _record(key: tuple | None, selection: Selection) -> None:
     with _lock:
-        _records[key] = selection
+        _records[key if key is not None else (selection.config, selection.requested, len(_records))] = selection
 
 
 def selection_info() -> dict[str, Any]:
@@ -244,9 +255,9 @@ def probe_selection(cfg: AttentionSelectorConfig | None = None, **kwargs: Any) -
         cfg = AttentionSelectorConfig(head_size=128, num_heads=32, num_kv_heads=8, dtype=dtype, block_size=16)
     try:
         return select_backend(cfg, **kwargs).as_dict()
-    except (AttentionSelectionError, ValueError) as exc:
-        with _lock:
-            matches = [s for s in _records.values() if s.config.head_size == cfg.head_size and s.error]
-        if matches:
-            return matches[-1].as_dict()
+    except AttentionSelectionError as exc:
+        if exc.selection is not None:
+            return exc.selection.as_dict()
+        return {"config": cfg.as_dict(), "selected": None, "candidates": [], "error": str(exc)}
+    except ValueError as exc:  # an unknown or malformed explicit backend name
         return {"config": cfg.as_dict(), "selected": None, "candidates": [], "error": str(exc)}

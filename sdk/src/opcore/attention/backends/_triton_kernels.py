@@ -304,7 +304,7 @@ def write_kv_kernel(
 ):
     """Copy token ``t``'s key/value rows to slot ``slot_mapping[t]``; grid (num_tokens,).
     A negative slot is padding and is skipped."""
-    t = tl.program_id(0)
+    t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping + t)
     if slot < 0:
         return
