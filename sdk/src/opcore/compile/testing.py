@@ -1,0 +1,206 @@
+"""Compile checks a backend can run against its providers (the conformance suite calls them
+as ``compile.*``; the SDK's tests call them too).
+
+Each function compiles something real with `opcore.compile`, returns a dict of metrics on
+success and raises `CompileCheckFailed` (an ``AssertionError``) with a readable message
+otherwise. `ProviderNotApplicable` means the provider does not take the sample here
+(``supported=False`` or ``supports_args`` rejects it), which a suite reports as
+unsupported rather than failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from opcore.ir import ops as _ops
+from opcore.ir.op import IrOp
+from opcore.ir.samples import SampleInput
+
+
+class CompileCheckFailed(AssertionError):
+    """A compile check found a difference; the message says what."""
+
+
+class ProviderNotApplicable(Exception):
+    """The provider is not supported here or does not accept the sample."""
+
+
+def _op(op: IrOp | str) -> IrOp:
+    return getattr(_ops, op) if isinstance(op, str) else op
+
+
+def _tensors(value: Any) -> list[torch.Tensor | None]:
+    if isinstance(value, torch.Tensor) or value is None:
+        return [value]
+    return [v for item in value for v in _tensors(item)]
+
+
+def _compare(what: str, got: Any, want: Any, atol: float, rtol: float) -> float:
+    worst = 0.0
+    g, w = _tensors(got), _tensors(want)
+    if len(g) != len(w):
+        raise CompileCheckFailed(f"{what}: {len(g)} outputs, expected {len(w)}")
+    for i, (a, b) in enumerate(zip(g, w, strict=True)):
+        if a is None or b is None:
+            if a is not b:
+                raise CompileCheckFailed(f"{what}: output {i} is {a!r}, expected {b!r}")
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise CompileCheckFailed(
+                f"{what}: output {i} is {tuple(a.shape)} {a.dtype}, expected {tuple(b.shape)} {b.dtype}"
+            )
+        diff = (a.double() - b.double()).abs()
+        err = float(diff.max()) if diff.numel() else 0.0
+        worst = max(worst, err)
+        if not torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol):
+            raise CompileCheckFailed(f"{what}: output {i} differs by up to {err:.3g} (atol {atol}, rtol {rtol})")
+    return worst
+
+
+@contextlib.contextmanager
+def _forced(op: IrOp, provider: str, sample: SampleInput) -> Iterator[None]:
+    impl = op.impls.get(provider)
+    if impl is None:
+        raise ProviderNotApplicable(f"op {op.name!r} has no provider {provider!r}")
+    if not impl.supported:
+        raise ProviderNotApplicable(f"provider {provider!r} of {op.name!r} is not supported here")
+    with op.set_priority([provider, "native"] if provider != "native" else ["native"]):
+        chosen = op.dispatch(*sample.args, **sample.kwargs).provider
+        if chosen != provider:
+            raise ProviderNotApplicable(f"provider {provider!r} does not accept sample {sample.name!r} of {op.name!r}")
+        yield
+
+
+def _clone_args(sample: SampleInput) -> tuple[tuple, dict]:
+    def c(v):
+        return v.clone() if isinstance(v, torch.Tensor) else v
+
+    return tuple(c(a) for a in sample.args), {k: c(v) for k, v in sample.kwargs.items()}
+
+
+def compiled_matches_eager(op: IrOp | str, provider: str, sample: SampleInput, *, mode: str = "eager") -> dict[str, Any]:
+    """Compile a function calling ``op`` with ``provider`` first in its priority; its
+    output on ``sample`` equals the eager call's (the op's tolerance), and the lowering
+    record shows ``provider``."""
+    import opcore.compile as oc
+
+    op = _op(op)
+    with _forced(op, provider, sample), torch.no_grad():
+        args, kwargs = _clone_args(sample)
+        want = op(*args, **kwargs)
+        be = oc.backend(mode=mode, fusion=False)
+        compiled = torch.compile(lambda *a, **k: op(*a, **k), backend=be, fullgraph=True)
+        args, kwargs = _clone_args(sample)
+        got = compiled(*args, **kwargs)
+        torch._dynamo.reset()
+    record = be.last_record
+    lowered = record.by_op().get(op.name, []) if record else []
+    if lowered != [provider]:
+        raise CompileCheckFailed(f"{op.name}: compiled graph lowered to {lowered}, expected [{provider!r}]")
+    dtype = next((t.dtype for t in _tensors(want) if t is not None), torch.float32)
+    atol, rtol = op.tolerance(dtype)
+    err = _compare(f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}) vs eager", got, want, atol, rtol)
+    return {"max_abs_err": err, "how": record.lowered[0].how}
+
+
+def lowering_matches_dispatch(op: IrOp | str, sample: SampleInput, *, mode: str = "eager", config: Any = None) -> dict[str, Any]:
+    """Under ``config`` (default: the current one, with ``mode``), lowering chooses for
+    ``sample`` the provider eager dispatch chooses."""
+    import copy
+
+    import opcore.compile as oc
+    from opcore.config import get_current_config, set_current_config
+
+    op = _op(op)
+    cfg = copy.deepcopy(config if config is not None else get_current_config())
+    cfg.compilation.mode = mode
+    with set_current_config(cfg):
+        expected = op.dispatch(*sample.args, **sample.kwargs).provider
+    be = oc.backend(cfg, fusion=False)
+    with torch.no_grad():
+        compiled = torch.compile(lambda *a, **k: op(*a, **k), backend=be, fullgraph=True)
+        args, kwargs = _clone_args(sample)
+        compiled(*args, **kwargs)
+        torch._dynamo.reset()
+    lowered = be.last_record.by_op().get(op.name, [])
+    if lowered != [expected]:
+        raise CompileCheckFailed(
+            f"{op.name} sample {sample.name!r}: lowering chose {lowered}, eager dispatch chooses {expected!r} "
+            f"(mode {mode}, priority {op.effective_priority(cfg)})"
+        )
+    return {"provider": expected}
+
+
+def _decoder_inputs(shape, tokens: int, generator: torch.Generator):
+    positions = torch.randint(0, shape.max_position, (tokens,), generator=generator)
+    hidden = torch.randn(tokens, shape.hidden, generator=generator)
+    return positions, hidden
+
+
+def no_recompile_on_dynamic_batch(batches: tuple[int, ...] = (3, 5, 11), *, mode: str = "eager", model: Any = None) -> dict[str, Any]:
+    """Compile the small decoder (or ``model(positions, hidden)``) with the token dim marked
+    dynamic; running it at each of ``batches`` compiles one graph, and every output matches
+    the uncompiled model."""
+    import opcore.compile as oc
+    from opcore.compile.decoder import Decoder
+
+    model = model if model is not None else Decoder()
+    shape = model.shape
+    g = torch.Generator().manual_seed(0)
+    be = oc.backend(mode=mode)
+    compiled = torch.compile(model, backend=be)
+    worst = 0.0
+    with torch.no_grad():
+        for t in batches:
+            positions, hidden = _decoder_inputs(shape, t, g)
+            torch._dynamo.mark_dynamic(positions, 0)
+            torch._dynamo.mark_dynamic(hidden, 0)
+            want = model(positions.clone(), hidden.clone())
+            got = compiled(positions, hidden)  # the originals carry the dynamic marks
+            worst = max(worst, _compare(f"decoder at {t} tokens", got, want, 1e-4, 1e-4))
+        torch._dynamo.reset()
+    if len(be.records) != 1:
+        raise CompileCheckFailed(f"batches {batches} compiled {len(be.records)} graphs, expected 1")
+    return {"graphs": len(be.records), "max_abs_err": worst}
+
+
+def fusion_fires_on_small_decoder(*, mode: str = "eager", layers: int = 2, tokens: int = 7) -> dict[str, Any]:
+    """Compile the small decoder with fusion: ``fuse_split_qkv_rmsnorm_rope`` fires once per
+    layer and ``fuse_add_rms_norm`` twice per layer (the first layer's input norm has no
+    residual; the final norm adds one), no unfused ``rms_norm``/``rotary_embedding`` of the
+    layers is left, and the output matches the uncompiled model."""
+    import opcore.compile as oc
+    from opcore.compile.decoder import Decoder, DecoderShape
+
+    model = Decoder(DecoderShape(layers=layers))
+    g = torch.Generator().manual_seed(1)
+    positions, hidden = _decoder_inputs(model.shape, tokens, g)
+    be = oc.backend(mode=mode, fusion=True)
+    with torch.no_grad():
+        want = model(positions, hidden)
+        got = torch.compile(model, backend=be)(positions, hidden)
+        torch._dynamo.reset()
+    record = be.last_record
+    expected = {"fuse_split_qkv_rmsnorm_rope": layers, "fuse_add_rms_norm": 2 * layers}
+    fired = {k: record.fusions.get(k, 0) for k in expected}
+    if fired != expected:
+        raise CompileCheckFailed(f"fusions fired {fired}, expected {expected}")
+    counts = {op: len(p) for op, p in record.by_op().items()}
+    if counts.get("rotary_embedding") or counts.get("rms_norm", 0) != 1:
+        raise CompileCheckFailed(f"unfused ops left after fusion: {counts}")
+    err = _compare("decoder compiled with fusion vs eager", got, want, 1e-4, 1e-4)
+    return {"fusions": fired, "max_abs_err": err}
+
+
+__all__ = [
+    "CompileCheckFailed",
+    "ProviderNotApplicable",
+    "compiled_matches_eager",
+    "fusion_fires_on_small_decoder",
+    "lowering_matches_dispatch",
+    "no_recompile_on_dynamic_batch",
+]
