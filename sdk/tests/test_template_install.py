@@ -24,20 +24,35 @@ STANDIN = "OPCORE_ACME_STANDIN"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """(project dir, site dir) of the rendered, pip-installed default plugin."""
-    root = tmp_path_factory.mktemp("plugin")
-    project = templates.render_plugin(NAME, root)
+def render_and_install(root: Path, name: str, **options) -> tuple[Path, Path]:
+    """Render ``opcore-plugin-<name>`` under ``root`` and pip-install it into ``root/site``."""
+    project = templates.render_plugin(name, root, **options)
     site = root / "site"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
          "--no-index", "--target", str(site), str(project)],
-        capture_output=True, text=True,
+        capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (site / "opcore_plugin_acme-0.1.0.dist-info" / "entry_points.txt").is_file()
+    assert (site / f"opcore_plugin_{name}-0.1.0.dist-info" / "entry_points.txt").is_file()
     return project, site
+
+
+def run_pytest(project: Path, site: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The generated project's own tests, in its directory (its own pytest configuration)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    full_env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *args],
+        cwd=project, env=full_env, capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(project dir, site dir) of the rendered, pip-installed default plugin."""
+    return render_and_install(tmp_path_factory.mktemp("plugin"), NAME)
 
 
 DECISION = """
@@ -97,13 +112,28 @@ print(json.dumps({"layer": type(layer).__name__, "method": layer.bound_method,
     assert layer == {"layer": "AcmeRMSNorm", "method": "forward_oot", "matches_native": True}
 
 
+def example_expectations(project: Path) -> str:
+    """The rendered expectations file with its commented example entry switched on."""
+    text = (project / "src/opcore_plugin_acme/expectations.toml").read_text(encoding="utf-8")
+    example = [line[4:] for line in text.splitlines() if line.startswith("#   ") and not line.startswith("#   #")]
+    return "version = 1\n" + "\n".join(example) + "\n"
+
+
 def test_opcore_conformance_passes_on_it(installed, tmp_path):
-    _, site = installed
+    """With the expectations file's example switched on: the suite refuses an entry that
+    matches no case of the whole inventory, so this also proves the example's id form."""
+    from opcore_conformance import expectations
+
+    project, site = installed
+    example = tmp_path / "example.toml"
+    example.write_text(example_expectations(project), encoding="utf-8")
+    (entry,) = expectations.load(example).entries
+    assert entry.status == "tolerance" and "bfloat16" in entry.match
     reports = tmp_path / "reports"
     proc = run_python(
         "", site=site, env={STANDIN: "1"}, timeout=300,
         args=["-m", "opcore", "conformance", "--ops", "rms_norm", "--dtypes", "float32",
-              "--report-dir", str(reports), "--no-progress"],
+              "--expectations", str(example), "--report-dir", str(reports), "--no-progress"],
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "platform acme on cpu" in proc.stdout
@@ -117,18 +147,21 @@ def test_opcore_conformance_passes_on_it(installed, tmp_path):
 
 def test_its_own_tests_pass(installed):
     project, site = installed
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")
-    } | {
-        "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        STANDIN: "1",
-        "OPCORE_CONFORMANCE_ARGS": "--ops rms_norm --dtypes float32",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=300,
-    )
+    proc = run_pytest(project, site, **{STANDIN: "1", "OPCORE_CONFORMANCE_ARGS": "--ops rms_norm --dtypes float32"})
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert "PASSED tests/test_acme_conformance.py::test_conformance_suite_passes" in proc.stdout
     assert "PASSED tests/test_acme_plugin.py::test_provider_matches_the_native_reference" in proc.stdout
     assert " skipped" not in proc.stdout.splitlines()[-1]
+
+
+def test_a_plugin_for_another_device_type_installs_and_its_tests_pass(tmp_path):
+    """--device-type npu on a machine without an NPU: detection says absent (with torch's
+    reason), and the provider test is skipped for want of the device; the conformance
+    test needs the device and is left out here."""
+    project, site = render_and_install(tmp_path, "my_accel2", device_type="npu")
+    proc = run_pytest(project, site, "tests/test_my_accel2_plugin.py")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    for test in ("entry_point_is_installed", "probe_without_the_standin",
+                 "standin_activates_and_rejects_typos", "platform_class_identity_and_priority"):
+        assert f"PASSED tests/test_my_accel2_plugin.py::test_{test}" in proc.stdout
+    assert "SKIPPED [1] tests/test_my_accel2_plugin.py" in proc.stdout and "no npu device here" in proc.stdout

@@ -18,11 +18,25 @@ from opcore.platforms import Absent
 import {{ cookiecutter.__module_name }} as plugin
 
 NAME = "{{ cookiecutter.plugin_name }}"
+DEVICE_TYPE = "{{ cookiecutter.device_type }}"
 
 
 def _platform_class():
     module, _, cls = plugin.PLATFORM_CLASS.rpartition(".")
     return getattr(importlib.import_module(module), cls)
+
+
+def _device_present() -> bool:
+    """Whether torch can use a '{{ cookiecutter.device_type }}' device in this process."""
+{%- if cookiecutter.device_type == "cpu" %}
+    return True
+{%- else %}
+    module = getattr(torch, DEVICE_TYPE, None)
+    try:
+        return module is not None and module.device_count() > 0
+    except Exception:
+        return False
+{%- endif %}
 
 
 def test_entry_point_is_installed():
@@ -33,28 +47,21 @@ def test_entry_point_is_installed():
     assert ours[0].load() is plugin.probe
 
 
-{% if cookiecutter.device_type == "cpu" -%}
-def test_probe_is_absent_without_the_standin(monkeypatch):
+def test_probe_without_the_standin(monkeypatch):
     monkeypatch.delenv(plugin.STANDIN_ENV, raising=False)
     result = plugin.probe()
+{%- if cookiecutter.device_type == "cpu" %}
+    # No detection is written yet: absent, and the reason names the stand-in switch.
     assert isinstance(result, Absent)
     assert plugin.STANDIN_ENV in result.reason
-    monkeypatch.setenv(plugin.STANDIN_ENV, "0")
-    assert isinstance(plugin.probe(), Absent)
-{%- else -%}
-def test_probe_reports_what_torch_sees(monkeypatch):
-    monkeypatch.delenv(plugin.STANDIN_ENV, raising=False)
-    module = getattr(torch, "{{ cookiecutter.device_type }}", None)
-    try:
-        present = module is not None and module.device_count() > 0
-    except Exception:
-        present = False
-    result = plugin.probe()
-    if present:
+{%- else %}
+    if _device_present():
         assert result == plugin.PLATFORM_CLASS
     else:
         assert isinstance(result, Absent) and result.reason
 {%- endif %}
+    monkeypatch.setenv(plugin.STANDIN_ENV, "0")
+    assert repr(plugin.probe()) == repr(result)  # '0' is off, like unset
 
 
 def test_standin_activates_and_rejects_typos(monkeypatch):
@@ -68,7 +75,7 @@ def test_standin_activates_and_rejects_typos(monkeypatch):
 def test_platform_class_identity_and_priority():
     cls = _platform_class()
     assert cls.name == NAME
-    assert cls.device_type == "{{ cookiecutter.device_type }}"
+    assert cls.device_type == DEVICE_TYPE
     assert cls.custom_op_forward_chain[-1] == "forward_native"
     priority = cls().get_default_ir_op_priority(OpcoreConfig())
     assert priority["rms_norm"][0] == plugin.PROVIDER
@@ -78,9 +85,9 @@ def test_provider_matches_the_native_reference():
     from {{ cookiecutter.__module_name }} import providers  # noqa: F401  (registers the provider)
 
     impl = ops.rms_norm.impls[plugin.PROVIDER]
-    device = torch.device("{{ cookiecutter.device_type }}")
-    if device.type != "cpu" and _platform_class()().device_count() == 0:
-        pytest.skip("no {{ cookiecutter.device_type }} device here")
+    if not _device_present():
+        pytest.skip(f"no {DEVICE_TYPE} device here")
+    device = torch.device(DEVICE_TYPE)
     x = torch.randn(5, 96, device=device)
     weight = torch.randn(96, device=device)
     assert impl.supports_args(x, weight, 1e-6)

@@ -24,11 +24,11 @@ STANDIN_ENV = "{{ cookiecutter.__standin_env }}"
 
 
 def probe() -> str | Absent:
-    """The platform class's dotted path when a {{ cookiecutter.plugin_name }} device is
-    here (or the stand-in is switched on), otherwise `Absent` with the reason.
+    """The platform class's dotted path when {{ cookiecutter.plugin_name }} hardware is here (or the
+    stand-in is switched on), otherwise `Absent` with the reason.
 
-    Raises ``ValueError`` for a value of {{ cookiecutter.__standin_env }} other than
-    ``1`` or ``0``, so a typo is reported instead of silently ignored.
+    Raises ``ValueError`` when {{ cookiecutter.__standin_env }} is set to anything but ``1`` or
+    ``0``, so a typo is reported instead of ignored.
     """
     standin = os.environ.get(STANDIN_ENV, "")
     if standin == "1":
@@ -43,7 +43,7 @@ def _detect() -> str | Absent:
     an activated out-of-tree platform over every other, so a probe that always says yes
     takes over every machine the plugin is installed on."""
 {%- if cookiecutter.device_type == "cpu" %}
-    # TODO({{ cookiecutter.vendor }}): import your runtime, count devices, and return
+    # TODO: import your runtime, count devices, and return
     # PLATFORM_CLASS only when there is at least one, for example:
     #
     #     try:
@@ -58,7 +58,7 @@ def _detect() -> str | Absent:
         f"{STANDIN_ENV}=1 runs this plugin on the cpu device as a stand-in"
     )
 {%- else %}
-    # TODO({{ cookiecutter.vendor }}): import the torch extension that provides the
+    # TODO: import the torch extension that provides the
     # '{{ cookiecutter.device_type }}' device type here if torch does not know it by itself.
     import torch
 
