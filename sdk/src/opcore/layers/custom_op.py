@@ -121,6 +121,13 @@ class _Replaceable:
         return decorator
 
     @classmethod
+    def unregister(cls, name: str) -> None:
+        """Remove the layer ``name`` and its replacement from the registry (tests)."""
+        with _lock:
+            if _registry.pop(name, None) is None:
+                raise KeyError(f"no layer registered as {name!r}")
+
+    @classmethod
     def unregister_oot(cls, name: str | None = None) -> None:
         """Remove the replacement of layer ``name`` (tests and plugin unloading)."""
         key = name or cls.op_name

@@ -33,12 +33,13 @@ def check_tensor(op: str, arg: str, t: object) -> None:
         raise TypeError(f"opcore.ir.ops.{op}: argument {arg!r}: expected a Tensor, got {type(t).__name__}")
 
 
-def check_float(op: str, arg: str, t: torch.Tensor, *, min_dim: int = 1, max_dim: int = 4) -> None:
+def check_float(op: str, arg: str, t: torch.Tensor, *, min_dim: int = 1, max_dim: int | None = None) -> None:
     check_tensor(op, arg, t)
     if t.dtype not in FLOAT_DTYPES:
         fail(op, arg, f"dtype {_dt(t)} is not supported; expected float16, bfloat16, float32 or float64")
-    if not min_dim <= t.dim() <= max_dim:
-        fail(op, arg, f"has {t.dim()} dims (shape {tuple(t.shape)}); expected {min_dim} to {max_dim}")
+    if t.dim() < min_dim or (max_dim is not None and t.dim() > max_dim):
+        expected = f"at least {min_dim}" if max_dim is None else f"{min_dim} to {max_dim}"
+        fail(op, arg, f"has {t.dim()} dims (shape {tuple(t.shape)}); expected {expected}")
 
 
 def check_like(op: str, arg: str, t: torch.Tensor, ref_arg: str, ref: torch.Tensor, *, dtype: bool = True) -> None:

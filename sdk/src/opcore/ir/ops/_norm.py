@@ -73,10 +73,10 @@ def _validate_rms_norm(x, weight, epsilon, variance_size=None):
             variance_size is None
             and dt in c.FLOAT_SET
             and type(epsilon) is float
-            and (weight is None or (weight.dtype == dt and weight.ndim == 1 and weight.numel() == x.shape[-1] and weight.device == x.device))
+            and ((weight is None and x.ndim) or (weight is not None and weight.dtype == dt and weight.ndim == 1 and weight.numel() == x.shape[-1] and weight.device == x.device))
         ):
             return
-    except AttributeError:
+    except (AttributeError, IndexError):
         pass
     _check_common("rms_norm", x, weight, epsilon, variance_size)
 
