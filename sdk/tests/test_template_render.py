@@ -239,10 +239,20 @@ def test_existing_target_is_refused_in_one_line(tmp_path, capsys):
     assert rc == 2 and err.count("\n") == 1 and "already exists" in err
 
 
+class Terminal(io.StringIO):
+    """Standard input that says it is a terminal (none exists under pytest)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 def test_missing_cookiecutter_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
     for module in ("cookiecutter", "cookiecutter.main", "cookiecutter.exceptions"):
         monkeypatch.setitem(sys.modules, module, None)  # what the import system does for a missing package
-    rc = main(["new-plugin", "acme", "-o", str(tmp_path), "--no-input"])
+    # Interactive, yet nothing is asked: the missing package is reported first.
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail(f"asked {prompt!r}"))
+    rc = main(["new-plugin", "acme", "-o", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1, err
     assert "pip install 'opcore[template]'" in err
@@ -250,10 +260,6 @@ def test_missing_cookiecutter_is_one_line_naming_the_extra(tmp_path, capsys, mon
 
 
 def test_interactive_run_asks_for_vendor_and_device_type(tmp_path, capsys, monkeypatch):
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:  # a terminal stands in for the user's; none exists under pytest
-            return True
-
     monkeypatch.setattr(sys, "stdin", Terminal())
     answers = iter(["Acme Labs", ""])  # vendor typed, device type left at its default
     asked = []

@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     problem = templates.name_checks().name_problem(args.name)
     if problem:
         return fail(problem)
+    try:
+        templates.cookiecutter_api()  # before asking anything: it may need installing first
+    except templates.TemplateError as exc:
+        return fail(str(exc))
     if not args.no_input and sys.stdin.isatty():
         try:
             if vendor is None:

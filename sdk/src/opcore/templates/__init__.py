@@ -17,6 +17,7 @@ import json
 import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 PLUGIN_TEMPLATE = Path(__file__).resolve().parent / "plugin"
 DEFAULT_DEVICE_TYPE = "cpu"
@@ -69,6 +70,17 @@ def plugin_problems(name: str, vendor: str | None = None, device_type: str = DEF
     )
 
 
+def cookiecutter_api() -> tuple[Any, type[Exception]]:
+    """``(cookiecutter function, its base exception class)``; `TemplateError` naming the
+    extra to install when cookiecutter is missing."""
+    try:
+        from cookiecutter.exceptions import CookiecutterException
+        from cookiecutter.main import cookiecutter
+    except ImportError as exc:
+        raise TemplateError(f"rendering the template needs cookiecutter ({exc}): {INSTALL_HINT}") from None
+    return cookiecutter, CookiecutterException
+
+
 def _api_range() -> tuple[str, str]:
     from opcore import PLUGIN_API_VERSION
 
@@ -92,11 +104,7 @@ def render_plugin(
     problems = plugin_problems(name, vendor, device_type)
     if problems:
         raise TemplateError(problems[0])
-    try:
-        from cookiecutter.exceptions import CookiecutterException
-        from cookiecutter.main import cookiecutter
-    except ImportError as exc:
-        raise TemplateError(f"rendering the template needs cookiecutter ({exc}): {INSTALL_HINT}") from None
+    cookiecutter, CookiecutterException = cookiecutter_api()
 
     import opcore
 
