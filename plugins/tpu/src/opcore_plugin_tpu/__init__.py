@@ -1,0 +1,19 @@
+"""opcore-plugin-tpu: Google TPU, and XLA:CPU when ``PJRT_DEVICE=CPU``, through torch_xla.
+
+Importing this package imports neither torch_xla nor JAX; `probe` decides whether the
+platform activates (see `opcore_plugin_tpu.detect`).
+"""
+
+from __future__ import annotations
+
+from opcore_plugin_tpu.detect import probe
+
+__all__ = ["probe", "register_general"]
+
+
+def register_general() -> None:
+    """``opcore.general_plugins:tpu``: name the ``PALLAS`` attention backend's class in the
+    registry (a path only: nothing is imported). Idempotent."""
+    from opcore.attention.registry import register_backend
+
+    register_backend("PALLAS", "opcore_plugin_tpu.attention.PallasBackend")

@@ -1,0 +1,138 @@
+"""opcore-plugin-tpu in the dev venv (no torch_xla): packaging, probe rules, platform class.
+
+The probe tests whose names say ``simulated`` put a stand-in ``torch_xla`` module (or a
+stand-in sysfs tree) on the path: no TPU and no torch_xla exist in this venv. Everything
+that needs torch_xla itself runs in the torch 2.9 + torch_xla 2.9 venv through
+plugins/tpu/scripts/run_conformance_xla.sh (see plugins/tpu/reports/).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import sys
+
+import pytest
+import torch
+
+from opcore.platforms import FORWARD_METHODS, Absent
+from opcore_plugin_tpu import detect as probe_mod
+from opcore_plugin_tpu.platform import TpuPlatform
+
+HAS_XLA = importlib.util.find_spec("torch_xla") is not None
+
+
+def test_tpu_entry_point_is_installed_in_tree():
+    eps = [ep for ep in md.entry_points(group="opcore.intree_platform_plugins") if ep.name == "tpu"]
+    assert len(eps) == 1
+    assert eps[0].value == "opcore_plugin_tpu:probe"
+    assert eps[0].dist.metadata["Name"] == "opcore-plugin-tpu"
+    # The runtime is an extra, not a dependency: the plugin installs without torch_xla.
+    requires = md.requires("opcore-plugin-tpu") or []
+    assert not [r for r in requires if r.startswith("torch_xla") and "extra ==" not in r]
+
+
+@pytest.mark.skipif(HAS_XLA, reason="torch_xla is installed here")
+def test_tpu_probe_without_torch_xla_says_not_installed(monkeypatch):
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    result = probe_mod.probe()
+    assert isinstance(result, Absent) and not result
+    assert "torch_xla is not installed" in result.reason
+
+
+@pytest.fixture
+def fake_torch_xla(tmp_path, monkeypatch):
+    """A stand-in `torch_xla` package (simulated presence); its body is the parameter."""
+
+    def make(body: str = ""):
+        pkg = tmp_path / "torch_xla"
+        pkg.mkdir(exist_ok=True)
+        (pkg / "__init__.py").write_text(body)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, "torch_xla", raising=False)
+        importlib.invalidate_caches()
+
+    yield make
+    sys.modules.pop("torch_xla", None)
+
+
+def test_tpu_probe_simulated_torch_xla_activates_only_with_explicit_pjrt_cpu(fake_torch_xla, monkeypatch):
+    fake_torch_xla()
+    monkeypatch.setattr(probe_mod, "count_tpu_chips", lambda *a, **k: 0)
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    unset = probe_mod.probe()
+    assert isinstance(unset, Absent)
+    assert "PJRT_DEVICE is unset" in unset.reason and "no TPU chip" in unset.reason
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    tpu = probe_mod.probe()
+    assert isinstance(tpu, Absent) and "PJRT_DEVICE=TPU is set but no TPU chip" in tpu.reason
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    assert probe_mod.probe() == "opcore_plugin_tpu.platform.TpuPlatform"
+    monkeypatch.setenv("PJRT_DEVICE", "CUDA")
+    other = probe_mod.probe()
+    assert isinstance(other, Absent) and "PJRT_DEVICE=CUDA" in other.reason
+
+
+def test_tpu_probe_simulated_tpu_chips_activate_without_pjrt_device(fake_torch_xla, monkeypatch):
+    fake_torch_xla()
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    monkeypatch.setattr(probe_mod, "count_tpu_chips", lambda *a, **k: 4)
+    assert probe_mod.probe() == "opcore_plugin_tpu.platform.TpuPlatform"
+
+
+def test_tpu_probe_simulated_broken_torch_xla_keeps_the_import_error(fake_torch_xla, monkeypatch):
+    fake_torch_xla("raise ImportError('libtpu.so: cannot open shared object file')\n")
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    result = probe_mod.probe()
+    assert isinstance(result, Absent)
+    assert result.reason == (
+        "torch_xla failed to import: ImportError: libtpu.so: cannot open shared object file"
+    )
+
+
+def test_tpu_chip_count_reads_pci_ids_from_a_simulated_sysfs(tmp_path):
+    def device(name, vendor, dev):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "device").write_text(dev + "\n")
+
+    device("0000:00:04.0", "0x1ae0", "0x0063")  # a TPU v5e chip
+    device("0000:00:05.0", "0x1ae0", "0x0063")
+    device("0000:00:06.0", "0x1ae0", "0x1234")  # a Google device that is not a TPU
+    device("0000:00:07.0", "0x10de", "0x0063")  # another vendor
+    assert probe_mod.count_tpu_chips(str(tmp_path)) == 2
+    assert probe_mod.count_tpu_chips(str(tmp_path / "missing")) == 0
+
+
+def test_tpu_platform_identity_and_hooks_without_a_tpu():
+    p = TpuPlatform()
+    assert (p.name, p.device_type, p.dispatch_key) == ("tpu", "xla", "XLA")
+    assert p.device_control_env_var == "TPU_VISIBLE_CHIPS"
+    assert p.dist_backend == "xla"
+    chain = p.custom_op_forward_chain
+    assert chain == ("forward_tpu", "forward_native")
+    assert set(chain) <= set(FORWARD_METHODS)
+    assert p.device(1) == torch.device("xla", 1)
+    # Not on a TPU (torch_xla absent or on XLA:CPU): no PALLAS candidate.
+    assert p.get_attn_backend_candidates(None) == ["TORCH_NATIVE"]
+    assert p.get_default_ir_op_priority(None) == {}
+    assert isinstance(p.inference_mode(), torch.no_grad)
+
+
+def test_tpu_pallas_backend_is_registered_by_name_and_unavailable_here():
+    from opcore.attention import backend_class_path
+    from opcore.plugins import load_general_plugins
+
+    load_general_plugins()
+    assert backend_class_path("PALLAS") == "opcore_plugin_tpu.attention.PallasBackend"
+    from opcore.attention.registry import load_backend_class
+    from opcore.attention.selector_config import AttentionSelectorConfig
+
+    cls = load_backend_class(backend_class_path("PALLAS"))
+    cfg = AttentionSelectorConfig(head_size=128, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, device_type="xla")
+    reasons = cls.validate_configuration(cfg)
+    assert any("needs a TPU" in r for r in reasons)
+    cfg64 = AttentionSelectorConfig(head_size=64, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, device_type="xla")
+    assert any("lane width" in r for r in cls.validate_configuration(cfg64))
+    assert cls.get_kv_cache_shape(10, 16, 2, 128) == (10, 16, 4, 128)
