@@ -1,0 +1,90 @@
+"""`XpuPlatform`: Intel GPUs through torch's ``xpu`` device.
+
+Providers, in the default priority: ``ipex`` (IPEX's XPU kernels, when
+intel-extension-for-pytorch imports), then ``triton`` (the portable kernels of
+`opcore.kernels.triton`, when Triton has its ``intel`` backend), then ``native``. A
+provider that is not usable here is left out of the default instead of being named and
+warned about on every host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from opcore.platforms import Platform
+
+
+def intel_triton_backend() -> bool:
+    """True when the installed Triton has the ``intel`` backend (it drives torch ``xpu``)."""
+    try:
+        from triton.backends import backends
+    except Exception:  # no Triton, or a broken one: no XPU Triton backend
+        return False
+    return "intel" in backends
+
+
+class XpuPlatform(Platform):
+    name = "xpu"
+    device_name = "xpu"
+    device_type = "xpu"
+    dispatch_key = "XPU"
+    dist_backend = "xccl"
+    device_control_env_var = "ZE_AFFINITY_MASK"
+    supported_dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    custom_op_forward_chain = ("forward_xpu", "forward_native")
+
+    # ------------------------------------------------------------------ device queries
+    def device_count(self) -> int:
+        return torch.xpu.device_count()
+
+    def get_device_name(self, index: int = 0) -> str:
+        return torch.xpu.get_device_name(index)
+
+    def get_device_total_memory(self, index: int = 0) -> int:
+        return int(torch.xpu.get_device_properties(index).total_memory)
+
+    def synchronize(self) -> None:
+        torch.xpu.synchronize()
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        torch.xpu.manual_seed_all(seed)
+
+    def empty_cache(self) -> None:
+        torch.xpu.empty_cache()
+
+    def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.inference_mode()
+
+    # ------------------------------------------------------------------ hooks
+    def import_ir_kernels(self) -> None:
+        import opcore.kernels.triton  # noqa: F401  (registers "triton"; supported iff Triton imports)
+        from opcore_plugin_xpu import ipex_provider  # noqa: F401  (registers "ipex" iff IPEX imports)
+
+    def default_providers(self) -> list[str]:
+        """The providers usable here, best first (without ``native``)."""
+        from opcore_plugin_xpu import ipex_provider
+
+        out = []
+        if ipex_provider.REGISTERED:
+            out.append("ipex")
+        if intel_triton_backend():
+            out.append("triton")
+        return out
+
+    def get_default_ir_op_priority(self, config) -> dict[str, list[str]]:
+        from opcore.ir.op import all_ops
+
+        usable = self.default_providers()
+        priority = {}
+        for name, op in all_ops().items():
+            chain = [p for p in usable if p in op.impls]
+            if chain:
+                priority[name] = chain
+        return priority
+
+    def get_attn_backend_candidates(self, cfg: Any) -> list[str]:
+        return (["TRITON_PAGED"] if intel_triton_backend() else []) + ["TORCH_NATIVE"]
