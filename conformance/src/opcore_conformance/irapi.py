@@ -102,6 +102,7 @@ class SampleCache:
         self._size = size
         self._lru: collections.OrderedDict[tuple[str, str, bool], list[Any]] = collections.OrderedDict()
         self._names: dict[tuple[str, str, bool], list[str]] = {}
+        self._layouts: dict[tuple[str, str, bool, str], str] = {}
 
     def samples(self, op: Any, dtype: str, quick: bool) -> list[Any]:
         key = (op.name, dtype, quick)
@@ -114,6 +115,9 @@ class SampleCache:
         if dupes:
             raise ValueError(f"op {op.name!r}: sample names repeat for {dtype}: {dupes}")
         self._names[key] = names
+        for sample in got:
+            strided = any(not t.is_contiguous() for _, t in sample.tensors())
+            self._layouts[(*key, sample.name)] = "strided" if strided else "contiguous"
         self._lru[key] = got
         full = [k for k in self._lru if not k[2]]
         while len(full) > self._size:
@@ -125,6 +129,11 @@ class SampleCache:
         if key not in self._names:
             self.samples(op, dtype, quick)
         return self._names[key]
+
+    def layout(self, op: Any, dtype: str, quick: bool, name: str) -> str:
+        """``contiguous``, or ``strided`` when some tensor argument is not contiguous."""
+        self.names(op, dtype, quick)
+        return self._layouts[(op.name, dtype, quick, name)]
 
     def get(self, op: Any, dtype: str, quick: bool, name: str) -> Any:
         for s in self.samples(op, dtype, quick):

@@ -10,16 +10,7 @@ from typing import Any
 from opcore_conformance import irapi
 from opcore_conformance import status as S
 from opcore_conformance.case import Case, CheckFailed, Tolerance, Unsupported, case_id
-from opcore_conformance.options import dtype_from_name
 from opcore_conformance.tensors import to_device
-
-
-def sample_layout(sample: Any) -> str:
-    """``contiguous`` or ``strided`` (some tensor argument is not contiguous)."""
-    for _, t in sample.tensors():
-        if not t.is_contiguous():
-            return "strided"
-    return "contiguous"
 
 
 def grid(
@@ -59,6 +50,7 @@ def grid(
                     case = Case(
                         case_id(check, op_name, provider, dtype, sample), check,
                         op=op_name, provider=provider, dtype=dtype, sample=sample,
+                        layout=ctx.cache.layout(op, dtype, ctx.quick, sample),
                         body=make_body(op_name, provider, dtype, sample),
                     )
                     if with_tolerance:
@@ -106,7 +98,3 @@ def call(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     except Exception as exc:
         text = str(exc).strip().splitlines()
         raise CheckFailed(f"{what} raised {type(exc).__name__}: {text[0] if text else ''}") from None
-
-
-def dtype(name: str):
-    return dtype_from_name(name)

@@ -36,7 +36,8 @@ def op_rows(records: list[dict[str, Any]]) -> list[Row]:
     for rec in records:
         if not rec.get("op"):
             continue
-        key = (rec["op"], rec.get("provider") or "", rec.get("dtype") or "")
+        provider = rec.get("provider") or ("(layer)" if rec["check"].startswith("layers") else "")
+        key = (rec["op"], provider, rec.get("dtype") or "")
         rows.setdefault(key, Row(key)).add(rec)
     return [rows[k] for k in sorted(rows)]
 
