@@ -57,27 +57,31 @@ class _Calls:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, s: DecoderShape, calls: _Calls, decode_context: int | None, generator: torch.Generator):
+    def __init__(self, s: DecoderShape, calls: _Calls, decode_context: int | None, generator: torch.Generator, dtype: torch.dtype):
         super().__init__()
         self.s, self.calls, self.decode_context = s, calls, decode_context
+        device = generator.device
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=generator, device=device)
 
         def p(*shape, scale=None):
             scale = scale if scale is not None else shape[-1] ** -0.5
-            return nn.Parameter(torch.randn(*shape, generator=generator) * scale, requires_grad=False)
+            return nn.Parameter((randn(*shape) * scale).to(dtype), requires_grad=False)
 
         self.input_norm = p(s.hidden, scale=0.1)
         self.post_attn_norm = p(s.hidden, scale=0.1)
         with torch.no_grad():
             self.input_norm += 1.0
             self.post_attn_norm += 1.0
-        self.q_norm = nn.Parameter(1.0 + 0.1 * torch.randn(s.head_size, generator=generator), requires_grad=False)
-        self.k_norm = nn.Parameter(1.0 + 0.1 * torch.randn(s.head_size, generator=generator), requires_grad=False)
+        self.q_norm = nn.Parameter((1.0 + 0.1 * randn(s.head_size)).to(dtype), requires_grad=False)
+        self.k_norm = nn.Parameter((1.0 + 0.1 * randn(s.head_size)).to(dtype), requires_grad=False)
         self.qkv = p((s.heads + 2 * s.kv_heads) * s.head_size, s.hidden)
         self.o = p(s.hidden, s.heads * s.head_size)
         self.gate_up = p(2 * s.intermediate, s.hidden)
         self.down = p(s.hidden, s.intermediate)
         if decode_context:
-            kv = torch.randn(2, s.kv_heads, decode_context, s.head_size, generator=generator)
+            kv = randn(2, s.kv_heads, decode_context, s.head_size).to(dtype)
             self.register_buffer("kv_cache", kv, persistent=False)
 
     def attention(self, positions, h, cos_sin_cache):
@@ -129,15 +133,19 @@ class Decoder(nn.Module):
         impl: str = "opcore",
         decode_context: int | None = None,
         seed: int = 0,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
     ):
         super().__init__()
         self.shape = s = shape or DecoderShape()
         calls = _Calls(impl)
-        g = torch.Generator().manual_seed(seed)
-        self.layers = nn.ModuleList(DecoderLayer(s, calls, decode_context, g) for _ in range(s.layers))
-        self.final_norm = nn.Parameter(torch.ones(s.hidden), requires_grad=False)
+        # weights drawn on the device: the CPU would take long for the Llama-sized ones
+        g = torch.Generator(device=device).manual_seed(seed)
+        self.layers = nn.ModuleList(DecoderLayer(s, calls, decode_context, g, dtype) for _ in range(s.layers))
+        self.final_norm = nn.Parameter(torch.ones(s.hidden, device=device, dtype=dtype), requires_grad=False)
         self.calls = calls
-        self.register_buffer("cos_sin_cache", build_cos_sin_cache(s.head_size, s.max_position), persistent=False)
+        cache = build_cos_sin_cache(s.head_size, s.max_position, device=device)
+        self.register_buffer("cos_sin_cache", cache, persistent=False)
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         residual = None
