@@ -127,3 +127,19 @@ def test_oot_layer_replacement_is_built_bound_and_checked_against_native(provide
     assert records["layers.agree[rms_norm-float32]"]["status"] == "fail"
     assert "forward_native" in records["layers.agree[rms_norm-float32]"]["message"]
     assert records["layers.agree[rotary_embedding-float32]"]["status"] == "pass"
+
+
+def test_opcheck_catches_a_provider_whose_output_disagrees_with_the_fake(planted_site, tmp_path,
+                                                                         run_suite, read_statuses):
+    # The fake implementation says bfloat16 (the native function's dtype); the provider
+    # returns float32: torch.library.opcheck's fake-tensor test fails, the correct one passes.
+    proc = run_suite(["--platform", "cpu", "--expectations", "none", "--no-progress",
+                      "--case", "opcheck[rms_norm-planted_dtype-bfloat16-*]",
+                      "--case", "opcheck[rms_norm-planted_good-bfloat16-*]"],
+                     site=planted_site, report_dir=tmp_path / "r")
+    records = read_statuses(tmp_path / "r")
+    bad = {k: r["status"] for k, r in records.items() if "planted_dtype" in k}
+    good = {k: r["status"] for k, r in records.items() if "planted_good" in k}
+    assert bad and set(bad.values()) == {"fail"}, bad
+    assert good and set(good.values()) == {"pass"}, good
+    assert proc.returncode == 1

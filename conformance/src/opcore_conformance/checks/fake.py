@@ -7,8 +7,8 @@ tensors and fails. Providers without ``supports_args`` take every argument and g
 ``not_applicable`` case.
 
 ``opcheck[op-provider-dtype-sample]``: ``torch.library.opcheck`` on ``torch.ops.opcore_ir.<op>``
-with this device's inputs and the provider forced: schema, fake implementation, AOT
-dispatch. ``test_autograd_registration`` runs only on cpu and cuda devices (PyTorch does
+(and its ``maybe_inplace`` overload for ops that have one) with this device's inputs and the
+provider forced: schema, fake implementation, AOT dispatch. ``test_autograd_registration`` runs only on cpu and cuda devices (PyTorch does
 not implement it for other backends: ``not_applicable`` there, recorded in the case).
 """
 
@@ -98,19 +98,25 @@ def _opcheck_body(op_name: str, provider: str, dtype: str, sample_name: str):
         else:
             info["not_applicable"] = {"test_autograd_registration":
                                       f"not implemented by PyTorch for {ctx.device.type} tensors"}
+        overloads = [("default", op.torch_op, args, kwargs)]
+        if op.allow_inplace:  # the donation overload, on its own copy of the inputs
+            _, _, args2, kwargs2 = device_sample(ctx, op_name, dtype, sample_name)
+            overloads.append(("maybe_inplace", op.torch_op_inplace, args2, kwargs2))
         with forced(op, provider, args, kwargs):
-            try:
-                result = opcheck(op.torch_op, args, kwargs, test_utils=utils)
-            except NotImplementedError as exc:
-                raise NotApplicable(f"opcheck cannot run on {ctx.device.type}: {exc}") from None
-            except Exception as exc:
-                first = str(exc).strip().splitlines()
-                raise CheckFailed(f"torch.library.opcheck(opcore_ir::{op_name}) failed: "
-                                  f"{type(exc).__name__}: {first[0] if first else ''}") from None
-        bad = {k: v for k, v in (result or {}).items() if v not in ("SUCCESS", "xfail", "skip")}
-        if bad:
-            raise CheckFailed(f"opcheck(opcore_ir::{op_name}): {bad}")
-        info["utils"] = result
+            for overload, torch_op, a, kw in overloads:
+                name = f"opcore_ir::{op_name}.{overload}"
+                try:
+                    result = opcheck(torch_op, a, kw, test_utils=utils)
+                except NotImplementedError as exc:
+                    raise NotApplicable(f"opcheck({name}) cannot run on {ctx.device.type}: {exc}") from None
+                except Exception as exc:
+                    first = str(exc).strip().splitlines()
+                    raise CheckFailed(f"torch.library.opcheck({name}) failed: "
+                                      f"{type(exc).__name__}: {first[0] if first else ''}") from None
+                bad = {k: v for k, v in (result or {}).items() if v not in ("SUCCESS", "xfail", "skip")}
+                if bad:
+                    raise CheckFailed(f"torch.library.opcheck({name}): {bad}")
+                info[overload] = result
         return info
 
     return body
