@@ -29,6 +29,9 @@ def test_unknown_platform_and_bad_dtype_are_usage_errors(tmp_path):
     assert proc.returncode == 2 and "no_such_platform" in proc.stderr
     proc = _run(["conformance", "--dtypes", "float33"], tmp_path)
     assert proc.returncode == 2 and "'float33' is not a torch dtype" in proc.stderr
+    proc = _run(["conformance", "--ops", "rms_nrom", "--checks", "numerics"], tmp_path)
+    assert proc.returncode == 2 and "'rms_nrom' named by no case" in proc.stderr
+    assert "rms_norm" in proc.stderr  # the known names are listed
 
 
 def test_core_cli_explains_a_missing_suite(tmp_path):

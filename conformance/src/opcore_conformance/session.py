@@ -172,6 +172,7 @@ class ConformanceSession:
     def collect(self) -> list[Case]:
         """The cases of this run, filtered, plus the expectation cases (unmatched entries)."""
         assert self.ctx is not None, "call setup() first"
+        self._check_filters()
         cases = [c for c in self._collect_all(self.ctx) if self._selected(c)]
         cases += self._expectation_cases()
         seen: set[str] = set()
@@ -180,6 +181,32 @@ class ConformanceSession:
                 raise SetupError(f"duplicate case id {c.id!r}: two checks or samples share a name")
             seen.add(c.id)
         return cases
+
+    def _check_filters(self) -> None:
+        """A filter naming nothing that exists is a usage error, not an empty green run."""
+        o = self.options
+        if not (o.ops or o.providers or o.dtypes or o.checks):
+            return
+        from opcore_conformance.checks import CHECK_NAMES
+
+        everything = self._collect_all(self.ctx.unfiltered(quick=True))
+        known = {
+            "--ops": ({c.op for c in everything if c.op}, o.ops),
+            "--providers": ({c.provider for c in everything if c.provider}, o.providers),
+            "--dtypes": ({c.dtype for c in everything if c.dtype}, o.dtypes),
+        }
+        for flag, (names, given) in known.items():
+            unknown = [g for g in given or () if g not in names]
+            if unknown:
+                hint = (" (a provider that no plugin registers here can be loaded with --import MODULE)"
+                        if flag == "--providers" else "")
+                raise SetupError(f"{flag}: {', '.join(map(repr, unknown))} named by no case on platform "
+                                 f"{self.ctx.platform.name!r}; known: {', '.join(sorted(names))}{hint}")
+        checks = {c.check for c in everything} | set(CHECK_NAMES)
+        unknown = [g for g in o.checks or () if not any(c == g or c.startswith(g + ".") for c in checks)]
+        if unknown:
+            raise SetupError(f"--checks: {', '.join(map(repr, unknown))} is not a check; known: "
+                             f"{', '.join(sorted(checks))}")
 
     def _collect_all(self, ctx: Context) -> list[Case]:
         from opcore_conformance.checks import CHECK_MODULES
