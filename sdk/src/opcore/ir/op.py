@@ -39,8 +39,9 @@ _registry_lock = threading.RLock()
 # Bumped on every change that can alter a dispatch decision other than the config.
 _GENERATION = 0
 
-# Bound once: these run on every eager call.
-_is_compiling = torch.compiler.is_compiling
+# Bound once: these run on every eager call. Dynamo folds is_dynamo_compiling() to True
+# while tracing; export and AOT tracing run under a dispatch mode (second check).
+_is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 _has_torch_function = torch._C._has_torch_function
 
@@ -186,19 +187,26 @@ class IrOp:
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Compute the op with the selected provider; never mutates the arguments."""
-        if _is_compiling() or _dispatch_stack_len() or _has_torch_function(args) or (
-            kwargs and _has_torch_function(tuple(kwargs.values()))
-        ):
-            return self.torch_op(*args, **kwargs)
+        # The hot path of every eager call: keep it free of avoidable work (DESIGN §10).
+        if kwargs:
+            return self._call_kwargs(args, kwargs)
+        if _is_compiling() or _dispatch_stack_len() or _has_torch_function(args):
+            return self.torch_op(*args)
         v = self._validator
         if v is not None:
-            v(*args, **kwargs)
+            v(*args)
         if self._key_cfg != _config_generation() or self._key_reg != _GENERATION:
             self._refresh()
         impl = self._fast
         if impl is None:
-            impl = self.dispatch(*args, **kwargs)
-        return impl.functional(*args, **kwargs)
+            impl = self.dispatch(*args)
+        return impl.functional(*args)
+
+    def _call_kwargs(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        if is_tracing(args, kwargs):
+            return self.torch_op(*args, **kwargs)
+        self.validate(*args, **kwargs)
+        return self.dispatch(*args, **kwargs).functional(*args, **kwargs)
 
     def maybe_inplace(self, *args: Any, **kwargs: Any) -> Any:
         """Like calling the op, but the caller donates the activations: an in-place
@@ -522,9 +530,11 @@ def register_op(
             if op_name in _REGISTRY:
                 raise ValueError(f"op {op_name!r} is already registered")
             torch_lib.check_op_name_free(op_name)
+            _check_namespace_free(op_name)
             op = IrOp(op_name, fn, activations=activations, allow_inplace=allow_inplace, tolerances=tolerances)
             torch_lib.register(op)
             _REGISTRY[op_name] = op
+            _publish(op_name, op)
             bump_generation()
         return op
 
@@ -543,7 +553,30 @@ def unregister_op(name: str) -> None:
         if op is None:
             raise KeyError(f"no op named {name!r}")
         torch_lib.unregister(op)
+        _publish(name, None)
         bump_generation()
+
+
+def _check_namespace_free(name: str) -> None:
+    import sys
+
+    namespace = sys.modules.get("opcore.ir.ops")
+    if namespace is not None and name in namespace.__dict__:
+        raise ValueError(f"op name {name!r} is taken by opcore.ir.ops.{name} (a module member)")
+
+
+def _publish(name: str, op: IrOp | None) -> None:
+    """Make ``opcore.ir.ops.<name>`` a plain module attribute (a failed module attribute
+    lookup that falls back to ``__getattr__`` costs about a microsecond per call)."""
+    import sys
+
+    namespace = sys.modules.get("opcore.ir.ops")
+    if namespace is None:  # the namespace module is importing; it publishes what exists
+        return
+    if op is None:
+        namespace.__dict__.pop(name, None)
+    else:
+        setattr(namespace, name, op)
 
 
 def get_op(name: str) -> IrOp:

@@ -14,7 +14,8 @@ import torch
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 FLOAT_SET = frozenset(FLOAT_DTYPES)
 INDEX_DTYPES = (torch.int32, torch.int64)
-_is_compiling = torch.compiler.is_compiling
+INDEX_SET = frozenset(INDEX_DTYPES)
+_is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 # OPCORE_IR_CHECK_VALUES=1 reads positions on every device (a device sync per call).
 _CHECK_ALL_DEVICES = os.environ.get("OPCORE_IR_CHECK_VALUES", "").strip() in ("1", "true", "yes", "on")
@@ -76,7 +77,7 @@ def values_readable(t: torch.Tensor) -> bool:
     plain tensor with ``OPCORE_IR_CHECK_VALUES=1``) outside tracing."""
     return (
         type(t) is torch.Tensor
-        and (_CHECK_ALL_DEVICES or t.device.type == "cpu")
+        and (t.is_cpu or _CHECK_ALL_DEVICES)
         and not _is_compiling()
         and not _dispatch_stack_len()
     )
@@ -107,12 +108,23 @@ def check_positions(op: str, positions: torch.Tensor, cache: torch.Tensor, ref_a
         fail(op, arg, f"is on {positions.device} but {ref_arg!r} is on {ref.device}; they must be on one device")
     if not 1 <= positions.dim() <= 2:
         fail(op, arg, f"has shape {tuple(positions.shape)}; expected [tokens] or [batch, seq]")
-    if positions.numel() and values_readable(positions):
-        lo, hi = int(positions.min()), int(positions.max())
+    check_position_values(op, positions, cache)
+
+
+def check_position_values(op: str, positions: torch.Tensor, cache: torch.Tensor) -> None:
+    """Positions lie in ``[0, cache rows)``; read only when `values_readable`."""
+    n = positions.numel()
+    if n and values_readable(positions):
+        if n <= 64:  # a list beats a reduction for the few tokens of a decode step
+            values = positions.reshape(-1).tolist()
+            lo, hi = min(values), max(values)
+        else:
+            lo_t, hi_t = torch.aminmax(positions)
+            lo, hi = int(lo_t), int(hi_t)
         max_pos = cache.shape[0]
         if lo < 0 or hi >= max_pos:
             bad = hi if hi >= max_pos else lo
-            fail(op, arg, f"holds position {bad}, outside the cos_sin_cache rows [0, {max_pos})")
+            fail(op, "positions", f"holds position {bad}, outside the cos_sin_cache rows [0, {max_pos})")
 
 
 def check_heads(op: str, arg: str, t: torch.Tensor, positions: torch.Tensor, head_size: int) -> None:
@@ -130,3 +142,24 @@ def check_heads(op: str, arg: str, t: torch.Tensor, positions: torch.Tensor, hea
             fail(op, arg, f"last dim {t.shape[-1]} is not head_size {head_size}")
     elif t.shape[-1] % head_size:
         fail(op, arg, f"hidden size {t.shape[-1]} is not a multiple of head_size {head_size}")
+
+
+def heads_ok(t: torch.Tensor, lead: torch.Size, head_size: int) -> bool:
+    """Fast-path form of `check_heads` (no message)."""
+    shape = t.shape
+    n = len(lead)
+    extra = len(shape) - n
+    if shape[:n] != lead:
+        return False
+    if extra == 1:
+        return shape[-1] % head_size == 0
+    return extra == 2 and shape[-1] == head_size
+
+
+def cache_ok(cache: torch.Tensor, head_size: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Fast-path form of `check_cache` (no message)."""
+    cdt = cache.dtype
+    if (cdt is not dtype and cdt is not torch.float32) or cache.ndim != 2 or cache.device != device:
+        return False
+    width = cache.shape[1]
+    return 0 < width <= head_size and not width % 2

@@ -15,6 +15,7 @@ from opcore.ir.op import register_op
 from opcore.ir.ops import _checks as c
 from opcore.ir.samples import SampleInput, randn
 
+_FLOAT = c.FLOAT_SET
 _NORM_TOLERANCES = {torch.float16: (1e-2, 2e-3), torch.bfloat16: (2e-2, 1.6e-2)}
 
 
@@ -65,17 +66,22 @@ def _check_common(op: str, x: torch.Tensor, weight, epsilon, variance_size) -> N
 
 @rms_norm.register_validator
 def _validate_rms_norm(x, weight, epsilon, variance_size=None):
-    # Fast path: the common valid call costs a few attribute reads; anything unusual
-    # takes the full checks, which raise with a message naming the argument.
+    # Fast path: a valid common call costs a few attribute reads (this runs on every
+    # eager call); anything else takes the full checks, which raise naming the argument.
     try:
-        dt = x.dtype
-        if (
-            variance_size is None
-            and dt in c.FLOAT_SET
-            and type(epsilon) is float
-            and ((weight is None and x.ndim) or (weight is not None and weight.dtype == dt and weight.ndim == 1 and weight.numel() == x.shape[-1] and weight.device == x.device))
-        ):
-            return
+        if variance_size is None and type(epsilon) is float:
+            if weight is not None:
+                dt = weight.dtype
+                if (
+                    dt is x.dtype
+                    and dt in _FLOAT
+                    and weight.ndim == 1
+                    and weight.numel() == x.shape[-1]
+                    and weight.device == x.device
+                ):
+                    return
+            elif x.dtype in _FLOAT and x.ndim:
+                return
     except (AttributeError, IndexError):
         pass
     _check_common("rms_norm", x, weight, epsilon, variance_size)
@@ -83,6 +89,28 @@ def _validate_rms_norm(x, weight, epsilon, variance_size=None):
 
 @fused_add_rms_norm.register_validator
 def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
+    try:  # fast path for a valid call, as in rms_norm
+        if variance_size is None and type(epsilon) is float:
+            dt = x.dtype
+            if (
+                dt in _FLOAT
+                and x_residual.dtype is dt
+                and x_residual.shape == x.shape
+                and x_residual.device == x.device
+                and (
+                    (weight is None and x.ndim)
+                    or (
+                        weight is not None
+                        and weight.dtype is dt
+                        and weight.ndim == 1
+                        and weight.numel() == x.shape[-1]
+                        and weight.device == x.device
+                    )
+                )
+            ):
+                return
+    except (AttributeError, IndexError):
+        pass
     _check_common("fused_add_rms_norm", x, weight, epsilon, variance_size)
     c.check_like("fused_add_rms_norm", "x_residual", x_residual, "x", x)
     if x_residual.shape != x.shape:

@@ -57,8 +57,39 @@ def split_qkv_rmsnorm_rope(
     return q, k, v
 
 
+def _weight_ok(w, head_size, dt, dev) -> bool:
+    return w is None or (w.dtype is dt and w.ndim == 1 and w.numel() == head_size and w.device == dev)
+
+
 @split_qkv_rmsnorm_rope.register_validator
 def _validate(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads, head_size, is_neox):
+    # Fast path for a valid call (metadata only, plus the CPU position check).
+    try:
+        dt, dev = qkv.dtype, qkv.device
+        shape = qkv.shape
+        if (
+            type(is_neox) is bool
+            and type(epsilon) is float
+            and type(num_heads) is int
+            and type(num_kv_heads) is int
+            and type(head_size) is int
+            and num_heads > 0
+            and num_kv_heads > 0
+            and head_size > 0
+            and dt in c.FLOAT_SET
+            and shape[-1] == (num_heads + 2 * num_kv_heads) * head_size
+            and positions.dtype in c.INDEX_SET
+            and 1 <= positions.ndim <= 2
+            and shape[:-1] == positions.shape
+            and positions.device == dev
+            and c.cache_ok(cos_sin_cache, head_size, dt, dev)
+            and _weight_ok(q_weight, head_size, dt, dev)
+            and _weight_ok(k_weight, head_size, dt, dev)
+        ):
+            c.check_position_values(OP, positions, cos_sin_cache)
+            return
+    except (AttributeError, IndexError, TypeError):
+        pass
     c.check_float(OP, "qkv", qkv, min_dim=2)
     c.check_eps(OP, "epsilon", epsilon)
     c.check_positive_int(OP, "num_heads", num_heads)

@@ -53,6 +53,26 @@ def rotary_embedding(
 
 @rotary_embedding.register_validator
 def _validate(positions, query, key, head_size, cos_sin_cache, is_neox):
+    # Fast path for a valid call (metadata only, plus the CPU position check).
+    try:
+        dt, dev = query.dtype, query.device
+        lead = positions.shape
+        if (
+            type(is_neox) is bool
+            and type(head_size) is int
+            and head_size > 0
+            and dt in c.FLOAT_SET
+            and positions.dtype in c.INDEX_SET
+            and 1 <= len(lead) <= 2
+            and positions.device == dev
+            and c.cache_ok(cos_sin_cache, head_size, dt, dev)
+            and c.heads_ok(query, lead, head_size)
+            and (key is None or (key.dtype is dt and key.device == dev and c.heads_ok(key, lead, head_size)))
+        ):
+            c.check_position_values(OP, positions, cos_sin_cache)
+            return
+    except (AttributeError, IndexError, TypeError):
+        pass
     c.check_float(OP, "query", query, min_dim=2)
     c.check_positive_int(OP, "head_size", head_size)
     c.check_cache(OP, cos_sin_cache, head_size, "query", query)
