@@ -3,10 +3,13 @@ and with native only, eagerly and as one CUDA graph.
 
 Model: 8 layers, hidden 4096, 32 q / 8 kv heads of 128, intermediate 14336, bf16 (the
 Llama-3-8B layer shapes, 8 of its 32 layers). Each layer: fused add + RMSNorm, QKV
-projection, rotary on the q/k slices in place, attention, output projection, fused add +
+projection, rotary on the q/k slices, attention, output projection, fused add +
 RMSNorm, gate/up projection, SiLU-and-mul, down projection; a final RMSNorm. The norms,
-activation and rotary go through `opcore.ir` ops (the calls `opcore.layers` RMSNorm,
-SiluAndMul and RotaryEmbedding make); projections are plain matmuls.
+activation and rotary are `opcore.layers` RMSNorm, SiluAndMul and RotaryEmbedding (which
+call the ops' default, non-mutating overloads); projections are plain matmuls. With
+``--direct-ops`` the same step calls the ops instead, donating activations through
+``maybe_inplace`` (in-place residual add + norm and rotary): the form the 2026-11-29 H200
+results in bench/results/ were measured with.
 
 Attention is a stand-in: `F.scaled_dot_product_attention` of the new tokens over a fixed,
 pre-filled KV context (``--context`` tokens, GQA), identical in both runs; the KV cache is
@@ -34,7 +37,8 @@ OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding")
 class Decoder:
     """The decoder's weights and one decode step over ``batch`` new tokens."""
 
-    def __init__(self, batch: int, context: int, device, dtype=torch.bfloat16, seed: int = 0):
+    def __init__(self, batch: int, context: int, device, dtype=torch.bfloat16, seed: int = 0,
+                 use_layers: bool = True):
         g = torch.Generator(device=device).manual_seed(seed)
 
         def w(*shape, scale):  # drawn on the device: the CPU would take seconds for 3.5 GB
@@ -61,8 +65,46 @@ class Decoder:
         self.positions = torch.full((batch,), context, dtype=torch.int64, device=device)
         self.x = w(batch, HIDDEN, scale=1.0)
         self.batch = batch
+        self.use_layers = use_layers
+        if use_layers:
+            self._build_layers(context, device, dtype)
+
+    def _build_layers(self, context: int, device, dtype) -> None:
+        from opcore.layers import RMSNorm, RotaryEmbedding, SiluAndMul
+
+        def norm(weight):
+            m = RMSNorm(HIDDEN, 1e-5, dtype=dtype).to(device)
+            m.weight.data.copy_(weight)
+            return m
+
+        for p in self.layers:
+            p["in_norm_layer"], p["post_norm_layer"] = norm(p["in_norm"]), norm(p["post_norm"])
+        self.final_norm_layer = norm(self.final_norm)
+        self.rope = RotaryEmbedding(HEAD, HEAD, max_position=context + 64, rope_theta=500000.0,
+                                    is_neox=True).to(device)
+        self.act = SiluAndMul()
 
     def step(self) -> torch.Tensor:
+        return self.step_layers() if self.use_layers else self.step_ops()
+
+    def step_layers(self) -> torch.Tensor:
+        b = self.batch
+        h = self.x.clone()
+        residual = torch.zeros_like(h)
+        for p in self.layers:
+            h, residual = p["in_norm_layer"](h, residual)
+            qkv = h @ p["qkv"]
+            q, k = qkv[:, : HEADS * HEAD], qkv[:, HEADS * HEAD : (HEADS + KV_HEADS) * HEAD]
+            q, k = self.rope(self.positions, q, k)
+            attn = F.scaled_dot_product_attention(
+                q.reshape(b, HEADS, 1, HEAD), p["k_ctx"], p["v_ctx"], enable_gqa=True)
+            h = attn.reshape(b, HEADS * HEAD) @ p["o"]
+            h, residual = p["post_norm_layer"](h, residual)
+            h = self.act(h @ p["gate_up"]) @ p["down"]
+        out, _ = self.final_norm_layer(h, residual)
+        return out
+
+    def step_ops(self) -> torch.Tensor:
         from opcore.ir import ops
 
         b = self.batch
@@ -137,6 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=1024, help="KV context length of the attention stand-in")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None, help="directory for decode_step.json / .md")
+    ap.add_argument("--direct-ops", action="store_true",
+                    help="call the ops with maybe_inplace instead of the opcore.layers modules")
     args = ap.parse_args(argv)
 
     from opcore.ir import priority
@@ -148,7 +192,7 @@ def main(argv=None) -> int:
     rows = []
     with torch.inference_mode():
         for batch in [int(b) for b in args.batch.split(",")]:
-            model = Decoder(batch, args.context, device)
+            model = Decoder(batch, args.context, device, use_layers=not args.direct_ops)
             ref = model.step()
             with native_only():
                 nat = model.step()
@@ -176,6 +220,7 @@ def main(argv=None) -> int:
         "platform": platform.name, "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "torch": torch.__version__,
+        "form": "ops via maybe_inplace" if args.direct_ops else "opcore.layers",
     }
     lines = [
         "# decode step: 8 layers, hidden 4096, 32/8 heads x 128, intermediate 14336, bf16",

@@ -69,6 +69,9 @@ def plot(result: dict[str, Any], path: str) -> str | None:
     panels = sorted({(r["op"], r["layout"]) for r in recs})
     if not panels:
         return "nothing measured; no PNG"
+    # one colour per provider across panels
+    names = sorted({r["provider"] for r in recs})
+    colours = {n: f"C{i % 10}" for i, n in enumerate(names)}
     cols = 4
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
@@ -77,7 +80,8 @@ def plot(result: dict[str, Any], path: str) -> str | None:
             pts = sorted((r["tokens"], r[key]) for r in recs
                          if r["op"] == op and r["layout"] == layout and r["provider"] == prov and key in r)
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=prov)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=prov,
+                        color=colours[prov])
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(f"{op}\n{layout}", fontsize=9)
