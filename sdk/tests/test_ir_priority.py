@@ -174,3 +174,9 @@ def test_platform_kernels_loaded_before_first_dispatch():
     # The cpu platform imports its IR provider module from import_ir_kernels.
     assert "opcore_plugin_cpu.ipex_provider" in sys.modules
     assert priority.kernel_load_errors() == []
+
+
+def test_priority_for_unknown_op_is_warned(op):
+    config = create_config(ir_op_priority={"ir_prio_typo_op": ["native"]})
+    with set_current_config(config), pytest.warns(PriorityWarning, match="'ir_prio_typo_op'"):
+        op(torch.ones(1))

@@ -251,6 +251,12 @@ class IrOp:
         priority.ensure_kernels_loaded()
         with _registry_lock:
             cfg_gen, reg_gen = _config_generation(), _GENERATION
+            if priority.LAST_OPS_CHECK[0] != (cfg_gen, reg_gen):
+                from opcore.config import get_current_config
+                from opcore.platforms import get_current_platform
+
+                priority.warn_unknown_ops(get_current_config(), get_current_platform())
+                priority.LAST_OPS_CHECK[0] = (cfg_gen, reg_gen)
             decision = priority.decide(self)
             self._decision = decision
             self._chain = decision.chain

@@ -40,6 +40,8 @@ class PriorityWarning(UserWarning):
 
 
 _warned: set[tuple] = set()
+# (config generation, registry generation) at which unknown op names were last checked
+LAST_OPS_CHECK: list[tuple[int, int] | None] = [None]
 _warn_lock = threading.Lock()
 
 
@@ -107,6 +109,28 @@ def log_dispatch_enabled() -> bool:
             handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
             dl.addHandler(handler)
     return enabled
+
+
+def warn_unknown_ops(config: Any, platform: Any) -> None:
+    """Warn once about priority entries for ops that are not registered (a typo such as
+    ``rms_nrom=triton`` would otherwise be ignored)."""
+    from opcore.ir.op import all_ops
+
+    known = all_ops()
+    for op_name in config.kernel.ir_op_priority:
+        if op_name not in known:
+            warn_once(
+                ("unknown-op", "user", op_name),
+                f"config.kernel.ir_op_priority / OPCORE_IR_OP_PRIORITY names op {op_name!r}, "
+                f"which is not registered (registered: {', '.join(known)}); the entry is ignored",
+            )
+    for op_name in platform.get_default_ir_op_priority(config) or {}:
+        if op_name not in known:
+            warn_once(
+                ("unknown-op", platform.name, op_name),
+                f"platform {platform.name!r} default priority names op {op_name!r}, which is "
+                f"not registered (registered: {', '.join(known)}); the entry is ignored",
+            )
 
 
 # --------------------------------------------------------------------------- decision
