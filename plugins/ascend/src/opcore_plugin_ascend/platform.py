@@ -1,0 +1,94 @@
+"""`AscendPlatform`: Huawei Ascend NPUs (torch device ``npu``) through torch_npu.
+
+Mapping onto opcore:
+
+* identity: device type ``npu``, dispatch key ``PrivateUse1`` (torch_npu's backend key),
+  ``hccl``, ``ASCEND_RT_VISIBLE_DEVICES``;
+* providers (`import_ir_kernels`): ``npu`` (torch_npu kernels) on rms_norm,
+  fused_add_rms_norm, silu_and_mul and rotary_embedding; ``ascend_triton`` (the NPU-tiled
+  Triton kernel) on split_qkv_rmsnorm_rope;
+* layers (`import_kernels`): `AscendRMSNorm` replaces ``RMSNorm`` and `AscendAttention`
+  replaces ``Attention`` (both ``register_oot``), only once this platform is active;
+* attention: ``ASCEND`` first, ``TORCH_NATIVE`` as the fallback candidate.
+
+torch_npu is imported inside methods; the class itself imports anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from opcore.platforms import Platform
+
+DEFAULT_PRIORITY = {
+    "rms_norm": ["npu"],
+    "fused_add_rms_norm": ["npu"],
+    "silu_and_mul": ["npu"],
+    "rotary_embedding": ["npu"],
+    "split_qkv_rmsnorm_rope": ["ascend_triton"],
+}
+
+
+def _npu():
+    import torch_npu  # noqa: F401  (registers torch.npu)
+
+    return torch.npu
+
+
+class AscendPlatform(Platform):
+    name = "ascend"
+    device_name = "npu"
+    device_type = "npu"
+    dispatch_key = "PrivateUse1"
+    dist_backend = "hccl"
+    device_control_env_var = "ASCEND_RT_VISIBLE_DEVICES"
+    supported_dtypes = (torch.float32, torch.float16, torch.bfloat16)
+    supported_quantization = ()
+    custom_op_forward_chain = ("forward_oot", "forward_native")
+    conformance_expectations = "opcore_plugin_ascend:expectations.toml"
+
+    # ------------------------------------------------------------------ device queries
+    def device_count(self) -> int:
+        return _npu().device_count()
+
+    def get_device_name(self, index: int = 0) -> str:
+        return _npu().get_device_name(index)
+
+    def get_device_total_memory(self, index: int = 0) -> int:
+        return int(_npu().get_device_properties(index).total_memory)
+
+    def synchronize(self) -> None:
+        _npu().synchronize()
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        _npu().manual_seed_all(seed)
+
+    def empty_cache(self) -> None:
+        _npu().empty_cache()
+
+    def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.inference_mode()
+
+    # ------------------------------------------------------------------ hooks
+    def import_kernels(self) -> None:
+        from opcore_plugin_ascend import layers
+
+        layers.register_layers()
+
+    def import_ir_kernels(self) -> None:
+        from opcore_plugin_ascend import npu_provider, triton_provider  # noqa: F401
+
+    def get_default_ir_op_priority(self, config) -> dict[str, list[str]]:
+        # Named even when not usable (e.g. ascend_triton without triton-ascend): the core
+        # then warns once instead of falling back to native in silence.
+        return {op: list(providers) for op, providers in DEFAULT_PRIORITY.items()}
+
+    def get_attn_backend_candidates(self, cfg: Any) -> list[str]:
+        return ["ASCEND", "TORCH_NATIVE"]
+
+    def get_device_communicator_cls(self) -> str | None:
+        return None  # torch.distributed with the hccl backend that torch_npu registers
