@@ -46,8 +46,8 @@ def select_platform(name: str | None) -> Any:
 
     if name:
         previous = os.environ.get("OPCORE_PLATFORM")
-        if P._decision is not None:  # resolution already happened in this process
-            current = P._decision.platform.name
+        if P.is_resolved():  # resolution already happened in this process
+            current = P.get_current_platform().name
             if current != name:
                 raise SetupError(
                     f"--platform {name}: this process already runs on platform {current!r} "

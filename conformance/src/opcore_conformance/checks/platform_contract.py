@@ -53,8 +53,6 @@ STALE_MEMBERS = {
     "simple_compile_backend": "not part of the opcore interface",
     "ray_device_key": "not part of the opcore interface",
 }
-# Extra members the suite itself reads (proposed for the interface).
-KNOWN_EXTRAS = {"conformance_expectations"}
 
 
 def _declared() -> dict[str, str]:
@@ -189,7 +187,7 @@ def _overrides(ctx, _tol) -> dict[str, Any]:
     declared = _declared()
     problems, extras = [], []
     for name, (klass, _value) in sorted(_own_members(type(ctx.platform)).items()):
-        if name in declared or name in KNOWN_EXTRAS:
+        if name in declared:
             continue
         where = f"{klass.__qualname__}.{name}"
         if name in STALE_MEMBERS:

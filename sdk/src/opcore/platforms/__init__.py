@@ -37,6 +37,7 @@ __all__ = [
     "declared_members",
     "explain",
     "get_current_platform",
+    "is_resolved",
 ]
 
 _lock = threading.Lock()
@@ -49,6 +50,11 @@ def get_current_platform() -> Platform:
     if decision is None:
         decision = _resolve_once()
     return decision.platform
+
+
+def is_resolved() -> bool:
+    """Whether this process has already resolved its platform (without resolving it)."""
+    return _decision is not None
 
 
 def explain() -> Decision:

@@ -49,6 +49,9 @@ class Platform(abc.ABC):
       fp8_dtype: the fp8 dtype of this device, or ``None``.
       plugin_api: ``(min, max)`` plugin-API versions this class was written for,
         ``min <= opcore.PLUGIN_API_VERSION < max``; the core refuses a platform outside it.
+      conformance_expectations: ``"package:path/to/expectations.toml"``, the conformance
+        suite's expectations file for this platform (expected failures, loosened
+        tolerances, each with a reason), or ``None``.
     """
 
     name: ClassVar[str] = ""
@@ -61,6 +64,7 @@ class Platform(abc.ABC):
     supported_quantization: ClassVar[tuple[str, ...]] = ()
     fp8_dtype: ClassVar[torch.dtype | None] = None
     plugin_api: ClassVar[tuple[str, str]] = ("1.0", "2.0")
+    conformance_expectations: ClassVar[str | None] = None
     # The CustomOp methods this platform tries, in order. Must end in "forward_native".
     custom_op_forward_chain: ClassVar[tuple[str, ...]] = ("forward_native",)
 
