@@ -66,3 +66,17 @@ def test_malformed_option_is_one_line_error():
         "opcore info: error: --ir-op-priority: provider 'Bad-Name' in 'rms_norm=Bad-Name' "
         "is not a valid provider name"
     ]
+
+
+def test_json_shows_ops_layers_and_attention():
+    proc = info("--json", env={"OPCORE_CUSTOM_OPS": "-rms_norm"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    rms = data["ops"]["ops"]["rms_norm"]
+    assert rms["effective_priority"][-1] == "native"
+    assert any(p["name"] == "native" and p["supported"] for p in rms["providers"])
+    layer = data["layers"]["registry"]["rms_norm"]
+    assert layer["bound"] == "forward_native"
+    assert "disabled by '-rms_norm'" in layer["why"]
+    assert "enabled" not in data["layers"]["registry"]["silu_and_mul"]["why"]  # base rule
+    assert data["attention"]["probe"]["selected"] == "TORCH_NATIVE"

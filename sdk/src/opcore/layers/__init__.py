@@ -10,14 +10,23 @@
 - `PluggableLayer`: whole-module replacement without ``forward_*`` dispatch.
 - Reference layers: `RMSNorm`, `SiluAndMul`, `GeluAndMul`, `RotaryEmbedding` (with
   `build_cos_sin_cache`), `QKNormRoPE`; their ``forward_native`` calls `opcore.ir.ops`.
+  `Attention` (a `PluggableLayer`) asks the attention selector and owns its KV cache.
 """
 
 from opcore.layers.activation import GeluAndMul, SiluAndMul
-from opcore.layers.custom_op import CustomOp, PluggableLayer, binding_info, clear_binding_records
+from opcore.layers.attention import Attention
+from opcore.layers.custom_op import (
+    CustomOp,
+    PluggableLayer,
+    binding_info,
+    clear_binding_records,
+    resolve_binding,
+)
 from opcore.layers.norm import RMSNorm
 from opcore.layers.rotary import QKNormRoPE, RotaryEmbedding, build_cos_sin_cache
 
 __all__ = [
+    "Attention",
     "CustomOp",
     "GeluAndMul",
     "PluggableLayer",
@@ -28,4 +37,5 @@ __all__ = [
     "binding_info",
     "build_cos_sin_cache",
     "clear_binding_records",
+    "resolve_binding",
 ]

@@ -24,7 +24,9 @@ class GeluAndMul(CustomOp):
     def __init__(self, approximate: str = "none", *, enforce_enable: bool = False):
         super().__init__(enforce_enable=enforce_enable)
         if approximate not in ("none", "tanh"):
-            raise ValueError(f"GeluAndMul: approximate must be 'none' or 'tanh', got {approximate!r}")
+            raise ValueError(
+                f"GeluAndMul: approximate must be 'none' or 'tanh', got {approximate!r}"
+            )
         self.approximate = approximate
 
     def forward_native(self, x: torch.Tensor) -> torch.Tensor:

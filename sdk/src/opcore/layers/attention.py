@@ -79,9 +79,15 @@ class Attention(PluggableLayer):
         return self.selection.selected
 
     def kv_cache_shape(self, num_blocks: int) -> tuple[int, ...]:
-        return tuple(self.backend_cls.get_kv_cache_shape(num_blocks, self.block_size, self.num_kv_heads, self.head_size))
+        return tuple(
+            self.backend_cls.get_kv_cache_shape(
+                num_blocks, self.block_size, self.num_kv_heads, self.head_size
+            )
+        )
 
-    def allocate_kv_cache(self, num_blocks: int, device: torch.device | str | None = None) -> torch.Tensor:
+    def allocate_kv_cache(
+        self, num_blocks: int, device: torch.device | str | None = None
+    ) -> torch.Tensor:
         """Allocate (zeroed) and own a cache of ``num_blocks`` blocks on ``device``
         (default: the current platform's device 0)."""
         if device is None:
@@ -105,7 +111,9 @@ class Attention(PluggableLayer):
                 f"num_kv_heads={self.num_kv_heads}, head_size={self.head_size}), got {tuple(kv_cache.shape)}"
             )
         if kv_cache.dtype != self.dtype:
-            raise ValueError(f"Attention.bind_kv_cache: kv_cache dtype {kv_cache.dtype} is not the layer's {self.dtype}")
+            raise ValueError(
+                f"Attention.bind_kv_cache: kv_cache dtype {kv_cache.dtype} is not the layer's {self.dtype}"
+            )
         self.kv_cache = kv_cache
 
     def forward(
@@ -116,13 +124,19 @@ class Attention(PluggableLayer):
         metadata: PagedAttentionMetadata,
     ) -> torch.Tensor:
         if self.kv_cache is None:
-            raise RuntimeError("Attention.forward: no kv cache; call allocate_kv_cache or bind_kv_cache first")
+            raise RuntimeError(
+                "Attention.forward: no kv cache; call allocate_kv_cache or bind_kv_cache first"
+            )
         if (key is None) != (value is None):
-            raise ValueError("Attention.forward: pass both key and value, or neither (attend to the cache only)")
+            raise ValueError(
+                "Attention.forward: pass both key and value, or neither (attend to the cache only)"
+            )
         q = self._heads("query", query, self.num_heads)
         if key is not None:
             if metadata.slot_mapping is None:
-                raise ValueError("Attention.forward: metadata.slot_mapping is required to write key and value")
+                raise ValueError(
+                    "Attention.forward: metadata.slot_mapping is required to write key and value"
+                )
             self.impl.write_kv(
                 self._heads("key", key, self.num_kv_heads),
                 self._heads("value", value, self.num_kv_heads),

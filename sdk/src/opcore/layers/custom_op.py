@@ -73,11 +73,15 @@ class _Replaceable:
 
         def decorator(layer_cls: type) -> type:
             if not isinstance(layer_cls, type) or not issubclass(layer_cls, cls):
-                raise TypeError(f"{cls.__name__}.register({name!r}) decorates a subclass of {cls.__name__}, got {layer_cls!r}")
+                raise TypeError(
+                    f"{cls.__name__}.register({name!r}) decorates a subclass of {cls.__name__}, got {layer_cls!r}"
+                )
             with _lock:
                 entry = _registry.get(name)
                 if entry is not None and entry.base is not layer_cls:
-                    raise ValueError(f"layer op name {name!r} is already registered by {_qualname(entry.base)}")
+                    raise ValueError(
+                        f"layer op name {name!r} is already registered by {_qualname(entry.base)}"
+                    )
                 _registry[name] = _Entry(name, layer_cls)
             layer_cls.op_name = name
             return layer_cls
@@ -93,15 +97,23 @@ class _Replaceable:
         class for the same name is an error."""
 
         def decorator(replacement: type) -> type:
-            key = name if name is not None else cls.__dict__.get("op_name") or getattr(cls, "op_name", None)
+            key = (
+                name
+                if name is not None
+                else cls.__dict__.get("op_name") or getattr(cls, "op_name", None)
+            )
             if key is None:
-                raise TypeError(f"{cls.__name__}.register_oot needs name= (this class is not a registered layer)")
+                raise TypeError(
+                    f"{cls.__name__}.register_oot needs name= (this class is not a registered layer)"
+                )
             if not isinstance(replacement, type):
                 raise TypeError(f"register_oot decorates a class, got {replacement!r}")
             with _lock:
                 entry = _registry.get(key)
                 if entry is None:
-                    raise KeyError(f"no layer registered as {key!r}; registered: {', '.join(sorted(_registry))}")
+                    raise KeyError(
+                        f"no layer registered as {key!r}; registered: {', '.join(sorted(_registry))}"
+                    )
                 if not issubclass(replacement, entry.base):
                     raise TypeError(
                         f"replacement {_qualname(replacement)} for layer {key!r} must subclass {_qualname(entry.base)}"
@@ -113,7 +125,9 @@ class _Replaceable:
                     )
                 entry.oot = replacement
             replacement.op_name = key
-            logger.info("layer %s: %s replaces %s", key, _qualname(replacement), _qualname(entry.base))
+            logger.info(
+                "layer %s: %s replaces %s", key, _qualname(replacement), _qualname(entry.base)
+            )
             return replacement
 
         if oot_cls is not None:
@@ -151,7 +165,9 @@ def _custom_ops_enabled(name: str, config: Any) -> tuple[bool, str]:
     items = list(config.compilation.custom_ops)
     bases = [i for i in items if i in ("all", "none")]
     if len(bases) > 1:
-        raise ValueError(f"custom_ops {items!r}: more than one base; use exactly one of 'all' / 'none'")
+        raise ValueError(
+            f"custom_ops {items!r}: more than one base; use exactly one of 'all' / 'none'"
+        )
     plus, minus = f"+{name}" in items, f"-{name}" in items
     if plus and minus:
         raise ValueError(f"custom_ops {items!r}: both '+{name}' and '-{name}' given")
@@ -196,22 +212,16 @@ class CustomOp(_Replaceable, nn.Module):
 
         ensure_kernels_loaded()
         platform = get_current_platform()
-        config = get_current_config()
         cls = type(self)
         name = cls.op_name
         if name is None:
-            enabled, why = True, "not registered with CustomOp.register: no custom_ops rule applies"
-            logger.warning("%s is not registered with CustomOp.register; binding by the forward chain", _qualname(cls))
-        else:
-            enabled, why = _custom_ops_enabled(name, config)
-        if enforce_enable and not enabled:
-            enabled, why = True, why + ", overridden by enforce_enable=True"
-        chain = tuple(platform.custom_op_forward_chain)
-        if not enabled:
-            method, reason = "forward_native", f"custom_ops: {why}"
-        else:
-            method = next((m for m in chain if _defines(cls, m)), "forward_native")
-            reason = f"custom_ops: {why}; first of platform {platform.name!r} chain {list(chain)} defined by the class"
+            logger.warning(
+                "%s is not registered with CustomOp.register; binding by the forward chain",
+                _qualname(cls),
+            )
+        method, enabled, reason = resolve_binding(
+            cls, platform, get_current_config(), enforce_enable
+        )
         record = {
             "op": name,
             "class": _qualname(cls),
@@ -224,11 +234,33 @@ class CustomOp(_Replaceable, nn.Module):
         key = _qualname(cls)
         with _lock:
             previous = _bindings.get(key)
-            count = 1 if previous is None or _differs(previous, record) else previous["instances"] + 1
+            count = (
+                1 if previous is None or _differs(previous, record) else previous["instances"] + 1
+            )
             _bindings[key] = {**record, "instances": count}
         log = logger.info if previous is None or _differs(previous, record) else logger.debug
         log("layer %s (%s) -> %s: %s", name, key, method, reason)
         return getattr(self, method)
+
+
+def resolve_binding(
+    cls: type, platform: Any, config: Any, enforce_enable: bool = False
+) -> tuple[str, bool, str]:
+    """The ``forward_*`` method an instance of ``cls`` binds to on ``platform`` under
+    ``config``: ``(method, enabled, reason)``. Pure: constructs and records nothing."""
+    name = getattr(cls, "op_name", None)
+    if name is None:
+        enabled, why = True, "not registered with CustomOp.register: no custom_ops rule applies"
+    else:
+        enabled, why = _custom_ops_enabled(name, config)
+    if enforce_enable and not enabled:
+        enabled, why = True, why + ", overridden by enforce_enable=True"
+    chain = tuple(platform.custom_op_forward_chain)
+    if not enabled:
+        return "forward_native", False, f"custom_ops: {why}"
+    method = next((m for m in chain if _defines(cls, m)), "forward_native")
+    reason = f"custom_ops: {why}; first of platform {platform.name!r} chain {list(chain)} defined by the class"
+    return method, True, reason
 
 
 def _defines(cls: type, method: str) -> bool:
@@ -269,26 +301,51 @@ class PluggableLayer(_Replaceable, nn.Module):
                 "class": key,
                 "method": "forward",
                 "enabled": True,
-                "reason": "pluggable layer: replaced by register_oot" if _replaced_base(cls) else "pluggable layer: in-tree class",
+                "reason": "pluggable layer: replaced by register_oot"
+                if _replaced_base(cls)
+                else "pluggable layer: in-tree class",
                 "platform": None,
                 "replaces": _replaced_base(cls),
                 "instances": 1 if previous is None else previous["instances"] + 1,
             }
         if previous is None:
-            logger.info("layer %s (%s) constructed%s", cls.op_name, key,
-                        f", replacing {_replaced_base(cls)}" if _replaced_base(cls) else "")
+            logger.info(
+                "layer %s (%s) constructed%s",
+                cls.op_name,
+                key,
+                f", replacing {_replaced_base(cls)}" if _replaced_base(cls) else "",
+            )
 
 
 def binding_info() -> dict[str, Any]:
     """Per layer class constructed so far: op name, bound method, why, the platform, the
     class it replaces (for out-of-tree replacements) and how many instances; plus the
-    registry: each op name with its in-tree class and replacement."""
+    registry: each op name with its in-tree class, replacement, and the method a new
+    instance would bind to here (``bound``) and why."""
+    from opcore.platforms import get_current_platform
+
+    platform, config = get_current_platform(), get_current_config()
     with _lock:
-        registry = {
-            name: {"class": _qualname(e.base), "replacement": _qualname(e.oot) if e.oot else None}
-            for name, e in sorted(_registry.items())
+        registry = {}
+        for name, e in sorted(_registry.items()):
+            built = e.oot or e.base
+            if issubclass(built, CustomOp):
+                bound, _enabled, why = resolve_binding(built, platform, config)
+            else:
+                bound, why = (
+                    "forward",
+                    "pluggable layer: whole-module replacement, no forward_* dispatch",
+                )
+            registry[name] = {
+                "class": _qualname(e.base),
+                "replacement": _qualname(e.oot) if e.oot else None,
+                "bound": bound,
+                "why": why,
+            }
+        return {
+            "bindings": {k: dict(v) for k, v in sorted(_bindings.items())},
+            "registry": registry,
         }
-        return {"bindings": {k: dict(v) for k, v in sorted(_bindings.items())}, "registry": registry}
 
 
 def clear_binding_records() -> None:

@@ -30,13 +30,17 @@ class RMSNorm(CustomOp):
         super().__init__(enforce_enable=enforce_enable)
         self.hidden_size = hidden_size
         self.variance_epsilon = float(eps)
-        self.variance_size_override = None if var_hidden_size in (None, hidden_size) else var_hidden_size
+        self.variance_size_override = (
+            None if var_hidden_size in (None, hidden_size) else var_hidden_size
+        )
         self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype)) if has_weight else None
 
     def forward_native(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         if residual is None:
             return ops.rms_norm(x, self.weight, self.variance_epsilon, self.variance_size_override)
-        return ops.fused_add_rms_norm(x, residual, self.weight, self.variance_epsilon, self.variance_size_override)
+        return ops.fused_add_rms_norm(
+            x, residual, self.weight, self.variance_epsilon, self.variance_size_override
+        )
 
     def extra_repr(self) -> str:
         return f"hidden_size={self.hidden_size}, eps={self.variance_epsilon}"

@@ -15,7 +15,9 @@ __all__ = ["QKNormRoPE", "RotaryEmbedding", "build_cos_sin_cache"]
 def _rotary_dim(head_size: int, rotary_dim: int | None) -> int:
     rotary_dim = head_size if rotary_dim is None else rotary_dim
     if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_size:
-        raise ValueError(f"rotary_dim must be even, positive and at most head_size {head_size}, got {rotary_dim}")
+        raise ValueError(
+            f"rotary_dim must be even, positive and at most head_size {head_size}, got {rotary_dim}"
+        )
     return rotary_dim
 
 
@@ -45,11 +47,17 @@ class RotaryEmbedding(CustomOp):
         self.rope_theta = float(rope_theta)
         self.is_neox = bool(is_neox)
         self.register_buffer(
-            "cos_sin_cache", build_cos_sin_cache(self.rotary_dim, max_position, self.rope_theta), persistent=False
+            "cos_sin_cache",
+            build_cos_sin_cache(self.rotary_dim, max_position, self.rope_theta),
+            persistent=False,
         )
 
-    def forward_native(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None):
-        return ops.rotary_embedding(positions, query, key, self.head_size, self.cos_sin_cache, self.is_neox)
+    def forward_native(
+        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None
+    ):
+        return ops.rotary_embedding(
+            positions, query, key, self.head_size, self.cos_sin_cache, self.is_neox
+        )
 
     def extra_repr(self) -> str:
         return (
@@ -88,13 +96,23 @@ class QKNormRoPE(CustomOp):
         self.q_weight = nn.Parameter(torch.ones(head_size, dtype=dtype))
         self.k_weight = nn.Parameter(torch.ones(head_size, dtype=dtype))
         self.register_buffer(
-            "cos_sin_cache", build_cos_sin_cache(self.rotary_dim, max_position, float(rope_theta)), persistent=False
+            "cos_sin_cache",
+            build_cos_sin_cache(self.rotary_dim, max_position, float(rope_theta)),
+            persistent=False,
         )
 
     def forward_native(self, qkv: torch.Tensor, positions: torch.Tensor):
         return ops.split_qkv_rmsnorm_rope(
-            qkv, self.q_weight, self.k_weight, self.eps, positions, self.cos_sin_cache,
-            self.num_heads, self.num_kv_heads, self.head_size, self.is_neox,
+            qkv,
+            self.q_weight,
+            self.k_weight,
+            self.eps,
+            positions,
+            self.cos_sin_cache,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_size,
+            self.is_neox,
         )
 
     def extra_repr(self) -> str:
