@@ -29,7 +29,13 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return (F.silu(xf[..., :d]) * xf[..., d:]).to(x.dtype).contiguous()
 
 
-@register_op
+# fp32 exact gelu computes 1 + erf(x / sqrt(2)), which cancels for negative gates: its
+# absolute error is about |gate| * |up| * 6e-8, so gates and ups of magnitude ~40 (the
+# large_magnitude sample) reach 1e-4 in float32 against a float64 reference.
+_GELU_TOLERANCES = {torch.float32: (1e-4, 1.3e-6)}
+
+
+@register_op(tolerances=_GELU_TOLERANCES)
 def gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """``gelu(x[..., :d], approximate) * x[..., d:]`` with ``d = x.shape[-1] // 2``."""
     d = x.shape[-1] // 2
