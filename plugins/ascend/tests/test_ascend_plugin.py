@@ -30,9 +30,9 @@ HAS_TORCH_NPU = importlib.util.find_spec("torch_npu") is not None
 
 def test_ascend_entry_points_are_out_of_tree_and_runtime_is_an_extra():
     eps = {(ep.group, ep.name): ep.value for ep in md.distribution("opcore-plugin-ascend").entry_points}
-    assert eps[("opcore.platform_plugins", "ascend")] == "opcore_plugin_ascend:probe"
-    assert eps[("opcore.general_plugins", "ascend")] == "opcore_plugin_ascend:register_general"
-    assert not [k for k in eps if k[0] == "opcore.intree_platform_plugins"]
+    # One entry point, out of tree; nothing runs in processes where the platform is
+    # inactive (no general plugin).
+    assert eps == {("opcore.platform_plugins", "ascend"): "opcore_plugin_ascend:probe"}
     requires = md.requires("opcore-plugin-ascend") or []
     assert [r for r in requires if "extra ==" not in r] == ["opcore"]
     assert any(r.startswith("torch-npu") and 'extra == "npu"' in r for r in requires)
@@ -105,11 +105,20 @@ def test_ascend_platform_identity_and_defaults():
 
 def test_ascend_attention_backend_registered_by_name_and_explains_absence():
     from opcore.attention import AttentionSelectorConfig, backend_class_path
-    from opcore.attention.registry import load_backend_class
-    from opcore.plugins import load_general_plugins
+    from opcore.attention.registry import clear_override, load_backend_class
 
-    load_general_plugins()
-    assert backend_class_path("ASCEND") == "opcore_plugin_ascend.attention.AscendBackend"
+    p = AscendPlatform()
+    assert p.get_attn_backend_cls("ASCEND", None) == "opcore_plugin_ascend.attention.AscendBackend"
+    from opcore.layers import RMSNorm
+    from opcore.layers.attention import Attention
+
+    p.import_kernels()  # what the core calls once the platform is active
+    try:
+        assert backend_class_path("ASCEND") == "opcore_plugin_ascend.attention.AscendBackend"
+    finally:
+        clear_override("ASCEND")
+        RMSNorm.unregister_oot()
+        Attention.unregister_oot()
     cls = load_backend_class("opcore_plugin_ascend.attention.AscendBackend")
     cfg = AttentionSelectorConfig(head_size=128, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16,
                                   block_size=128, device_type="cpu")

@@ -122,14 +122,17 @@ def test_tpu_platform_identity_and_hooks_without_a_tpu():
 
 def test_tpu_pallas_backend_is_registered_by_name_and_unavailable_here():
     from opcore.attention import backend_class_path
-    from opcore.plugins import load_general_plugins
-
-    load_general_plugins()
-    assert backend_class_path("PALLAS") == "opcore_plugin_tpu.attention.PallasBackend"
-    from opcore.attention.registry import load_backend_class
+    from opcore.attention.registry import clear_override, load_backend_class
     from opcore.attention.selector_config import AttentionSelectorConfig
 
-    cls = load_backend_class(backend_class_path("PALLAS"))
+    p = TpuPlatform()
+    assert p.get_attn_backend_cls("PALLAS", None) == "opcore_plugin_tpu.attention.PallasBackend"
+    p.import_kernels()  # what the core calls once the platform is active
+    try:
+        assert backend_class_path("PALLAS") == "opcore_plugin_tpu.attention.PallasBackend"
+    finally:
+        clear_override("PALLAS")
+    cls = load_backend_class("opcore_plugin_tpu.attention.PallasBackend")
     cfg = AttentionSelectorConfig(head_size=128, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, device_type="xla")
     reasons = cls.validate_configuration(cfg)
     assert any("needs a TPU" in r for r in reasons)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 
+import pytest
 import torch
 
 from opcore.platforms import FORWARD_METHODS, Absent
@@ -74,3 +75,16 @@ def test_xpu_defaults_simulated_intel_triton_backend(monkeypatch):
     assert set(priority) == with_triton
     assert all(chain == ["triton"] for chain in priority.values())
     assert p.get_attn_backend_candidates(None) == ["TRITON_PAGED", "TORCH_NATIVE"]
+
+
+def test_xpu_ipex_provider_absent_here_and_declines_non_xpu_tensors():
+    from opcore.ir import ops
+    from opcore_plugin_xpu import ipex_provider
+
+    if ipex_provider.REGISTERED:
+        pytest.skip("IPEX is installed here")
+    assert "intel_extension_for_pytorch" in ipex_provider.IMPORT_ERROR
+    assert "ipex" not in ops.rms_norm.impls
+    x = torch.randn(4, 64)
+    assert ipex_provider.supports_rms_norm(x, torch.ones(64), 1e-6) is False
+    assert ipex_provider.supports_silu_and_mul(x) is False

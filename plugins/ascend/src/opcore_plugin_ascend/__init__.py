@@ -9,12 +9,4 @@ from __future__ import annotations
 
 from opcore_plugin_ascend.detect import probe
 
-__all__ = ["probe", "register_general"]
-
-
-def register_general() -> None:
-    """``opcore.general_plugins:ascend``: name the ``ASCEND`` attention backend's class in
-    the registry (a path only: nothing is imported). Idempotent."""
-    from opcore.attention.registry import register_backend
-
-    register_backend("ASCEND", "opcore_plugin_ascend.attention.AscendBackend")
+__all__ = ["probe"]

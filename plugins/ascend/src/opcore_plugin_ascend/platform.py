@@ -9,7 +9,9 @@ Mapping onto opcore:
   Triton kernel) on split_qkv_rmsnorm_rope;
 * layers (`import_kernels`): `AscendRMSNorm` replaces ``RMSNorm`` and `AscendAttention`
   replaces ``Attention`` (both ``register_oot``), only once this platform is active;
-* attention: ``ASCEND`` first, ``TORCH_NATIVE`` as the fallback candidate.
+* attention: ``ASCEND`` first, ``TORCH_NATIVE`` as the fallback candidate; the name
+  ``ASCEND`` is registered in the attention registry by `import_kernels` and mapped by
+  `get_attn_backend_cls`.
 
 torch_npu is imported inside methods; the class itself imports anywhere.
 """
@@ -23,6 +25,7 @@ import torch
 
 from opcore.platforms import Platform
 
+ASCEND_BACKEND = "opcore_plugin_ascend.attention.AscendBackend"
 DEFAULT_PRIORITY = {
     "rms_norm": ["npu"],
     "fused_add_rms_norm": ["npu"],
@@ -75,9 +78,16 @@ class AscendPlatform(Platform):
 
     # ------------------------------------------------------------------ hooks
     def import_kernels(self) -> None:
+        from opcore.attention.registry import register_backend
         from opcore_plugin_ascend import layers
 
+        register_backend("ASCEND", ASCEND_BACKEND)
         layers.register_layers()
+
+    def get_attn_backend_cls(self, selected: str, cfg: Any) -> str:
+        if selected.upper() == "ASCEND":
+            return ASCEND_BACKEND
+        return super().get_attn_backend_cls(selected, cfg)
 
     def import_ir_kernels(self) -> None:
         from opcore_plugin_ascend import npu_provider, triton_provider  # noqa: F401

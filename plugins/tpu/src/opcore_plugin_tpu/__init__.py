@@ -8,12 +8,4 @@ from __future__ import annotations
 
 from opcore_plugin_tpu.detect import probe
 
-__all__ = ["probe", "register_general"]
-
-
-def register_general() -> None:
-    """``opcore.general_plugins:tpu``: name the ``PALLAS`` attention backend's class in the
-    registry (a path only: nothing is imported). Idempotent."""
-    from opcore.attention.registry import register_backend
-
-    register_backend("PALLAS", "opcore_plugin_tpu.attention.PallasBackend")
+__all__ = ["probe"]

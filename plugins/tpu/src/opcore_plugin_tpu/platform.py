@@ -19,6 +19,8 @@ import torch
 
 from opcore.platforms import Platform
 
+PALLAS_BACKEND = "opcore_plugin_tpu.attention.PallasBackend"
+
 
 def _xr():
     import torch_xla.runtime as xr
@@ -97,6 +99,18 @@ class TpuPlatform(Platform):
         return torch.device("xla", index)
 
     # ------------------------------------------------------------------ hooks
+    def import_kernels(self) -> None:
+        # Name PALLAS in the attention registry once this platform is active (a path
+        # only), so `opcore info` and the selector see it.
+        from opcore.attention.registry import register_backend
+
+        register_backend("PALLAS", PALLAS_BACKEND)
+
+    def get_attn_backend_cls(self, selected: str, cfg: Any) -> str:
+        if selected.upper() == "PALLAS":
+            return PALLAS_BACKEND
+        return super().get_attn_backend_cls(selected, cfg)
+
     def import_ir_kernels(self) -> None:
         from opcore_plugin_tpu import pallas_provider  # noqa: F401  (registers "pallas")
 
