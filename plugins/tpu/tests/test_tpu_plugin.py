@@ -139,3 +139,22 @@ def test_tpu_pallas_backend_is_registered_by_name_and_unavailable_here():
     cfg64 = AttentionSelectorConfig(head_size=64, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, device_type="xla")
     assert any("lane width" in r for r in cls.validate_configuration(cfg64))
     assert cls.get_kv_cache_shape(10, 16, 2, 128) == (10, 16, 4, 128)
+
+
+def test_tpu_pallas_provider_is_registered_unsupported_off_a_tpu():
+    from opcore.ir import ops
+
+    sys.modules.pop("opcore_plugin_tpu.pallas_provider", None)
+    try:
+        from opcore_plugin_tpu import pallas_provider
+
+        impl = ops.rms_norm.impls["pallas"]
+        assert impl.supported is False  # not a TPU (here: no torch_xla at all)
+        assert pallas_provider.SUPPORTED is False
+        x = torch.randn(4, 128)
+        assert pallas_provider._supports_rms_norm(x, torch.ones(128), 1e-6) is False
+        assert ops.rms_norm.dispatch(x, torch.ones(128), 1e-6).provider != "pallas"
+    finally:
+        if "pallas" in ops.rms_norm.impls:
+            ops.rms_norm.unregister_impl("pallas")
+        sys.modules.pop("opcore_plugin_tpu.pallas_provider", None)
