@@ -133,7 +133,8 @@ def report_failure(plugin: DiscoveredPlugin, what: str, exc: BaseException) -> N
     )
     if strict_plugins():
         raise PluginError(message + " [OPCORE_STRICT_PLUGINS=1 makes this fatal]") from exc
-    logger.warning(message)
+    # One warning (not also a log record: both would print). `logging.captureWarnings`
+    # routes it into an application's logs.
     warnings.warn(message, PluginWarning, stacklevel=3)
 
 

@@ -96,6 +96,7 @@ def _sections():
         ("ops", "opcore.ir", "info"),
         ("layers", "opcore.layers", "binding_info"),
         ("attention", "opcore.attention", "selection_info"),
+        ("compile", "opcore.compile", "info"),
     ):
         try:
             module = importlib.import_module(module_name)
@@ -191,6 +192,7 @@ def render(data: dict[str, Any]) -> str:
     out += _render_ops(data.get("ops"))
     out += _render_layers(data.get("layers"))
     out += _render_attention(data.get("attention"))
+    out += _render_compile(data.get("compile"))
     return "\n".join(out) + "\n"
 
 
@@ -258,4 +260,17 @@ def _render_attention(data: Any) -> list[str]:
         for cand in sel.get("candidates", []):
             verdict = "valid" if cand["valid"] else "rejected: " + "; ".join(cand["reasons"])
             out.append(f"    candidate {cand['name']}: {verdict}")
+    return out + [""]
+
+
+def _render_compile(data: Any) -> list[str]:
+    early = _error_section("Compile", data)
+    if early is not None:
+        return early
+    out = ["Compile (opcore.compile):", f"  pipeline: {' > '.join(data['pipeline'])}"]
+    rows = [["OP", *(f"PRIORITY ({mode})" for mode in data["modes"])]]
+    ops = sorted(next(iter(data["modes"].values()))["priorities"]) if data["modes"] else []
+    for op in ops:
+        rows.append([op, *(" > ".join(m["priorities"][op]) for m in data["modes"].values())])
+    out += _table(rows)
     return out + [""]

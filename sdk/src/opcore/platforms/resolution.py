@@ -351,7 +351,6 @@ def resolve(first_caller_stack: str = "") -> Decision:
     if not cands:
         message += "; install opcore-plugin-cpu or a platform plugin"
     warnings.warn(message, _plugins.PluginWarning, stacklevel=4)
-    logger.warning(message)
     return decide(UnspecifiedPlatform(), "6", message, cands, (), unmatched)
 
 
