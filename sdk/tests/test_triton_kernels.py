@@ -231,3 +231,98 @@ else:
         check(q, rq, torch.float32)
         check(k, rk, torch.float32)
         assert q.shape == (2, 3, h * d)
+
+    # ------------------------------------------------------------------ supports_args
+    from opcore.kernels.triton import _register as reg
+
+    def test_provider_is_interpreted_and_takes_cpu_tensors():
+        import opcore.kernels.triton as kt
+
+        assert kt.INTERPRETED and kt.DEVICE_TYPES == frozenset({"cpu"})
+
+    def test_supports_args_accepts_what_the_kernels_handle():
+        x, w = torch.randn(4, 64, dtype=torch.bfloat16), torch.randn(64)
+        qkv = torch.randn(3, 8 * 32)
+        pos, cache = torch.arange(3), make_cache(8, 16)
+        q, k = qkv[:, :128], qkv[:, 128:192]
+        cases = [
+            reg.supports_rms_norm(x, w, 1e-6),
+            reg.supports_rms_norm(strided_rows(5, 64, torch.float16), None, 1e-6, 64),
+            reg.supports_fused_add_rms_norm(x, torch.randn_like(x), None, 1e-6),
+            reg.supports_silu_and_mul(torch.randn(2, 3, 10)),
+            reg.supports_gelu_and_mul(torch.randn(2, 10), "tanh"),
+            reg.supports_rotary_embedding(pos, q, k, 32, cache, False),
+            reg.supports_rotary_embedding(pos.int(), q.view(3, 4, 32), None, 32, cache, True),
+            reg.supports_split_qkv_rmsnorm_rope(qkv, None, None, 1e-6, pos, cache, 4, 2, 32, True),
+        ]
+        assert all(c is True for c in cases), cases
+
+    def test_supports_args_rejects_what_the_kernels_do_not_handle():
+        x, w = torch.randn(4, 64), torch.randn(64)
+        qkv = torch.randn(3, 8 * 32)
+        pos, cache = torch.arange(3), make_cache(8, 16)
+        q, k = qkv[:, :128], qkv[:, 128:192]
+        cases = {
+            "int input": reg.supports_rms_norm(x.int(), w, 1e-6),
+            "fp64 input": reg.supports_rms_norm(x.double(), w, 1e-6),
+            "strided last dim": reg.supports_rms_norm(x.t(), None, 1e-6),
+            "variance_size 0": reg.supports_rms_norm(x, w, 1e-6, 0),
+            "variance_size > hidden": reg.supports_rms_norm(x, w, 1e-6, 65),
+            "variance_size bool": reg.supports_rms_norm(x, w, 1e-6, True),
+            "weight size": reg.supports_rms_norm(x, torch.randn(63), 1e-6),
+            "weight 2-D": reg.supports_rms_norm(x, torch.randn(1, 64), 1e-6),
+            "tensor epsilon": reg.supports_rms_norm(x, w, torch.tensor(1e-6)),
+            "meta device": reg.supports_rms_norm(x.to("meta"), None, 1e-6),
+            "mixed devices": reg.supports_rms_norm(x, w.to("meta"), 1e-6),
+            "overlapping residual rows": reg.supports_fused_add_rms_norm(
+                x, torch.randn(1, 64).expand(4, 64), w, 1e-6),
+            "residual shape": reg.supports_fused_add_rms_norm(x, torch.randn(4, 32), None, 1e-6),
+            "residual dtype": reg.supports_fused_add_rms_norm(x, x.half(), None, 1e-6),
+            "odd last dim": reg.supports_silu_and_mul(torch.randn(2, 9)),
+            "unknown approximation": reg.supports_gelu_and_mul(torch.randn(2, 8), "fast"),
+            "float positions": reg.supports_rotary_embedding(pos.float(), q, k, 32, cache, True),
+            "rot_dim > head_size": reg.supports_rotary_embedding(pos, q, k, 8, cache, True),
+            "overlapping heads": reg.supports_rotary_embedding(
+                pos, torch.randn(3, 1, 32).expand(3, 4, 32), None, 32, cache, True),
+            "key dtype": reg.supports_rotary_embedding(pos, q, k.half(), 32, cache, True),
+            "token count": reg.supports_rotary_embedding(torch.arange(2), q, k, 32, cache, True),
+            "is_neox not bool": reg.supports_rotary_embedding(pos, q, k, 32, cache, 1),
+            "qkv width": reg.supports_split_qkv_rmsnorm_rope(qkv, None, None, 1e-6, pos, cache, 4, 1, 32, True),
+            "one weight": reg.supports_split_qkv_rmsnorm_rope(
+                qkv, torch.randn(32), None, 1e-6, pos, cache, 4, 2, 32, True),
+            "positions count": reg.supports_split_qkv_rmsnorm_rope(
+                qkv, None, None, 1e-6, torch.arange(4), cache, 4, 2, 32, True),
+        }
+        accepted = [name for name, ok in cases.items() if ok is not False]
+        assert not accepted, accepted
+
+    def test_supports_args_on_fake_tensors():
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():
+            x, w = torch.randn(4, 64, dtype=torch.bfloat16), torch.randn(64)
+            qkv, pos = torch.randn(3, 8 * 32), torch.arange(3)
+            cache = torch.randn(8, 16)
+            assert reg.supports_rms_norm(x, w, 1e-6) is True
+            assert reg.supports_rotary_embedding(pos, qkv[:, :128], qkv[:, 128:192], 32, cache, True) is True
+            assert reg.supports_split_qkv_rmsnorm_rope(qkv, w[:32], w[:32], 1e-6, pos, cache, 4, 2, 32, True) is True
+            assert reg.supports_silu_and_mul(torch.randn(2, 9)) is False
+
+    # ------------------------------------------------------------------ through opcore.ir
+    def test_dispatch_runs_triton_and_maybe_inplace_donates():
+        from opcore.ir import ops
+
+        x, r = torch.randn(3, 64, dtype=torch.bfloat16), torch.randn(3, 64, dtype=torch.bfloat16)
+        w = torch.randn(64, dtype=torch.bfloat16)
+        s = (x.double() + r.double()).to(torch.bfloat16)
+        ref = ref_rms(s, w, 1e-6)
+        with ops.fused_add_rms_norm.set_priority(["triton", "native"]):
+            assert ops.fused_add_rms_norm.dispatch(x, r, w, 1e-6).provider == "triton"
+            x0, r0 = x.clone(), r.clone()
+            out, res = ops.fused_add_rms_norm(x, r, w, 1e-6)
+            assert torch.equal(x, x0) and torch.equal(r, r0)  # default overload mutates nothing
+            check(out, ref, torch.bfloat16)
+            out2, res2 = ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+            assert out2.data_ptr() == x.data_ptr() and res2.data_ptr() == r.data_ptr()
+            check(out2, ref, torch.bfloat16)
+            check(res2, s.double(), torch.bfloat16)

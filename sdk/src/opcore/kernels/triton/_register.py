@@ -15,10 +15,10 @@ from opcore.kernels.triton import HAS_TRITON, PROVIDER
 from opcore.kernels.triton._support import (
     FLOAT_DTYPES,
     INDEX_DTYPES,
+    device_check,
     driven_device_types,
     head_layout,
-    on_devices,
-    row_stride,
+    row_layout,
 )
 
 if HAS_TRITON:
@@ -29,135 +29,137 @@ else:
     INTERPRETED = False
 
 DEVICE_TYPES = driven_device_types(INTERPRETED) if HAS_TRITON else frozenset()
+# These checks run on every eager dispatch: each reads a tensor's metadata once.
+_on_device = device_check(DEVICE_TYPES)
+_Tensor = torch.Tensor
 
 
-def _is_float_tensor(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.dtype in FLOAT_DTYPES
+def _float(t) -> bool:
+    return isinstance(t, _Tensor) and t.dtype in FLOAT_DTYPES
 
 
-def _is_scalar(v) -> bool:
+def _scalar(v) -> bool:
     return isinstance(v, (float, int)) and not isinstance(v, bool)
 
 
+def _pos_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
 def _weight_ok(w, n: int) -> bool:
-    return w is None or (
-        _is_float_tensor(w) and w.dim() == 1 and w.shape[0] == n and (n == 1 or w.stride(0) == 1)
-    )
-
-
-def _rows_disjoint(t: torch.Tensor) -> bool:
-    """Rows of ``t`` do not overlap (required where a kernel writes ``t`` in place)."""
-    n = t.shape[-1]
-    rows = t.numel() // n if n else 0
-    s = row_stride(t)
-    return s is not None and (rows <= 1 or s >= n)
-
-
-def _heads_disjoint(t: torch.Tensor, n_tokens: int, head_size: int) -> bool:
-    lay = head_layout(t, n_tokens, head_size)
-    if lay is None:
+    if w is None:
+        return True
+    if not _float(w):
         return False
-    tok, head, heads = lay
+    shape = w.shape
+    return len(shape) == 1 and shape[0] == n and (n == 1 or w.stride(0) == 1)
+
+
+def _heads_disjoint(lay) -> bool:
+    """Heads of a `head_layout` do not overlap one another (in-place writes need this)."""
+    tok, head, heads, n_tokens, head_size = lay
     return (heads <= 1 or head >= head_size) and (n_tokens <= 1 or tok >= heads * head)
 
 
 # --------------------------------------------------------------------------- norms
 def supports_rms_norm(x, weight, epsilon, variance_size=None) -> bool:
-    if not (_is_float_tensor(x) and x.dim() >= 1 and x.shape[-1] > 0 and _is_scalar(epsilon)):
+    if not (_float(x) and _scalar(epsilon) and _on_device(x, weight)):
         return False
-    n = x.shape[-1]
-    if variance_size is not None and not (
-        isinstance(variance_size, int) and not isinstance(variance_size, bool) and 0 < variance_size <= n
-    ):
+    lay = row_layout(x)
+    if lay is None or lay[0] == 0:
         return False
-    return on_devices(DEVICE_TYPES, x, weight) and _weight_ok(weight, n) and row_stride(x) is not None
+    n = lay[0]
+    if variance_size is not None and not (_pos_int(variance_size) and variance_size <= n):
+        return False
+    return _weight_ok(weight, n)
 
 
 def supports_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None) -> bool:
-    # The provider writes in place (the default overload clones first), so rows must be disjoint.
-    return (
-        supports_rms_norm(x, weight, epsilon, variance_size)
-        and _is_float_tensor(x_residual)
-        and x_residual.dtype == x.dtype
-        and x_residual.shape == x.shape
-        and on_devices(DEVICE_TYPES, x, x_residual)
-        and _rows_disjoint(x)
-        and _rows_disjoint(x_residual)
-    )
+    if not (_float(x) and _float(x_residual) and _scalar(epsilon)
+            and x_residual.dtype == x.dtype and _on_device(x, x_residual, weight)):
+        return False
+    lx, lr = row_layout(x), row_layout(x_residual)
+    if lx is None or lr is None or lx[0] == 0 or x.shape != x_residual.shape:
+        return False
+    n, rows = lx[0], lx[1]
+    if variance_size is not None and not (_pos_int(variance_size) and variance_size <= n):
+        return False
+    # The provider writes in place (the default overload clones first): rows must be disjoint.
+    return _weight_ok(weight, n) and (rows <= 1 or (lx[2] >= n and lr[2] >= n))
 
 
 # --------------------------------------------------------------------------- activations
 def supports_silu_and_mul(x) -> bool:
-    return (
-        _is_float_tensor(x)
-        and x.dim() >= 1
-        and x.shape[-1] % 2 == 0
-        and on_devices(DEVICE_TYPES, x)
-        and row_stride(x) is not None
-    )
+    if not (_float(x) and _on_device(x)):
+        return False
+    lay = row_layout(x)
+    return lay is not None and lay[0] % 2 == 0
 
 
 def supports_gelu_and_mul(x, approximate="none") -> bool:
-    return approximate in ("none", "tanh") and supports_silu_and_mul(x)
+    return (approximate == "none" or approximate == "tanh") and supports_silu_and_mul(x)
 
 
 # --------------------------------------------------------------------------- rotary
 def _cache_ok(cache, head_size) -> bool:
-    return (
-        _is_float_tensor(cache)
-        and cache.dim() == 2
-        and cache.shape[-1] % 2 == 0
-        and 0 < cache.shape[-1] <= head_size
-        and cache.stride(-1) == 1
-    )
+    if not _float(cache):
+        return False
+    shape = cache.shape
+    return len(shape) == 2 and shape[1] % 2 == 0 and 0 < shape[1] <= head_size and cache.stride(1) == 1
 
 
-def _head_size_ok(head_size) -> bool:
-    return isinstance(head_size, int) and not isinstance(head_size, bool) and head_size > 0
+def _layout(t, n_tokens, head_size):
+    lay = head_layout(t, n_tokens, head_size)
+    return None if lay is None else (*lay, n_tokens, head_size)
 
 
 def supports_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox) -> bool:
     if not (
-        isinstance(positions, torch.Tensor)
+        isinstance(positions, _Tensor)
         and positions.dtype in INDEX_DTYPES
-        and _is_float_tensor(query)
-        and (key is None or (_is_float_tensor(key) and key.dtype == query.dtype))
-        and _head_size_ok(head_size)
+        and _float(query)
+        and (key is None or (_float(key) and key.dtype == query.dtype))
+        and _pos_int(head_size)
         and isinstance(is_neox, bool)
         and _cache_ok(cos_sin_cache, head_size)
-        and on_devices(DEVICE_TYPES, positions, query, key, cos_sin_cache)
+        and _on_device(positions, query, key, cos_sin_cache)
     ):
         return False
     n = positions.numel()
     # In place (the default overload clones first): heads must not overlap.
-    return _heads_disjoint(query, n, head_size) and (key is None or _heads_disjoint(key, n, head_size))
+    lq = _layout(query, n, head_size)
+    if lq is None or not _heads_disjoint(lq):
+        return False
+    if key is None:
+        return True
+    lk = _layout(key, n, head_size)
+    return lk is not None and _heads_disjoint(lk)
 
 
 def supports_split_qkv_rmsnorm_rope(
     qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads, head_size, is_neox
 ) -> bool:
     if not (
-        _is_float_tensor(qkv)
-        and qkv.dim() >= 1
-        and isinstance(positions, torch.Tensor)
+        _float(qkv)
+        and isinstance(positions, _Tensor)
         and positions.dtype in INDEX_DTYPES
-        and _head_size_ok(head_size)
-        and _head_size_ok(num_heads)
-        and _head_size_ok(num_kv_heads)
+        and _pos_int(head_size)
+        and _pos_int(num_heads)
+        and _pos_int(num_kv_heads)
         and isinstance(is_neox, bool)
-        and _is_scalar(epsilon)
-        and _cache_ok(cos_sin_cache, head_size)
+        and _scalar(epsilon)
         and (q_weight is None) == (k_weight is None)
+        and _cache_ok(cos_sin_cache, head_size)
         and _weight_ok(q_weight, head_size)
         and _weight_ok(k_weight, head_size)
-        and on_devices(DEVICE_TYPES, qkv, q_weight, k_weight, positions, cos_sin_cache)
+        and _on_device(qkv, q_weight, k_weight, positions, cos_sin_cache)
     ):
         return False
-    tokens = qkv.numel() // qkv.shape[-1] if qkv.shape[-1] else 0
+    lay = row_layout(qkv)
     return (
-        qkv.shape[-1] == (num_heads + 2 * num_kv_heads) * head_size
-        and tokens == positions.numel()
-        and row_stride(qkv) is not None
+        lay is not None
+        and lay[0] == (num_heads + 2 * num_kv_heads) * head_size
+        and lay[1] == positions.numel()
     )
 
 

@@ -49,18 +49,37 @@ def driven_device_types(interpreted: bool) -> frozenset[str]:
     return frozenset(_BACKEND_DEVICE[name] for name in backends if name in _BACKEND_DEVICE)
 
 
-def row_stride(t: torch.Tensor) -> int | None:
-    """The single stride that walks every row of ``t`` seen as ``[prod(shape[:-1]), shape[-1]]``
-    without a copy, or ``None`` when the leading dims cannot be flattened that way.
+def row_layout(t: torch.Tensor) -> tuple[int, int, int] | None:
+    """``(n_cols, n_rows, row_stride)`` of ``t`` seen as ``[prod(shape[:-1]), shape[-1]]``
+    without a copy, or ``None`` when the leading dims cannot be flattened to one stride.
 
     The last dim must be contiguous (stride 1), which is what lets q/k/v column slices of
     one QKV buffer be used in place: their rows are strided, their elements are not.
     """
-    if t.dim() == 0:
+    shape = t.shape
+    nd = len(shape)
+    if nd == 0:
         return None
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
+    stride = t.stride()
+    n = shape[-1]
+    if n > 1 and stride[-1] != 1:
         return None
-    return _collapsed_stride(tuple(t.shape[:-1]), tuple(t.stride()[:-1]), default=t.shape[-1])
+    if nd == 2:  # the common case, answered without the general walk
+        rows = shape[0]
+        return n, rows, stride[0] if rows != 1 else n
+    s = _collapsed_stride(tuple(shape[:-1]), tuple(stride[:-1]), default=n)
+    if s is None:
+        return None
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return n, rows, s
+
+
+def row_stride(t: torch.Tensor) -> int | None:
+    """The row stride of `row_layout`, or ``None``."""
+    lay = row_layout(t)
+    return None if lay is None else lay[2]
 
 
 def _collapsed_stride(shape: tuple[int, ...], stride: tuple[int, ...], default: int) -> int | None:
@@ -80,11 +99,18 @@ def head_layout(t: torch.Tensor, num_tokens: int, head_size: int) -> tuple[int, 
     ``[..., heads * head_size]`` whose leading dims multiply to ``num_tokens``; the last
     dim must be contiguous. ``None`` when ``t`` has neither layout without a copy.
     """
-    if t.dim() == 0 or head_size <= 0:
+    shape = t.shape
+    if len(shape) == 0 or head_size <= 0:
         return None
-    shape, stride = tuple(t.shape), tuple(t.stride())
+    stride = t.stride()
     if shape[-1] > 1 and stride[-1] != 1:
         return None
+    if len(shape) == 2 and num_tokens != 1 and shape[0] == num_tokens:
+        # [tokens, heads * head_size], the common case (the general rules give the same)
+        if shape[1] % head_size:
+            return None
+        return stride[0], head_size, shape[1] // head_size
+    shape = tuple(shape)
     if t.dim() >= 2 and shape[-1] == head_size and math.prod(shape[:-2]) == num_tokens:
         tok = _collapsed_stride(shape[:-2], stride[:-2], default=0)
         if tok is None:
@@ -98,16 +124,63 @@ def head_layout(t: torch.Tensor, num_tokens: int, head_size: int) -> tuple[int, 
     return None
 
 
+def device_check(device_types: frozenset[str]):
+    """A function ``ok(*tensors) -> bool``: every non-None tensor is on one device whose type
+    is in ``device_types``. Uses ``Tensor.is_<type>`` and ``get_device()`` (tens of ns)
+    rather than ``tensor.device.type`` (hundreds), since it runs on every dispatch."""
+    flags = [f"is_{d}" for d in sorted(device_types)]
+    if not flags or not all(hasattr(torch.Tensor, f) for f in flags):
+        types = frozenset(device_types)
+
+        def slow(*tensors):
+            first = None
+            for t in tensors:
+                if t is None:
+                    continue
+                if t.device.type not in types:
+                    return False
+                if first is None:
+                    first = t.device
+                elif t.device != first:
+                    return False
+            return True
+
+        return slow
+    if len(flags) == 1:
+        flag = flags[0]
+
+        def one(*tensors):
+            index = None
+            for t in tensors:
+                if t is None:
+                    continue
+                if not getattr(t, flag):
+                    return False
+                i = t.get_device()
+                if index is None:
+                    index = i
+                elif i != index:
+                    return False
+            return True
+
+        return one
+
+    def several(*tensors):
+        first = None
+        for t in tensors:
+            if t is None:
+                continue
+            if not any(getattr(t, f) for f in flags):
+                return False
+            if first is None:
+                first = t.device
+            elif t.device != first:
+                return False
+        return True
+
+    return several
+
+
 def on_devices(devices: frozenset[str], *tensors: torch.Tensor | None) -> bool:
     """All given tensors live on one device whose type is in ``devices``."""
-    first = None
-    for t in tensors:
-        if t is None:
-            continue
-        if t.device.type not in devices:
-            return False
-        if first is None:
-            first = t.device
-        elif t.device != first:
-            return False
-    return True
+    return device_check(devices)(*tensors)
