@@ -30,6 +30,30 @@ if not INTERPRETED:
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
         assert " passed" in proc.stdout
 
+    def test_without_triton_the_provider_is_registered_unsupported():
+        # A child where `import triton` fails (simulated: sys.modules['triton'] = None).
+        code = (
+            "import sys; sys.modules['triton'] = None\n"
+            "import torch, opcore.kernels.triton as kt\n"
+            "from opcore.ir import ops\n"
+            "assert kt.HAS_TRITON is False and kt.DEVICE_TYPES == frozenset()\n"
+            "for name in ('rms_norm', 'fused_add_rms_norm', 'silu_and_mul', 'gelu_and_mul',\n"
+            "             'rotary_embedding', 'split_qkv_rmsnorm_rope'):\n"
+            "    impl = getattr(ops, name).impls['triton']\n"
+            "    assert impl.supported is False, name\n"
+            "x = torch.randn(2, 8)\n"
+            "assert kt._register.supports_rms_norm(x, None, 1e-6) is False\n"
+            "try:\n"
+            "    ops.rms_norm.impls['triton'].impl_fn(x, None, 1e-6)\n"
+            "except RuntimeError as e:\n"
+            "    assert 'triton' in str(e) and 'rms_norm' in str(e)\n"
+            "else:\n"
+            "    raise AssertionError('no error')\n"
+            "print('ok')\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
 else:
     pytest.importorskip("triton")
     from opcore.kernels.triton import activation, norm, qk_norm_rope, rotary
