@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 def hash_source(fn: Callable, *, op_name: str, provider: str) -> str:
     h = hashlib.sha256()
-    h.update(f"{op_name}\0{provider}\0{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}\0".encode())
+    h.update(
+        f"{op_name}\0{provider}\0{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}\0".encode()
+    )
     target = inspect.unwrap(fn)
     path = None
     try:
@@ -35,3 +37,8 @@ def hash_source(fn: Callable, *, op_name: str, provider: str) -> str:
     else:
         h.update(repr(target).encode())
     return h.hexdigest()
+
+
+def hash_source_pair(first: str, second: str) -> str:
+    """One identity for a provider made of two functions."""
+    return hashlib.sha256(f"{first}\0{second}".encode()).hexdigest()

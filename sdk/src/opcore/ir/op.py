@@ -24,7 +24,7 @@ import torch
 
 from opcore.config import config_generation as _config_generation
 from opcore.ir import schema as _schema
-from opcore.ir.identity import hash_source
+from opcore.ir.identity import hash_source, hash_source_pair
 from opcore.ir.samples import SEED, SampleGenerator, SampleInput
 from opcore.ir.tolerances import default_tolerance
 
@@ -79,7 +79,16 @@ class Impl:
     (``impl_fn``, or for an in-place provider a wrapper that clones the activations first).
     """
 
-    __slots__ = ("provider", "impl_fn", "supported", "supports_args", "inplace", "op_name", "functional", "_identity")
+    __slots__ = (
+        "provider",
+        "impl_fn",
+        "supported",
+        "supports_args",
+        "inplace",
+        "op_name",
+        "functional",
+        "_identity",
+    )
 
     def __init__(
         self,
@@ -107,7 +116,13 @@ class Impl:
 
     def identity_hash(self) -> str:
         if self._identity is None:
-            self._identity = hash_source(self.impl_fn, op_name=self.op_name, provider=self.provider)
+            identity = hash_source(self.impl_fn, op_name=self.op_name, provider=self.provider)
+            if self.inplace and getattr(self.functional, "__wrapped__", None) is not self.impl_fn:
+                # A separate out-of-place kernel serves the default overload: it is part
+                # of what this provider computes, so it is part of its identity.
+                extra = hash_source(self.functional, op_name=self.op_name, provider=self.provider)
+                identity = hash_source_pair(identity, extra)
+            self._identity = identity
         return self._identity
 
     def __repr__(self) -> str:
@@ -151,7 +166,9 @@ class IrOp:
             activations = [p for p in self.param_names if p.startswith("x")]
         for a in activations:
             if a not in self.param_names:
-                raise ValueError(f"op {name!r}: activation {a!r} is not a parameter of {self.param_names}")
+                raise ValueError(
+                    f"op {name!r}: activation {a!r} is not a parameter of {self.param_names}"
+                )
         self.activations = tuple(activations)
         self._activation_index = tuple(self.param_names.index(a) for a in self.activations)
         self.allow_inplace = allow_inplace
@@ -159,7 +176,9 @@ class IrOp:
         self.inplace_schema = None
         if allow_inplace:
             if not self.activations:
-                raise ValueError(f"op {name!r}: allow_inplace needs at least one activation parameter")
+                raise ValueError(
+                    f"op {name!r}: allow_inplace needs at least one activation parameter"
+                )
             arity = _schema.return_arity(native) or 1
             if arity != len(self.activations):
                 raise ValueError(
@@ -167,7 +186,9 @@ class IrOp:
                     f"({len(self.activations)} activations {self.activations}, {arity} outputs)"
                 )
             self.inplace_schema = _schema.schema_of(native, name, mutates=self.activations)
-        self.impls: dict[str, Impl] = {"native": Impl("native", native, True, None, False, op_name=name)}
+        self.impls: dict[str, Impl] = {
+            "native": Impl("native", native, True, None, False, op_name=name)
+        }
         self._validator: Callable[..., None] | None = None
         self._fake: Callable[..., Any] | None = None
         self._sample_fn: SampleGenerator | None = None
@@ -213,7 +234,9 @@ class IrOp:
         provider may overwrite them, so their contents are undefined afterwards. Always use
         the returned tensors. Only for ops registered with ``allow_inplace=True``."""
         if not self.allow_inplace:
-            raise TypeError(f"op {self.name!r} was not registered with allow_inplace=True; call it directly")
+            raise TypeError(
+                f"op {self.name!r} was not registered with allow_inplace=True; call it directly"
+            )
         if is_tracing(args, kwargs):
             return self._from_inplace_list(self.torch_op_inplace(*args, **kwargs), args, kwargs)
         v = self._validator
@@ -317,38 +340,79 @@ class IrOp:
         supported: bool = True,
         supports_args: Callable[..., bool] | None = None,
         inplace: bool = False,
+        functional: Callable | None = None,
     ) -> Callable[[Callable], Callable]:
         """Decorator registering ``fn`` as ``provider``'s implementation; returns ``fn``.
 
+        ``inplace=True``: ``fn`` writes its results into the activations (used by
+        ``maybe_inplace``). The default overload must not mutate, so it calls
+        ``functional`` (an out-of-place kernel with the same parameters) when given, and
+        otherwise ``fn`` on clones of the activations.
+
         Raises ``ValueError`` for a malformed or reserved name, a duplicate provider,
         parameters that differ from the native function's, a ``supports_args`` with other
-        parameters, or ``inplace=True`` on an op without ``allow_inplace``."""
+        parameters, ``inplace=True`` on an op without ``allow_inplace``, or ``functional``
+        without ``inplace=True``."""
         _check_name("provider", provider)
         if provider in RESERVED_PROVIDERS:
             raise ValueError(f"op {self.name!r}: provider name {provider!r} is reserved")
         if not isinstance(supported, bool):
-            raise TypeError(f"op {self.name!r}, provider {provider!r}: supported must be a bool, got {supported!r}")
+            raise TypeError(
+                f"op {self.name!r}, provider {provider!r}: supported must be a bool, got {supported!r}"
+            )
         if supports_args is not None:
             _schema.check_same_parameters(
-                self.native, supports_args, op_name=self.name, what=f"supports_args of provider {provider!r}"
+                self.native,
+                supports_args,
+                op_name=self.name,
+                what=f"supports_args of provider {provider!r}",
             )
         if inplace and not self.allow_inplace:
             raise ValueError(
                 f"op {self.name!r}: provider {provider!r} is inplace=True but the op was not "
                 f"registered with allow_inplace=True"
             )
+        if functional is not None:
+            if not inplace:
+                raise ValueError(
+                    f"op {self.name!r}: provider {provider!r} gives functional= but is not "
+                    f"inplace=True; register the out-of-place kernel itself instead"
+                )
+            _schema.check_same_parameters(
+                self.native,
+                functional,
+                op_name=self.name,
+                what=f"functional of provider {provider!r}",
+            )
 
         def decorator(fn: Callable) -> Callable:
-            _schema.check_same_parameters(self.native, fn, op_name=self.name, what=f"provider {provider!r}")
+            _schema.check_same_parameters(
+                self.native, fn, op_name=self.name, what=f"provider {provider!r}"
+            )
             with _registry_lock:
                 if provider in self.impls:
-                    raise ValueError(f"op {self.name!r}: provider {provider!r} is already registered")
-                functional = _cloning_wrapper(fn, self._activation_index, self.activations) if inplace else fn
+                    raise ValueError(
+                        f"op {self.name!r}: provider {provider!r} is already registered"
+                    )
+                if functional is not None:
+                    default_fn = functional
+                elif inplace:
+                    default_fn = _cloning_wrapper(fn, self._activation_index, self.activations)
+                else:
+                    default_fn = fn
                 self.impls[provider] = Impl(
-                    provider, fn, supported, supports_args, inplace, op_name=self.name, functional=functional
+                    provider,
+                    fn,
+                    supported,
+                    supports_args,
+                    inplace,
+                    op_name=self.name,
+                    functional=default_fn,
                 )
                 bump_generation()
-            logger.debug("op %s: provider %s registered (supported=%s)", self.name, provider, supported)
+            logger.debug(
+                "op %s: provider %s registered (supported=%s)", self.name, provider, supported
+            )
             return fn
 
         return decorator
@@ -374,7 +438,9 @@ class IrOp:
         """Decorator: ``fn`` (same parameters as the native function) returns empty
         outputs of the right shape, dtype and device; used when torch traces with fake
         tensors (default: the native function, which is slower to trace)."""
-        _schema.check_same_parameters(self.native, fn, op_name=self.name, what="fake implementation")
+        _schema.check_same_parameters(
+            self.native, fn, op_name=self.name, what="fake implementation"
+        )
         self._fake = fn
         return fn
 
@@ -389,7 +455,13 @@ class IrOp:
             self._validator(*args, **kwargs)
 
     # ------------------------------------------------------------------ test metadata
-    def sample_inputs(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, *, quick: bool = True) -> Iterator[SampleInput]:
+    def sample_inputs(
+        self,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        *,
+        quick: bool = True,
+    ) -> Iterator[SampleInput]:
         """Named samples for this op: generated on the CPU from a fixed seed, then moved to
         ``device`` keeping layouts (strided rows stay strided views of one buffer)."""
         if self._sample_fn is None:
@@ -413,7 +485,9 @@ class IrOp:
         try:
             return self.impls[provider].identity_hash()
         except KeyError:
-            raise KeyError(f"op {self.name!r} has no provider {provider!r}; registered: {', '.join(self.impls)}") from None
+            raise KeyError(
+                f"op {self.name!r} has no provider {provider!r}; registered: {', '.join(self.impls)}"
+            ) from None
 
     def supported_providers(self) -> list[str]:
         return [p for p, impl in self.impls.items() if impl.supported]
@@ -454,7 +528,11 @@ class IrOp:
         for out, i, name in zip(outs, self._activation_index, self.activations, strict=True):
             value = args[i] if i < len(args) else kwargs.get(name)
             result.append(None if value is None else out)
-        return result[0] if len(result) == 1 and _schema.return_arity(self.native) is None else tuple(result)
+        return (
+            result[0]
+            if len(result) == 1 and _schema.return_arity(self.native) is None
+            else tuple(result)
+        )
 
     def __repr__(self) -> str:
         return f"<opcore.ir op {self.name}{self.schema} providers={list(self.impls)}>"
@@ -499,14 +577,17 @@ def _cloning_wrapper(fn: Callable, indices: tuple[int, ...], names: tuple[str, .
 
 def _log_dispatch(op: IrOp, impl: Impl, args: tuple, kwargs: Mapping[str, Any]) -> None:
     shapes = [
-        f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}" if isinstance(a, torch.Tensor) else repr(a)
+        f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
+        if isinstance(a, torch.Tensor)
+        else repr(a)
         for a in (*args, *kwargs.values())
     ]
-    skipped = [
-        p.provider for p in op._chain[: op._chain.index(impl)]
-    ]
+    skipped = [p.provider for p in op._chain[: op._chain.index(impl)]]
     dispatch_logger.info(
-        "%s(%s) -> %s%s", op.name, ", ".join(shapes), impl.provider,
+        "%s(%s) -> %s%s",
+        op.name,
+        ", ".join(shapes),
+        impl.provider,
         f" (supports_args rejected: {', '.join(skipped)})" if skipped else "",
     )
 
@@ -537,7 +618,13 @@ def register_op(
                 raise ValueError(f"op {op_name!r} is already registered")
             torch_lib.check_op_name_free(op_name)
             _check_namespace_free(op_name)
-            op = IrOp(op_name, fn, activations=activations, allow_inplace=allow_inplace, tolerances=tolerances)
+            op = IrOp(
+                op_name,
+                fn,
+                activations=activations,
+                allow_inplace=allow_inplace,
+                tolerances=tolerances,
+            )
             torch_lib.register(op)
             _REGISTRY[op_name] = op
             _publish(op_name, op)
@@ -589,7 +676,9 @@ def get_op(name: str) -> IrOp:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise AttributeError(f"opcore.ir has no op {name!r}; registered ops: {', '.join(sorted(_REGISTRY))}") from None
+        raise AttributeError(
+            f"opcore.ir has no op {name!r}; registered ops: {', '.join(sorted(_REGISTRY))}"
+        ) from None
 
 
 def all_ops() -> dict[str, IrOp]:

@@ -75,8 +75,13 @@ def supports_rms_norm(x, weight, epsilon, variance_size=None) -> bool:
 
 
 def supports_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None) -> bool:
-    if not (_float(x) and _float(x_residual) and _scalar(epsilon)
-            and x_residual.dtype == x.dtype and _on_device(x, x_residual, weight)):
+    if not (
+        _float(x)
+        and _float(x_residual)
+        and _scalar(epsilon)
+        and x_residual.dtype == x.dtype
+        and _on_device(x, x_residual, weight)
+    ):
         return False
     lx, lr = row_layout(x), row_layout(x_residual)
     if lx is None or lr is None or lx[0] == 0 or x.shape != x_residual.shape:
@@ -105,7 +110,9 @@ def _cache_ok(cache, head_size) -> bool:
     if not _float(cache):
         return False
     shape = cache.shape
-    return len(shape) == 2 and shape[1] % 2 == 0 and 0 < shape[1] <= head_size and cache.stride(1) == 1
+    return (
+        len(shape) == 2 and shape[1] % 2 == 0 and 0 < shape[1] <= head_size and cache.stride(1) == 1
+    )
 
 
 def _layout(t, n_tokens, head_size):
@@ -137,7 +144,16 @@ def supports_rotary_embedding(positions, query, key, head_size, cos_sin_cache, i
 
 
 def supports_split_qkv_rmsnorm_rope(
-    qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads, head_size, is_neox
+    qkv,
+    q_weight,
+    k_weight,
+    epsilon,
+    positions,
+    cos_sin_cache,
+    num_heads,
+    num_kv_heads,
+    head_size,
+    is_neox,
 ) -> bool:
     if not (
         _float(qkv)
@@ -180,9 +196,8 @@ def _register(op_name, impl, supports, *, inplace=False, functional=None):
         return
     fn = impl if HAS_TRITON else _unavailable(op_name)
     kwargs = {"supported": HAS_TRITON, "supports_args": supports, "inplace": inplace}
-    # An out-of-place kernel for the default overload, where the op registry takes one;
-    # otherwise the registry clones the activations before calling the in-place kernel.
-    if functional is not None and HAS_TRITON and "functional" in inspect.signature(op.register_impl).parameters:
+    # The out-of-place kernel serves the default overload, so it never pays for clones.
+    if functional is not None and HAS_TRITON:
         kwargs["functional"] = functional
     op.register_impl(PROVIDER, **kwargs)(fn)
 
