@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from opcore_conformance.checks import (
     attention,
+    compile,
     determinism,
     fake,
     functional,
@@ -22,5 +23,6 @@ CHECK_MODULES = (
     (fake, ("supports_args", "opcheck")),
     (layers, ("layers",)),
     (attention, ("attention",)),
+    (compile, ("compile",)),
 )
 CHECK_NAMES = tuple(name for _, names in CHECK_MODULES for name in names)
