@@ -64,3 +64,10 @@ def test_ipex_supports_args_gated():
     assert ipex.supports_silu_and_mul(torch.empty(3, 7)) is False
     assert ipex.supports_gelu_and_mul(torch.empty(3, 8), "tanh") is True
     assert ipex.supports_gelu_and_mul(torch.empty(3, 8), "erf") is False
+
+
+@needs_no_ipex
+def test_cpu_default_priority_names_ipex_only_when_registered():
+    from opcore_plugin_cpu.platform import CpuPlatform
+
+    assert CpuPlatform().get_default_ir_op_priority(None) == {}

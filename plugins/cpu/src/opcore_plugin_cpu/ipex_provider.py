@@ -33,6 +33,7 @@ import torch
 from opcore.ir import ops
 
 PROVIDER = "ipex"
+OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 try:

@@ -84,6 +84,15 @@ class CpuPlatform(Platform):
         # The IPEX provider registers itself only when intel-extension-for-pytorch imports.
         from opcore_plugin_cpu import ipex_provider  # noqa: F401
 
+    def get_default_ir_op_priority(self, config) -> dict[str, list[str]]:
+        # IPEX's kernels first for the ops it covers, where IPEX imported (its
+        # supports_args sends what it does not handle to native); native otherwise.
+        from opcore_plugin_cpu import ipex_provider
+
+        if not ipex_provider.REGISTERED:
+            return {}
+        return {op: [ipex_provider.PROVIDER] for op in ipex_provider.OPS}
+
     def device_summary(self) -> dict[str, object]:
         return {
             **super().device_summary(),
