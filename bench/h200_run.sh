@@ -5,7 +5,7 @@
 # benchmark. Results go to $OUT (at most 8 files come back; the rest is in rest.tgz).
 #
 #   run: bash bench/h200_run.sh            (carry: .whl with liger_kernel-*.whl)
-# Environment: STEPS (default "check conformance bench decode"), BENCH_ARGS, *_TIMEOUT.
+# Environment: STEPS (default "check conformance bench decode"; also "compile"), BENCH_ARGS, *_TIMEOUT.
 set -u
 OUT=${OUT:-/tmp/opcore-out}
 mkdir -p "$OUT/raw"
@@ -48,6 +48,11 @@ for step in $STEPS; do
         --jsonl "$OUT/raw/bench.jsonl" ${BENCH_ARGS:-}
       echo "bench rc=$?"
       cp "$OUT"/raw/bench/bench.{json,md,png} "$OUT/" 2>/dev/null ;;
+    compile)
+      echo "== compile: the decoder three ways (plain torch.compile, opcore lowering, opcore + fusion)"
+      timeout "${COMPILE_TIMEOUT:-420}" python3 bench/compile_decoder.py --out "$OUT/raw/compile" ${COMPILE_ARGS:-}
+      echo "compile rc=$?"
+      cp "$OUT"/raw/compile/compile_decoder.{json,md} "$OUT/" 2>/dev/null ;;
     decode)
       echo "== decode step"
       timeout "${DECODE_TIMEOUT:-150}" python3 bench/decode_step.py --out "$OUT/raw/decode"
