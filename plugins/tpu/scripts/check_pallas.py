@@ -8,7 +8,7 @@
 3. The ``PALLAS`` attention backend's cache layout, ``write_kv`` and metadata mapping, on
    the XLA device (``PJRT_DEVICE=CPU``) through torch_xla's non-kernel reference path
    (``use_kernel=False``), against opcore's float64 ``TORCH_NATIVE`` reference on the
-   conformance suite's attention cases that the backend accepts (the first 12).
+   conformance suite's attention cases that the backend accepts (the first 4 of each batch mix).
 
 Run in the torch_xla venv with JAX (``pip install jax==0.7.1 jaxlib==0.7.1``):
 
@@ -28,7 +28,7 @@ import torch
 
 from opcore_plugin_tpu import pallas_kernels as pk
 
-MAX_ATTENTION_CASES = 12
+MAX_ATTENTION_CASES_PER_MIX = 4
 DTYPES = {"float32": (jnp.float32, 2e-6), "bfloat16": (jnp.bfloat16, 1.6e-2), "float16": (jnp.float16, 2e-3)}
 
 
@@ -96,9 +96,11 @@ def check_attention_plumbing() -> list[str]:
     print("| case | max abs err | max rel err | rtol | verdict |")
     print("|---|---|---|---|---|")
     failures, ran = [], 0
+    per_mix: dict[str, int] = {}
     for case in T.conformance_cases(quick=False):
-        if ran >= MAX_ATTENTION_CASES:
-            break
+        mix = case.name.split("-")[0]
+        if per_mix.get(mix, 0) >= MAX_ATTENTION_CASES_PER_MIX:
+            continue
         cfg = case.selector_config("xla")
         reasons = [r for r in PallasBackend.validate_configuration(cfg) if "needs a TPU" not in r]
         if reasons:
@@ -112,6 +114,7 @@ def check_attention_plumbing() -> list[str]:
         max_rel = float((diff / (atol / rtol + ref.abs())).max())
         ok = bool(torch.isfinite(out).all()) and max_rel <= rtol
         ran += 1
+        per_mix[mix] = per_mix.get(mix, 0) + 1
         if not ok:
             failures.append(case.name)
         print(f"| {case.name} | {max_abs:.2e} | {max_rel:.2e} | {rtol:g} | {'ok' if ok else 'FAIL'} |")

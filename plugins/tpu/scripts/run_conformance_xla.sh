@@ -71,8 +71,9 @@ verdict() { [ "$1" -eq 0 ] && echo "pass" || echo "FAIL (exit $1)"; }
     echo "Cases needing attention (none expected; expectations in"
     echo "src/opcore_plugin_tpu/expectations.toml):"
     echo
+    attention=$(sed -n '/need attention/,/^jsonl:/p' "$WORK/conformance.log" | grep -E '^\s+(FAIL|ERROR|XPASS)' | head -20)
     echo '```'
-    sed -n '/need attention/,/^jsonl:/p' "$WORK/conformance.log" | grep -E '^\s+(FAIL|ERROR|XPASS)' | head -20 || true
+    echo "${attention:-none}"
     echo '```'
     echo
     echo "## 2. Native ops traced by XLA (torch_xla metrics)"
