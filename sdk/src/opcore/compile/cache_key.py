@@ -1,7 +1,8 @@
 """The compile cache key: everything that changes what lowering produces.
 
 ``cache_key(config, mode=..., fusion=...)`` hashes: torch and opcore versions; the mode and
-fusion flag; the name and source of every fusion pass and of the opcore pass modules; per
+fusion flag; the name and source of every fusion pass and of the opcore pass modules
+(the opaque-call module included); per
 op, the effective priority under the config (so a platform default, a user list or a
 ``set_priority`` block all count) and the identity hash (source) of every registered
 provider. It is the ``uuid()`` of the pass Inductor runs, so Inductor's FX-graph and
@@ -34,6 +35,7 @@ def _source_hash(obj: Any) -> str:
 
 def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
     """The data `cache_key` hashes (JSON-serializable; shown by `opcore.compile.info`)."""
+    from opcore.compile import opaque
     from opcore.compile import passes as _passes
     from opcore.compile.passes import _graph, clone_elimination, functionalize_inplace, lower
 
@@ -53,7 +55,11 @@ def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
         "mode": mode,
         "fusion": fusion,
         "fusion_passes": {n: _source_hash(fn) for n, fn in _passes.FUSION_PASSES.items()} if fusion else {},
-        "pipeline": {m.__name__: _source_hash(m) for m in (_graph, functionalize_inplace, lower, clone_elimination)},
+        # opaque: how provider calls (in-place ones included) become graph ops; _passes: the order
+        "pipeline": {
+            m.__name__: _source_hash(m)
+            for m in (_passes, _graph, functionalize_inplace, lower, clone_elimination, opaque)
+        },
         "ops": ops,
     }
 

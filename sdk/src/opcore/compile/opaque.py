@@ -7,8 +7,12 @@ as an extern kernel and the same provider still runs. The lowering record says w
 
 For a functional provider the op has the IR op's schema. For an in-place provider
 (``Impl.inplace``) the op mutates the activations and returns nothing: the activations
-*are* the results, and lowering clones them first, exactly as the default overload does
-in eager mode, so clone elimination can later drop the clones that are not needed.
+*are* the results. Lowering clones them first, exactly as the default overload does in
+eager mode, and under Inductor wraps the call in ``auto_functionalized`` (Inductor's
+graph is functional; see `opcore.compile.passes.lower`). An in-place provider that also
+gives an out-of-place kernel (``register_impl(..., functional=)``) gets a second op,
+``opcore_impl::<op>.<provider>_out_of_place``, with the IR op's schema, running that
+kernel: lowering uses it wherever writing the activations is not allowed.
 
 Ops are defined for every registered provider when a backend is called (`ensure_all`), not
 on first use, so compiled code loaded from Inductor's cache in a fresh process finds them.
@@ -30,9 +34,18 @@ _lock = threading.Lock()
 _defined: dict[tuple[str, str], tuple[Impl, Library]] = {}
 
 
+OUT_OF_PLACE_SUFFIX = "_out_of_place"
+
+
 def _overload(provider: str) -> str:
     # "default" would collide with the default-overload naming torch uses for printing.
     return "p_default" if provider == "default" else provider
+
+
+def has_out_of_place(impl: Impl) -> bool:
+    """``impl`` is in place and brings its own out-of-place kernel (not the generic
+    clone-then-write wrapper `register_impl` makes when none is given)."""
+    return impl.inplace and getattr(impl.functional, "__wrapped__", None) is not impl.impl_fn
 
 
 def _inplace_schema(op: IrOp) -> str:
@@ -58,6 +71,11 @@ def define(op: IrOp, impl: Impl) -> None:
                 lib.define(qualified + _inplace_schema(op))
                 lib.impl(qualified, _inplace_kernel(op, impl), "CompositeExplicitAutograd")
                 torch.library.register_fake(f"{NAMESPACE}::{qualified}", _inplace_fake(op), lib=lib)
+                if has_out_of_place(impl):
+                    oop = qualified + OUT_OF_PLACE_SUFFIX
+                    lib.define(oop + op.schema)
+                    lib.impl(oop, _functional_kernel(op, impl), "CompositeExplicitAutograd")
+                    torch.library.register_fake(f"{NAMESPACE}::{oop}", op._fake_impl, lib=lib)
             else:
                 lib.define(qualified + op.schema)
                 lib.impl(qualified, _functional_kernel(op, impl), "CompositeExplicitAutograd")
@@ -78,10 +96,16 @@ def ensure_all() -> None:
             define(op, impl)
 
 
-def get(op: IrOp, impl: Impl) -> Any:
-    """The ``OpOverload`` for ``impl`` (defined on demand)."""
+def get(op: IrOp, impl: Impl, *, out_of_place: bool = False) -> Any:
+    """The ``OpOverload`` for ``impl`` (defined on demand); ``out_of_place=True``: the op
+    running the out-of-place kernel of an in-place provider (see `has_out_of_place`)."""
     define(op, impl)
-    return getattr(getattr(getattr(torch.ops, NAMESPACE), op.name), _overload(impl.provider))
+    name = _overload(impl.provider)
+    if out_of_place:
+        if not has_out_of_place(impl):
+            raise ValueError(f"op {op.name!r}: provider {impl.provider!r} has no out-of-place kernel")
+        name += OUT_OF_PLACE_SUFFIX
+    return getattr(getattr(getattr(torch.ops, NAMESPACE), op.name), name)
 
 
 def _functional_kernel(op: IrOp, impl: Impl):

@@ -19,7 +19,10 @@ class LoweringDecision:
     ``traced`` (the provider's function was traced into aten ops) or ``opaque`` (the
     provider runs as one ``opcore_impl::<op>.<provider>`` call, because tracing it failed
     with ``trace_error``: typically a raw Triton launch, which cannot run on fake tensors).
-    ``inplace``: the provider writes its activations (clones were inserted before it)."""
+    ``inplace``: the provider's in-place kernel runs (on clones of the activations, which
+    clone elimination drops where safe; under Inductor through ``auto_functionalized``).
+    ``form``: for an in-place provider that could not write its activations, why, and
+    what ran instead (its out-of-place kernel, or the in-place one on kept clones)."""
 
     node: str
     op: str
@@ -28,6 +31,7 @@ class LoweringDecision:
     inplace: bool
     priority: list[str]
     trace_error: str | None = None
+    form: str | None = None
 
 
 @dataclasses.dataclass
@@ -75,6 +79,8 @@ class CompileRecord:
             lines.append(f"  donated inputs: {self.donated_inputs}")
         for d in self.lowered:
             extra = " (in place)" if d.inplace else ""
+            if d.form:
+                extra += f" ({d.form})"
             lines.append(f"  %{d.node}: {d.op} -> {d.provider} [{d.how}]{extra}  priority {d.priority}")
         if self.clones_removed:
             lines.append(f"  clones removed: {', '.join(self.clones_removed)}")

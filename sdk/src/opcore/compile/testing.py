@@ -82,6 +82,19 @@ def _clone_args(sample: SampleInput) -> tuple[tuple, dict]:
     return tuple(c(a) for a in sample.args), {k: c(v) for k, v in sample.kwargs.items()}
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.is_floating_point() or a.is_complex():
+        return torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)
+    return torch.equal(a, b)
+
+
+def _named_pairs(args: tuple, kwargs: dict, args0: tuple, kwargs0: dict):
+    for i, (a, b) in enumerate(zip(args, args0, strict=True)):
+        yield f"#{i}", a, b
+    for k, v in kwargs.items():
+        yield repr(k), v, kwargs0[k]
+
+
 def compiled_matches_eager(op: IrOp | str, provider: str, sample: SampleInput, *, mode: str = "eager") -> dict[str, Any]:
     """Compile a function calling ``op`` with ``provider`` first in its priority; its
     output on ``sample`` equals the eager call's (the op's tolerance), and the lowering
@@ -95,8 +108,14 @@ def compiled_matches_eager(op: IrOp | str, provider: str, sample: SampleInput, *
         be = oc.backend(mode=mode, fusion=False)
         compiled = torch.compile(lambda *a, **k: op(*a, **k), backend=be, fullgraph=True)
         args, kwargs = _clone_args(sample)
+        before = _clone_args(SampleInput(sample.name, args, kwargs))
         got = compiled(*args, **kwargs)
         torch._dynamo.reset()
+    # The default overload never writes its arguments, compiled or not (an in-place
+    # provider lowered as a raw mutation once wrote the caller's tensors under Inductor).
+    for name, now, then in _named_pairs(args, kwargs, *before):
+        if isinstance(now, torch.Tensor) and not _same(now, then):
+            raise CompileCheckFailed(f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}): argument {name} was written")
     record = be.last_record
     lowered = record.by_op().get(op.name, []) if record else []
     if lowered != [provider]:

@@ -60,7 +60,12 @@ def run_post_aot(graph: fx.Graph, record: CompileRecord, config) -> None:
             if fired:
                 record.fusions[name] = record.fusions.get(name, 0) + fired
     with set_current_config(config):
-        lower(graph, record.lowered)
+        lower(
+            graph,
+            record.lowered,
+            functional_graph=record.mode == "inductor",
+            donated_inputs=record.donated_inputs,
+        )
     eliminate_clones(graph, record.donated_inputs, record.clones_removed, record.clones_kept)
     graph.lint()
 

@@ -1,6 +1,11 @@
 """Clone elimination: drop the clones lowering put in front of in-place providers where
 writing the original tensor cannot be observed.
 
+It matters in ``eager`` mode, where the lowered graph runs as it is. Under Inductor the
+in-place form is ``auto_functionalized`` and no lowering clone is left (Inductor's own
+reinplacing decides where the kernel writes; see `opcore.compile.passes.lower`); the pass
+still runs and finds nothing, or a clone whose removal keeps the graph functional.
+
 Only clones tagged by `lower` are candidates (a clone the user wrote is left alone). A
 clone ``c = clone(s)`` whose first use is node ``k`` is replaced by ``s`` when all hold:
 

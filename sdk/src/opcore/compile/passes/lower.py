@@ -6,9 +6,27 @@ fake tensors AOTAutograd recorded), so a compiled graph runs the provider an eag
 the same config and argument metadata would run. The provider is then traced into the
 graph with Inductor's ``replace_by_example`` (``make_fx`` on the fake values): the native
 function becomes aten ops Inductor can fuse with their neighbours; a provider built on
-torch ops becomes those ops. The default overload's contract is kept: an in-place
-provider is traced through its functional form, which clones the activations first; those
-clones are tagged for `clone_elimination`.
+torch ops becomes those ops. The default overload's contract is kept (the caller's
+tensors are never changed); for an in-place provider (``Impl.inplace``) lowering picks
+one of two forms per node:
+
+- **in place**, when every activation may be written: each is made in the graph (or, in
+  ``eager`` mode only, is a donated graph input), no alias of it is read at or after the
+  call or returned, and no two activations share storage. The provider runs on clones of
+  the activations (tagged for `clone_elimination`, which drops them);
+- **out of place** otherwise, when the provider has its own out-of-place kernel
+  (``register_impl(..., functional=)``): that kernel runs and nothing is written or
+  cloned. A provider without one runs in place on clones that stay.
+
+Under Inductor (``functional_graph=True``) the in-place form is traced through Python
+functionalization (AOTAutograd's), so the graph gets ``auto_functionalized(<in-place
+op>)``, never a raw mutation. Inductor assumes the post-grad graph is functional: its
+``remove_noop_ops`` deletes every same-layout ``clone``, so a clone guarding a raw
+mutation is removed and the provider writes the clone's source (a graph input, i.e. the
+caller's tensor, or a value still read later). ``auto_functionalized`` is the form
+Inductor's reinplacing pass understands: it writes in place exactly where the input is
+dead and not a graph input, and copies otherwise. Graph inputs are never written under
+Inductor (a donated one included): a mutated input makes Inductor skip CUDA graphs.
 
 A provider whose code cannot run on fake tensors (a raw Triton launch) is lowered to one
 ``opcore_impl::<op>.<provider>`` call (`opcore.compile.opaque`) and recorded as ``opaque``
@@ -46,14 +64,30 @@ def _clone_activations(op: IrOp, args: list[Any]) -> list[Any]:
     return args
 
 
-def _opaque_replacement(op: IrOp, impl: Impl):
-    target = opaque.get(op, impl)
-    if not impl.inplace:
+def _functionalized(fn):
+    """``fn`` traced as a functional graph: a mutation of a (cloned) activation becomes
+    ``auto_functionalized`` (custom ops) or the out-of-place aten op."""
+
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+
+    def call(*args: Any) -> Any:
+        # Python functionalization (as AOTAutograd's): it turns a mutating custom op into
+        # auto_functionalized, which torch.func.functionalize (C++) refuses to do.
+        return dispatch_functionalize(fn, FunctionalTensorMode())(*args)
+
+    return call
+
+
+def _opaque_replacement(op: IrOp, impl: Impl, inplace: bool, functional_graph: bool):
+    if not impl.inplace or not inplace:
+        target = opaque.get(op, impl, out_of_place=impl.inplace)
 
         def call(*args: Any) -> Any:
             return target(*args)
 
         return call
+
+    target = opaque.get(op, impl)
 
     def call_inplace(*args: Any) -> Any:
         args = _clone_activations(op, list(args))
@@ -61,22 +95,75 @@ def _opaque_replacement(op: IrOp, impl: Impl):
         outs = tuple(args[i] for i in op._activation_index)
         return outs if len(outs) > 1 else outs[0]
 
-    return call_inplace
+    return _functionalized(call_inplace) if functional_graph else call_inplace
 
 
-def _traced_replacement(op: IrOp, impl: Impl):
-    fn = impl.functional
+def _traced_replacement(op: IrOp, impl: Impl, inplace: bool, functional_graph: bool):
+    if not impl.inplace or not inplace:
+        fn = impl.functional  # for an in-place provider: its out-of-place kernel
 
-    def call(*args: Any) -> Any:
-        return fn(*args)
+        def call(*args: Any) -> Any:
+            return fn(*args)
 
-    return call
+        return call
+
+    impl_fn = impl.impl_fn
+
+    def call_inplace(*args: Any) -> Any:
+        return impl_fn(*_clone_activations(op, list(args)))
+
+    return _functionalized(call_inplace) if functional_graph else call_inplace
 
 
-def lower(graph: fx.Graph, decisions: list[LoweringDecision]) -> int:
+def why_not_writable(graph: fx.Graph, node: fx.Node, op: IrOp, bound: list[Any], writable_inputs: set[fx.Node]) -> str | None:
+    """``None`` when ``node``'s provider may write every activation of ``bound`` (see the
+    module docstring), else the reason it may not. ``writable_inputs``: the graph inputs
+    that may be written (donated ones in ``eager`` mode; none under Inductor)."""
+    pos = _graph.order(graph)
+    seen: set[fx.Node] = set()
+    for index in op._activation_index:
+        act = bound[index]
+        if act is None:
+            continue
+        if not isinstance(act, fx.Node):
+            return f"activation {op.param_names[index]!r} is not a graph value"
+        group = _graph.aliases(graph, act)
+        if group is None:
+            return f"aliasing of %{act.name} is unknown (a node without a fake tensor)"
+        if seen & set(group):
+            return f"activation %{act.name} shares storage with another activation"
+        seen.update(group)
+        for alias in group:
+            if alias.op == "placeholder" and alias not in writable_inputs:
+                return f"%{alias.name} is a graph input (written only when donated, never under Inductor)"
+            for user in alias.users:
+                if user is node:
+                    continue
+                if user.op == "output":
+                    return f"%{alias.name} is a graph output"
+                if pos[user] >= pos[node]:
+                    return f"%{alias.name} is read at or after the call (by %{user.name})"
+    return None
+
+
+_NO_INPUTS: set[fx.Node] = set()
+
+
+def lower(
+    graph: fx.Graph,
+    decisions: list[LoweringDecision],
+    *,
+    functional_graph: bool = False,
+    donated_inputs: list[int] | None = None,
+) -> int:
     """Lower every ``opcore_ir`` node of ``graph`` (under the current config: the caller
     makes the compile's config current). Appends one `LoweringDecision` per node to
-    ``decisions``; returns how many nodes were lowered."""
+    ``decisions``; returns how many nodes were lowered.
+
+    ``functional_graph``: the graph must stay functional (Inductor): in-place providers
+    go in as ``auto_functionalized`` and graph inputs are never written.
+    ``donated_inputs``: indices of graph inputs an in-place provider may write (ignored
+    when ``functional_graph``)."""
     from torch._inductor.pattern_matcher import (
         CallFunctionVarArgs,
         PatternMatcherPass,
@@ -93,10 +180,15 @@ def lower(graph: fx.Graph, decisions: list[LoweringDecision]) -> int:
     present = {n.target for n in graph.nodes if n.op == "call_function" and n.target in default_targets}
     if not present:
         return 0
+    if functional_graph:
+        writable = _NO_INPUTS
+    else:
+        inputs = _graph.placeholders(graph)
+        writable = {inputs[i] for i in donated_inputs or () if i < len(inputs)}
     patterns = PatternMatcherPass(pass_name="opcore_lowering")
     for target in present:
         register_graph_pattern(CallFunctionVarArgs(target), pass_dict=patterns)(
-            _handler(default_targets[target], graph, decisions)
+            _handler(default_targets[target], graph, decisions, functional_graph, writable)
         )
     count = patterns.apply(graph)
     remaining = [n for n in graph.nodes if n.op == "call_function" and n.target in default_targets]
@@ -108,22 +200,29 @@ def lower(graph: fx.Graph, decisions: list[LoweringDecision]) -> int:
     return count
 
 
-def _handler(op: IrOp, graph: fx.Graph, decisions: list[LoweringDecision]):
+def _handler(op: IrOp, graph: fx.Graph, decisions: list[LoweringDecision], functional_graph: bool, writable: set[fx.Node]):
     def handle(match: Any, *args: Any, **kwargs: Any) -> None:
         node = match.nodes[0]
         bound = _graph.bind_args(op, node)
         fake_args = [_graph.fake_value(a) for a in bound]
         impl = op.dispatch(*fake_args)
         priority = op.effective_priority()
+        inplace, form = impl.inplace, None
+        if impl.inplace:
+            why = why_not_writable(graph, node, op, bound, writable)
+            if why is not None and opaque.has_out_of_place(impl):
+                inplace, form = False, f"out-of-place kernel: {why}"
+            elif why is not None:
+                form = f"in place on copies (no out-of-place kernel): {why}"
         before = set(graph.nodes)
         how, error = "traced", None
         try:
-            match.replace_by_example(_traced_replacement(op, impl), bound)
+            match.replace_by_example(_traced_replacement(op, impl, inplace, functional_graph), bound)
         except Exception as exc:  # recorded; the provider still runs, as an opaque call
             how, error = "opaque", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             logger.info("opcore.compile: %s -> %s not traceable (%s); lowered as an opaque call", node.name, impl.provider, error)
             try:
-                match.replace_by_example(_opaque_replacement(op, impl), bound)
+                match.replace_by_example(_opaque_replacement(op, impl, inplace, functional_graph), bound)
             except Exception as exc2:
                 raise LoweringError(
                     f"opcore.compile: cannot lower {_graph.describe(node)} to provider "
@@ -134,12 +233,12 @@ def _handler(op: IrOp, graph: fx.Graph, decisions: list[LoweringDecision]):
             if new in before:
                 continue
             new.meta[LOWERED_TAG] = (op.name, impl.provider, node.name)
-            if impl.inplace and new.target is torch.ops.aten.clone.default:
+            if inplace and new.target is torch.ops.aten.clone.default:
                 new.meta[CLONE_TAG] = True
         decisions.append(
             LoweringDecision(
                 node=node.name, op=op.name, provider=impl.provider, how=how,
-                inplace=impl.inplace, priority=priority, trace_error=error,
+                inplace=inplace, priority=priority, trace_error=error, form=form,
             )
         )
 
