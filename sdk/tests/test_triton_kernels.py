@@ -182,6 +182,56 @@ else:
         with pytest.raises(ValueError, match="approximate"):
             activation.gelu_and_mul(torch.randn(2, 8), "sigmoid")
 
+    @pytest.mark.parametrize("d", [1536, 1000])  # three even 512 tiles; two, the last masked
+    def test_act_and_mul_rows_wider_than_the_tile(d):
+        from opcore.kernels.triton import _launch
+
+        x = torch.randn(3, 2 * d, dtype=torch.bfloat16) * 3
+        block_c, rows, _ = _launch.elementwise_params(3, d)
+        assert (block_c, rows) == (512, 1) and d > block_c
+        g, u = x.double()[..., :d], x.double()[..., d:]
+        check(activation.silu_and_mul(x), g * torch.sigmoid(g) * u, torch.bfloat16)
+        ref = torch.nn.functional.gelu(g, approximate="tanh") * u
+        check(activation.gelu_and_mul(x, "tanh"), ref, torch.bfloat16)
+
+    # ------------------------------------------------------------------ launch parameters
+    def test_column_tile_divides_the_width_when_it_can():
+        from opcore.kernels.triton import _launch
+
+        ew = _launch.elementwise_params
+        assert ew(32768, 14336) == (2048, 2, 8)  # 7 full tiles, not 3.5 of 4096
+        assert ew(32768, 28672) == (4096, 1, 8)  # 4096 divides it already
+        assert ew(32768, 13824) == (512, 8, 8)  # 2**9 * 27
+        assert ew(32768, 11008) == (4096, 1, 8)  # 2**8 * 43: below 512, plain tile
+        assert ew(32768, 300) == (512, 8, 8)  # one tile per row, as before
+        assert ew(1, 14336) == (512, 1, 2)  # few rows: small tiles, still even
+        assert _launch.even_tile(6000, 4096) == 4096 and _launch.even_tile(3000, 4096) == 4096
+
+    def test_norm_warps_by_row_length():
+        from opcore.kernels.triton import _launch
+
+        warps = {n: _launch.row_params(32768, n)[3] for n in (1024, 4096, 5120, 8192, 16384, 20000)}
+        assert warps == {1024: 8, 4096: 8, 5120: 8, 8192: 8, 16384: 16, 20000: 8}
+
+    def test_token_head_params():
+        from opcore.kernels.triton import _launch
+
+        thp = _launch.token_head_params
+        # many tokens: one program per token holding every q and k head, 8 warps
+        assert thp(32768, 32, 8, 128) == (1, 32, 8, 8)
+        assert thp(32768, 64, 8, 128) == (1, 64, 8, 8)
+        assert thp(32768, 32, 0, 128) == (1, 32, 1, 8)  # key=None
+        # few tokens: heads split in proportion, one cos/sin load per program
+        assert thp(1, 32, 8, 128) == (8, 4, 1, 2)
+        assert thp(256, 32, 8, 128) == (4, 8, 2, 4)
+        assert thp(2, 28, 4, 128) == (4, 8, 1, 4)
+        for args in [(t, a, b, c) for t in (1, 7, 300, 5000) for a in (1, 3, 28, 64)
+                     for b in (0, 1, 5, 8) for c in (16, 128, 256)]:
+            programs, ba, bb, w = thp(*args)
+            t, a, b, _ = args
+            assert programs * ba >= a and programs * bb >= b, args  # every head covered
+            assert w & (w - 1) == 0 and 1 <= w <= 8, args  # a power of two
+
     # ------------------------------------------------------------------ rotary
     @pytest.mark.parametrize("dtype", DTYPES)
     @pytest.mark.parametrize("is_neox", [True, False])
@@ -203,6 +253,27 @@ else:
         check(q, rq, dtype)
         check(k, rk, dtype)
         assert torch.equal(qkv[:, (hq + hk) * d :], qkv0[:, (hq + hk) * d :])  # v untouched
+
+    # (q heads, k heads, tokens) -> one program per token with 8 q + 1 k head; a last
+    # program without k heads (8/5); a last program without q heads (5/4)
+    HEAD_SPLITS = [(8, 1, 3), (8, 5, 2), (5, 4, 2)]
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    @pytest.mark.parametrize("is_neox", [True, False])
+    @pytest.mark.parametrize("hq,hk,n_tok", HEAD_SPLITS)
+    def test_rotary_embedding_head_splits(dtype, is_neox, hq, hk, n_tok):
+        d, rot = 48, 32
+        q = torch.randn(n_tok, hq * d, dtype=dtype)
+        k = torch.randn(n_tok, hk, d, dtype=dtype)
+        positions = torch.randint(0, 16, (n_tok,))
+        cache = make_cache(16, rot)
+        qo, ko = rotary.rotary_embedding(positions, q, k, d, cache, is_neox)
+        check(qo, ref_rope(positions, q, d, cache, is_neox), dtype)
+        check(ko, ref_rope(positions, k, d, cache, is_neox), dtype)
+        rq, rk = ref_rope(positions, q, d, cache, is_neox), ref_rope(positions, k, d, cache, is_neox)
+        rotary.rotary_embedding_inplace(positions, q, k, d, cache, is_neox)
+        check(q, rq, dtype)
+        check(k, rk, dtype)
 
     @pytest.mark.parametrize("is_neox", [True, False])
     def test_rotary_embedding_4d_heads_layout_no_key(is_neox):
@@ -243,6 +314,21 @@ else:
         check(k, rk, dtype)
         assert torch.equal(v, qkv[:, (h + kv) * d :])
         assert q.shape == (n_tok, h * d) and v.is_contiguous()
+
+    @pytest.mark.parametrize("is_neox", [True, False])
+    @pytest.mark.parametrize("h,kv,n_tok", HEAD_SPLITS)
+    def test_split_qkv_rmsnorm_rope_head_splits(is_neox, h, kv, n_tok):
+        d, rot, dtype = 48, 32, torch.bfloat16
+        qkv = torch.randn(n_tok, (h + 2 * kv) * d, dtype=dtype)
+        qw, kw = torch.rand(d, dtype=dtype) + 0.5, torch.rand(d, dtype=dtype) + 0.5
+        positions = torch.randint(0, 16, (n_tok,))
+        cache = make_cache(16, rot)
+        q, k, v = qk_norm_rope.split_qkv_rmsnorm_rope(
+            qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox)
+        rq, rk, rv = ref_split(qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox)
+        check(q, rq, dtype)
+        check(k, rk, dtype)
+        assert torch.equal(v, qkv[:, (h + kv) * d :])
 
     def test_split_qkv_rmsnorm_rope_3d_no_weights():
         h, kv, d = 2, 1, 32

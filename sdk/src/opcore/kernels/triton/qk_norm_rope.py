@@ -1,12 +1,15 @@
 """`split_qkv_rmsnorm_rope` as one kernel: split a packed QKV row, RMSNorm each q and k
 head over ``head_size`` with per-head-dim weights, apply rotary, copy v.
 
-A program handles one token and a block of heads of one of the three sections (q, k or
-v; grid ``(tokens, q blocks + k blocks + v blocks)``). Each q/k head is loaded once as its
-two rotary halves (``a``, ``b``, paired as in `rotary`) and its unrotated tail; the sum of
-squares over the three parts gives the head's RMS, and the normalised values stay in fp32
-registers through the rotation, so the only memory traffic is one read of q, k, v and
-one write of each output.
+Grid ``(tokens, splits)``: program ``(t, s)`` loads token ``t``'s cos/sin row once and
+handles q heads ``[s * BLOCK_Q, (s + 1) * BLOCK_Q)`` and k and v heads ``[s * BLOCK_KV,
+(s + 1) * BLOCK_KV)``, each group as one 2-D ``[heads, columns]`` block; with many tokens
+there is one split, i.e. one program per token (`_launch.token_head_params`).
+
+Each q/k head is loaded once as its two rotary halves (``a``, ``b``, paired as in
+`rotary`) and its unrotated tail; the sum of squares over the three parts gives the
+head's RMS, and the normalised values stay in fp32 registers through the rotation, so the
+only memory traffic is one read of q, k, v and one write of each output.
 """
 
 from __future__ import annotations
@@ -59,38 +62,34 @@ def _norm_rope_heads(
 def _split_qkv_rmsnorm_rope_kernel(
     qkv_ptr, qkv_stride, q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr,
     pos_ptr, cache_ptr, cache_stride, eps,
-    n_q_heads, n_kv_heads, n_q_blocks, n_k_blocks, head_size, rot, half,
-    IS_NEOX: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK_H: tl.constexpr,
-    HALF_PAD: tl.constexpr, HAS_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
-    HEAD_PAD: tl.constexpr,
+    n_q_heads, n_kv_heads, head_size, rot, half,
+    IS_NEOX: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK_Q: tl.constexpr,
+    BLOCK_KV: tl.constexpr, HALF_PAD: tl.constexpr, HAS_TAIL: tl.constexpr,
+    TAIL_PAD: tl.constexpr, HEAD_PAD: tl.constexpr,
 ):
     eps = tl.cast(eps, tl.float32)
     tok = tl.program_id(0).to(tl.int64)
-    hb = tl.program_id(1)
+    split = tl.program_id(1)
     q_width = n_q_heads * head_size
     kv_width = n_kv_heads * head_size
     row = qkv_ptr + tok * qkv_stride
-    if hb < n_q_blocks + n_k_blocks:
-        pos = tl.load(pos_ptr + tok).to(tl.int64)
-        cos, sin = load_cos_sin(cache_ptr, cache_stride, pos, half, HALF_PAD)
-        off_a, off_b, pair_mask = pair_offsets(HALF_PAD, half, IS_NEOX)
-        if hb < n_q_blocks:
-            heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
-            _norm_rope_heads(row, q_ptr + tok * q_width, qw_ptr, heads, heads < n_q_heads,
-                             cos, sin, off_a, off_b, pair_mask, eps, rot, head_size,
-                             HAS_WEIGHT, HAS_TAIL, TAIL_PAD)
-        else:
-            heads = (hb - n_q_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
-            _norm_rope_heads(row + q_width, k_ptr + tok * kv_width, kw_ptr, heads,
-                             heads < n_kv_heads, cos, sin, off_a, off_b, pair_mask, eps, rot,
-                             head_size, HAS_WEIGHT, HAS_TAIL, TAIL_PAD)
-    else:
-        heads = (hb - n_q_blocks - n_k_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
-        cols = tl.arange(0, HEAD_PAD)
-        m = (heads < n_kv_heads)[:, None] & (cols < head_size)[None, :]
-        off = heads[:, None] * head_size + cols[None, :]
-        v = tl.load(row + q_width + kv_width + off, mask=m, other=0.0)
-        tl.store(v_ptr + tok * kv_width + off, v, mask=m)
+    pos = tl.load(pos_ptr + tok).to(tl.int64)
+    cos, sin = load_cos_sin(cache_ptr, cache_stride, pos, half, HALF_PAD)
+    off_a, off_b, pair_mask = pair_offsets(HALF_PAD, half, IS_NEOX)
+    heads = split * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    _norm_rope_heads(row, q_ptr + tok * q_width, qw_ptr, heads, heads < n_q_heads,
+                     cos, sin, off_a, off_b, pair_mask, eps, rot, head_size,
+                     HAS_WEIGHT, HAS_TAIL, TAIL_PAD)
+    heads = split * BLOCK_KV + tl.arange(0, BLOCK_KV)
+    kv_mask = heads < n_kv_heads
+    _norm_rope_heads(row + q_width, k_ptr + tok * kv_width, kw_ptr, heads, kv_mask,
+                     cos, sin, off_a, off_b, pair_mask, eps, rot, head_size,
+                     HAS_WEIGHT, HAS_TAIL, TAIL_PAD)
+    cols = tl.arange(0, HEAD_PAD)
+    m = kv_mask[:, None] & (cols < head_size)[None, :]
+    off = heads[:, None] * head_size + cols[None, :]
+    v = tl.load(row + q_width + kv_width + off, mask=m, other=0.0)
+    tl.store(v_ptr + tok * kv_width + off, v, mask=m)
 
 
 def split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache,
@@ -114,18 +113,17 @@ def split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_sin_
     half = rot // 2
     half_pad = _launch.next_pow2(half)
     tail = head_size - rot
-    block_h, warps = _launch.head_params(
-        n_tokens, max(num_heads, num_kv_heads), min(num_heads, num_kv_heads), 2 * half_pad
+    n_splits, block_q, block_kv, warps = _launch.token_head_params(
+        n_tokens, num_heads, num_kv_heads, 2 * half_pad
     )
-    n_q_blocks = _launch.cdiv(num_heads, block_h)
-    n_kv_blocks = _launch.cdiv(num_kv_heads, block_h)
     has_weight = q_weight is not None
-    _split_qkv_rmsnorm_rope_kernel[(n_tokens, n_q_blocks + 2 * n_kv_blocks)](
+    _split_qkv_rmsnorm_rope_kernel[(n_tokens, n_splits)](
         qkv, stride, q, k, v,
         q_weight if has_weight else qkv, k_weight if has_weight else qkv,
         positions.reshape(-1), cos_sin_cache, cos_sin_cache.stride(0), float(epsilon),
-        num_heads, num_kv_heads, n_q_blocks, n_kv_blocks, head_size, rot, half,
-        IS_NEOX=bool(is_neox), HAS_WEIGHT=has_weight, BLOCK_H=block_h, HALF_PAD=half_pad,
+        num_heads, num_kv_heads, head_size, rot, half,
+        IS_NEOX=bool(is_neox), HAS_WEIGHT=has_weight, BLOCK_Q=block_q, BLOCK_KV=block_kv,
+        HALF_PAD=half_pad,
         HAS_TAIL=tail > 0, TAIL_PAD=_launch.next_pow2(max(tail, 1)),
         HEAD_PAD=_launch.next_pow2(head_size), num_warps=warps,
     )

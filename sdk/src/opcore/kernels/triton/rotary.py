@@ -7,8 +7,11 @@ head the program covers. Both styles rotate pairs ``(a, b)`` of one head:
 GPT-J pairs ``2i`` with ``2i + 1``. Elements past ``rot_dim`` are left as they are (copied
 when the output is a new tensor).
 
-Grid: ``(tokens, q head blocks + k head blocks)``; q and k are addressed by token and head
-strides, so slices of one QKV buffer are used where they lie.
+Grid: ``(tokens, splits)``. Program ``(t, s)`` rotates q heads ``[s * BLOCK_Q, (s + 1) *
+BLOCK_Q)`` and k heads ``[s * BLOCK_K, (s + 1) * BLOCK_K)`` of token ``t`` as two 2-D
+``[heads, rot / 2]`` blocks after one load of the token's cos/sin row; with many tokens
+there is one split, i.e. one program per token (`_launch.token_head_params`). q and k are
+addressed by token and head strides, so slices of one QKV buffer are used where they lie.
 """
 
 from __future__ import annotations
@@ -70,23 +73,23 @@ def rope_heads(
 @triton.jit
 def _rotary_kernel(
     pos_ptr, cache_ptr, cache_stride,
-    q_ptr, q_tok, q_head, qo_ptr, qo_tok, qo_head, n_q_heads, n_q_blocks,
+    q_ptr, q_tok, q_head, qo_ptr, qo_tok, qo_head, n_q_heads,
     k_ptr, k_tok, k_head, ko_ptr, ko_tok, ko_head, n_k_heads,
     rot, half, head_size,
-    IS_NEOX: tl.constexpr, BLOCK_H: tl.constexpr, HALF_PAD: tl.constexpr,
+    IS_NEOX: tl.constexpr, HAS_KEY: tl.constexpr, BLOCK_Q: tl.constexpr,
+    BLOCK_K: tl.constexpr, HALF_PAD: tl.constexpr,
     COPY_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
 ):
     tok = tl.program_id(0).to(tl.int64)
-    hb = tl.program_id(1)
+    split = tl.program_id(1)
     pos = tl.load(pos_ptr + tok).to(tl.int64)
     cos, sin = load_cos_sin(cache_ptr, cache_stride, pos, half, HALF_PAD)
     off_a, off_b, pair_mask = pair_offsets(HALF_PAD, half, IS_NEOX)
-    if hb < n_q_blocks:
-        heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
-        rope_heads(q_ptr, q_tok, q_head, qo_ptr, qo_tok, qo_head, tok, heads, heads < n_q_heads,
-                   cos, sin, off_a, off_b, pair_mask, rot, head_size, COPY_TAIL, TAIL_PAD)
-    else:
-        heads = (hb - n_q_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
+    heads = split * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    rope_heads(q_ptr, q_tok, q_head, qo_ptr, qo_tok, qo_head, tok, heads, heads < n_q_heads,
+               cos, sin, off_a, off_b, pair_mask, rot, head_size, COPY_TAIL, TAIL_PAD)
+    if HAS_KEY:
+        heads = split * BLOCK_K + tl.arange(0, BLOCK_K)
         rope_heads(k_ptr, k_tok, k_head, ko_ptr, ko_tok, ko_head, tok, heads, heads < n_k_heads,
                    cos, sin, off_a, off_b, pair_mask, rot, head_size, COPY_TAIL, TAIL_PAD)
 
@@ -117,20 +120,16 @@ def _rotary(positions, query, key, head_size, cos_sin_cache, is_neox, q_out, k_o
     half_pad = _launch.next_pow2(half)
     tail = head_size - rot
     copy_tail = tail > 0 and q_out.data_ptr() != query.data_ptr()
-    block_h, warps = _launch.head_params(
-        n_tokens, max(n_q, n_k), min(n_q, n_k) if n_k else n_q, 2 * half_pad
-    )
-    n_q_blocks = _launch.cdiv(n_q, block_h)
-    n_k_blocks = _launch.cdiv(n_k, block_h)
+    n_splits, block_q, block_k, warps = _launch.token_head_params(n_tokens, n_q, n_k, 2 * half_pad)
     pos = positions.reshape(-1)
-    _rotary_kernel[(n_tokens, n_q_blocks + n_k_blocks)](
+    _rotary_kernel[(n_tokens, n_splits)](
         pos, cos_sin_cache, cos_sin_cache.stride(0),
-        query, q_tok, q_head, q_out, qo_tok, qo_head, n_q, n_q_blocks,
+        query, q_tok, q_head, q_out, qo_tok, qo_head, n_q,
         key if key is not None else query, k_tok, k_head,
         k_out if k_out is not None else q_out, ko_tok, ko_head, n_k,
         rot, half, head_size,
-        IS_NEOX=bool(is_neox), BLOCK_H=block_h, HALF_PAD=half_pad,
-        COPY_TAIL=copy_tail, TAIL_PAD=_launch.next_pow2(max(tail, 1)),
+        IS_NEOX=bool(is_neox), HAS_KEY=n_k > 0, BLOCK_Q=block_q, BLOCK_K=block_k,
+        HALF_PAD=half_pad, COPY_TAIL=copy_tail, TAIL_PAD=_launch.next_pow2(max(tail, 1)),
         num_warps=warps,
     )
 
