@@ -17,9 +17,9 @@ exec > >(tee -a "$LOG") 2>&1
 echo "== environment"
 date -u
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
   || echo "liger wheel not installed"
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site \
+python3 -m pip install -q --upgrade --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site \
   ./sdk ./plugins/cuda ./conformance || { echo "install failed"; exit 1; }
 export PYTHONPATH=/tmp/site
 export PATH=/tmp/site/bin:$PATH
