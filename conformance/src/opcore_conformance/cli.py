@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtypes", metavar="A,B", help="only these dtypes (float32, float16, bfloat16)")
     parser.add_argument("--checks", metavar="A,B",
                         help="only these checks (platform, numerics, functional, maybe_inplace, "
-                             "determinism, supports_args, opcheck, layers, attention; "
+                             "determinism, supports_args, opcheck, layers, attention, compile; "
                              "or a sub-check such as platform.dtype)")
     parser.add_argument("--case", action="append", metavar="ID", dest="cases",
                         help="run exactly this case id (globs with * and ? allowed; repeatable); "
