@@ -9,8 +9,9 @@ into ``residual``), ``silu_mul`` / ``gelu_mul`` on the two halves, and
 
 These calls and their argument limits are the ones verified for IPEX's *CPU* kernels (see
 plugins/cpu/reports/ipex.md); the XPU kernels have never run here (no Intel GPU). Each
-``supports_args`` is therefore the same conservative set: contiguous fp32/bf16/fp16 XPU
-tensors, a weight of ``x``'s dtype and no ``variance_size``, whole-head rotary with a key.
+``supports_args`` is therefore the same conservative set: fp32/bf16/fp16 XPU tensors
+(strided inputs made dense first, so layout never decides), a weight of ``x``'s dtype and
+no ``variance_size``, whole-head rotary with a key.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ def _xpu(t) -> bool:
 def _norm_ok(x, weight, variance_size) -> bool:
     return (
         _xpu(x)
-        and x.is_contiguous()
         and variance_size is None
         and _xpu(weight)
         and weight.dtype == x.dtype
@@ -58,12 +58,11 @@ def supports_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=No
         and _xpu(x_residual)
         and x_residual.dtype == x.dtype
         and x_residual.shape == x.shape
-        and x_residual.is_contiguous()
     )
 
 
 def supports_silu_and_mul(x) -> bool:
-    return _xpu(x) and x.shape[-1] % 2 == 0 and x.shape[-1] > 0 and x.is_contiguous()
+    return _xpu(x) and x.shape[-1] % 2 == 0 and x.shape[-1] > 0
 
 
 def supports_gelu_and_mul(x, approximate="none") -> bool:
@@ -75,8 +74,6 @@ def supports_rotary_embedding(positions, query, key, head_size, cos_sin_cache, i
         _xpu(query)
         and _xpu(key)
         and key.dtype == query.dtype
-        and query.is_contiguous()
-        and key.is_contiguous()
         and cos_sin_cache.dim() == 2
         and cos_sin_cache.shape[-1] == head_size
         and positions.dim() == 1
@@ -91,22 +88,25 @@ if REGISTERED:
 
     @ops.rms_norm.register_impl(PROVIDER, supports_args=supports_rms_norm)
     def rms_norm(x, weight, epsilon, variance_size=None):
-        return _ipex_f.rms_norm(x, weight, float(epsilon))
+        return _ipex_f.rms_norm(x.contiguous(), weight.contiguous(), float(epsilon))
 
     @ops.fused_add_rms_norm.register_impl(
         PROVIDER, supports_args=supports_fused_add_rms_norm, inplace=True
     )
     def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
-        out = _ipex_f.add_rms_norm(x_residual, x, weight, None, float(epsilon), True)
-        return out, x_residual
+        residual = x_residual.contiguous()
+        out = _ipex_f.add_rms_norm(residual, x.contiguous(), weight.contiguous(), None, float(epsilon), True)
+        return out, residual
 
     @ops.silu_and_mul.register_impl(PROVIDER, supports_args=supports_silu_and_mul)
     def silu_and_mul(x):
+        x = x.contiguous()
         d = x.shape[-1] // 2
         return _ipex_f.silu_mul(x[..., :d], x[..., d:])
 
     @ops.gelu_and_mul.register_impl(PROVIDER, supports_args=supports_gelu_and_mul)
     def gelu_and_mul(x, approximate="none"):
+        x = x.contiguous()
         d = x.shape[-1] // 2
         return _ipex_f.gelu_mul(x[..., :d], x[..., d:], approximate=approximate)
 
@@ -119,6 +119,7 @@ if REGISTERED:
         half = cs.shape[-1] // 2
         cos, sin = cs[:, :half].contiguous(), cs[:, half:].contiguous()
         q, k = _ipex_f.rotary_embedding(
-            query.view(n, -1, head_size), key.view(n, -1, head_size), sin, cos, head_size, bool(is_neox)
+            query.contiguous().view(n, -1, head_size), key.contiguous().view(n, -1, head_size),
+            sin, cos, head_size, bool(is_neox),
         )
-        return q.view(query.shape), k.view(key.shape)
+        return q.reshape(query.shape), k.reshape(key.shape)
