@@ -61,9 +61,9 @@ summary=$(grep -E "^total:" "$RAW.log" || echo "total: (no summary; see log)")
     sed -n '/need attention/,$p' "$RAW.log" | grep -E "^\s+(FAIL|ERROR|XPASS)" || echo "none"
     echo '```'
     echo
-    echo "\`unsupported\` cases are samples the provider's \`supports_args\` declines (strided"
-    echo "rows, \`weight=None\`, \`variance_size\`, partial rotary, rotary without a key, bf16"
-    echo "GPT-J rotary with head_size not a multiple of 32): those go to \`native\`."
+    echo "\`unsupported\` cases are samples the provider's \`supports_args\` declines (\`weight=None\`,"
+    echo "\`variance_size\`, partial rotary, rotary without a key, bf16 GPT-J rotary with"
+    echo "head_size not a multiple of 32): those go to \`native\`."
     echo
     echo "Known IPEX defect, excluded by \`supports_args\`: IPEX 2.8's CPU rotary kernel returns"
     echo "NaN / 1e38 values for bf16 GPT-J-style rotary when head_size is not a multiple of 32"

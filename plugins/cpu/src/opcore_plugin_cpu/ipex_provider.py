@@ -19,7 +19,8 @@ rotary_embedding       ``rotary_embedding(q, k, sin, cos, head_size, is_neox)`` 
 
 Each ``supports_args`` accepts what those calls handle (checked against the native ops in
 a torch 2.8 + IPEX 2.8 venv by ``plugins/cpu/scripts/verify_ipex.sh``): CPU tensors of
-fp32/bf16/fp16 with a contiguous layout; a weight of ``x``'s dtype (IPEX has no
+fp32/bf16/fp16 in any layout (strided inputs are made dense first, so the choice never
+depends on strides, which compiled graphs do not always preserve); a weight of ``x``'s dtype (IPEX has no
 weight-less RMSNorm) and no ``variance_size``; rotary on the whole head (IPEX has no
 partial rotary here) with a key, and not bf16 GPT-J style unless ``head_size % 32 == 0``
 (a wrong result in IPEX 2.8, found by the conformance suite). Everything else goes to the
@@ -55,12 +56,10 @@ def _norm_args_ok(x, weight, variance_size) -> bool:
     return (
         _cpu(x)
         and x.dim() >= 2
-        and x.is_contiguous()
         and variance_size is None
         and _cpu(weight)
         and weight.dtype == x.dtype
         and weight.dim() == 1
-        and weight.is_contiguous()
     )
 
 
@@ -74,12 +73,11 @@ def supports_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=No
         and _cpu(x_residual)
         and x_residual.dtype == x.dtype
         and x_residual.shape == x.shape
-        and x_residual.is_contiguous()
     )
 
 
 def _gated_ok(x) -> bool:
-    return _cpu(x) and x.dim() >= 1 and x.shape[-1] % 2 == 0 and x.shape[-1] > 0 and x.is_contiguous()
+    return _cpu(x) and x.dim() >= 1 and x.shape[-1] % 2 == 0 and x.shape[-1] > 0
 
 
 def supports_silu_and_mul(x) -> bool:
@@ -95,8 +93,6 @@ def supports_rotary_embedding(positions, query, key, head_size, cos_sin_cache, i
         _cpu(query)
         and _cpu(key)
         and key.dtype == query.dtype
-        and query.is_contiguous()
-        and key.is_contiguous()
         and isinstance(cos_sin_cache, torch.Tensor)
         and cos_sin_cache.device.type == "cpu"
         and cos_sin_cache.dim() == 2
@@ -117,23 +113,27 @@ if REGISTERED:
 
     @ops.rms_norm.register_impl(PROVIDER, supports_args=supports_rms_norm)
     def rms_norm(x, weight, epsilon, variance_size=None):
-        return _ipex_f.rms_norm(x, weight, float(epsilon))
+        return _ipex_f.rms_norm(x.contiguous(), weight.contiguous(), float(epsilon))
 
     @ops.fused_add_rms_norm.register_impl(
         PROVIDER, supports_args=supports_fused_add_rms_norm, inplace=True
     )
     def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
-        # IPEX stores x + residual into its `residual` argument: the op's second output.
-        out = _ipex_f.add_rms_norm(x_residual, x, weight, None, float(epsilon), True)
-        return out, x_residual
+        # IPEX stores x + residual into its `residual` argument: the op's second output
+        # (the caller's x_residual itself when it is contiguous, else a dense copy).
+        residual = x_residual.contiguous()
+        out = _ipex_f.add_rms_norm(residual, x.contiguous(), weight.contiguous(), None, float(epsilon), True)
+        return out, residual
 
     @ops.silu_and_mul.register_impl(PROVIDER, supports_args=supports_silu_and_mul)
     def silu_and_mul(x):
+        x = x.contiguous()
         d = x.shape[-1] // 2
         return _ipex_f.silu_mul(x[..., :d], x[..., d:])
 
     @ops.gelu_and_mul.register_impl(PROVIDER, supports_args=supports_gelu_and_mul)
     def gelu_and_mul(x, approximate="none"):
+        x = x.contiguous()
         d = x.shape[-1] // 2
         return _ipex_f.gelu_mul(x[..., :d], x[..., d:], approximate=approximate)
 
@@ -145,7 +145,9 @@ if REGISTERED:
         cs = cos_sin_cache.index_select(0, positions).to(torch.float32)
         half = cs.shape[-1] // 2
         cos, sin = cs[:, :half].contiguous(), cs[:, half:].contiguous()
-        q = query.view(n, -1, head_size)
-        k = key.view(n, -1, head_size)
+        # Views of the caller's tensors when they are dense (IPEX rotates them in place),
+        # dense copies otherwise.
+        q = query.contiguous().view(n, -1, head_size)
+        k = key.contiguous().view(n, -1, head_size)
         q_out, k_out = _ipex_f.rotary_embedding(q, k, sin, cos, head_size, bool(is_neox))
-        return q_out.view(query.shape), k_out.view(key.shape)
+        return q_out.reshape(query.shape), k_out.reshape(key.shape)
