@@ -45,11 +45,9 @@ def row_params(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
         rows = min(4096 // block_n, next_pow2(n_rows))
         while rows > 1 and cdiv(n_rows, rows) < MIN_PROGRAMS:
             rows //= 2
-    # Up to 4096 elements, 16 per thread (8 warps at 4096); longer rows take 32 per thread,
-    # so a row of 8192 runs on 8 warps (at 16 it measured 4.6 % behind torch.compile on an
-    # H200 at 32k rows, while 8 warps at 4096 were ahead) and one of 16384 on 16.
-    per_warp = 512 if block_n * rows <= 4096 else 1024
-    return block_n, rows, True, warps_for(block_n * rows, per_warp=per_warp)
+    # About 16 elements per thread. (8 warps for rows of 8192 was tried on the H200: no gain
+    # at 32k rows, and 1-32 token rows got 10-20 % slower than with 16.)
+    return block_n, rows, True, warps_for(block_n * rows)
 
 
 # Smallest column tile worth choosing for divisibility; a width whose largest power-of-two
