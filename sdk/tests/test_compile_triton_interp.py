@@ -16,27 +16,17 @@ pytest with ``TRITON_INTERPRET=1`` (as ``test_triton_kernels.py`` does).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from opcore.testing.interpreter import UNDER_TRITON_INTERPRETER, rerun_under_triton_interpreter
+
+INTERPRETED = UNDER_TRITON_INTERPRETER
 
 if not INTERPRETED:
 
     def test_compile_triton_under_interpreter():
-        pytest.importorskip("triton")
-        env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "--import-mode=importlib", "-x", __file__],
-            env=env, capture_output=True, text=True, timeout=600,
-        )
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-        assert " passed" in proc.stdout
+        rerun_under_triton_interpreter(__file__, env={"OMP_NUM_THREADS": "1"})
 
     # The same defect with a traced in-place provider (a real torch.library mutating op, as
     # a vendor's C++ kernel would be): no Triton needed, so it runs in this process.

@@ -8,27 +8,20 @@ re-runs this file in a child pytest with ``TRITON_INTERPRET=1`` and fails with i
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from opcore.testing.interpreter import UNDER_TRITON_INTERPRETER, rerun_under_triton_interpreter
+
+INTERPRETED = UNDER_TRITON_INTERPRETER
 
 if not INTERPRETED:
 
     def test_triton_kernels_under_interpreter():
-        pytest.importorskip("triton")
-        env = {**os.environ, "TRITON_INTERPRET": "1"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "--import-mode=importlib", "-x", __file__],
-            env=env, capture_output=True, text=True, timeout=600,
-        )
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-        assert " passed" in proc.stdout
+        rerun_under_triton_interpreter(__file__)
 
     def test_without_triton_the_provider_is_registered_unsupported():
         # A child where `import triton` fails (simulated: sys.modules['triton'] = None).

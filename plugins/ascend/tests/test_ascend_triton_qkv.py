@@ -9,14 +9,12 @@ module is first imported; the collected test re-runs this file in a child pytest
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from opcore.testing.interpreter import UNDER_TRITON_INTERPRETER, rerun_under_triton_interpreter
+
+INTERPRETED = UNDER_TRITON_INTERPRETER
 
 
 def test_ascend_rows_per_chunk_fits_the_unified_buffer():
@@ -35,15 +33,7 @@ def test_ascend_rows_per_chunk_fits_the_unified_buffer():
 if not INTERPRETED:
 
     def test_ascend_triton_qkv_under_interpreter():
-        pytest.importorskip("triton")
-        env = {**os.environ, "TRITON_INTERPRET": "1"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "--import-mode=importlib", "-x", __file__],
-            env=env, capture_output=True, text=True, timeout=600,
-        )
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-        assert " passed" in proc.stdout
+        rerun_under_triton_interpreter(__file__)
 
 else:
     pytest.importorskip("triton")
