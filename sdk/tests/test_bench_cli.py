@@ -31,3 +31,16 @@ def test_case_bytes_follow_the_byte_model():
     assert c.nbytes == (4 * 4 + 1) * 256 * 2  # read x, r; write out, residual; weight once
     s = cases.build("silu_and_mul", 2, 256, __import__("torch").float32, "cpu", quick=True)
     assert s.args[0].shape == (2, 1024) and s.nbytes == 3 * 2 * 512 * 4
+
+
+def test_bench_decode_attention_on_cpu(tmp_path):
+    rc = main(["bench", "--decode-attention", "--device", "cpu", "--batches", "2",
+               "--contexts", "64", "--rep-ms", "1", "--out", str(tmp_path)])  # fmt: skip
+    assert rc == 0
+    result = json.loads((tmp_path / "attention.json").read_text())
+    (record,) = result["records"]
+    assert record["provider"] == "TORCH_NATIVE"  # the selector's choice on the cpu platform
+    assert (record["batch"], record["context"]) == (2, 64)
+    assert record["kv_bytes"] == 2 * 2 * 64 * 8 * 128 * 2  # K and V, bf16, once
+    assert record["max_abs_err_vs_sdpa"] < 1e-2
+    assert "TORCH_NATIVE B=   2 ctx=    64" in (tmp_path / "attention.md").read_text()

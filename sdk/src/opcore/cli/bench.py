@@ -46,6 +46,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="opcore-bench", help="output directory (default: ./opcore-bench)")
     p.add_argument("--jsonl", default=None,
                    help="also append each record to this JSON Lines file as it is measured")
+    att = p.add_argument_group("decode attention (instead of the ops)")
+    att.add_argument("--decode-attention", action="store_true",
+                     help="time paged decode attention against SDPA over the same KV "
+                          "(writes attention.json and attention.md)")
+    att.add_argument("--backend", default=None,
+                     help="attention backend (default: the one the selector picks here)")
+    att.add_argument("--batches", type=_ints, default=None, help="batch sizes (default: 1,8,32,64,128,256)")
+    att.add_argument("--contexts", type=_ints, default=None,
+                     help="context lengths (default: 1024,4096,16384,32768)")
     p.set_defaults(run=run)
 
 
@@ -53,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from opcore.bench import report, runner
+
+    if args.decode_attention:
+        return _run_decode_attention(args)
 
     unknown = [o for o in args.ops if o not in cases.OPS]
     if unknown:
@@ -85,3 +97,40 @@ def run(args: argparse.Namespace) -> int:
         print(f"{kind}: {path}")
     errors = [r for r in result["records"] if "error" in r]
     return 1 if errors else 0
+
+
+def _run_decode_attention(args: argparse.Namespace) -> int:
+    """Decode attention: one backend over batch x context, with the copy bandwidth measured
+    in the same run on a GPU (`opcore.attention.bench`)."""
+    import json
+    import os
+
+    import torch
+
+    from opcore.attention import bench as att_bench
+    from opcore.attention.selector import probe_selection
+    from opcore.bench import runner, timing
+    from opcore.platforms import get_current_platform
+
+    device = torch.device(args.device or str(get_current_platform().device()))
+    dtype = getattr(torch, args.dtype)
+    backend = args.backend or probe_selection()["selected"]
+    quick = args.quick or device.type == "cpu"
+    batches = args.batches or (att_bench.QUICK_BATCHES if quick else att_bench.BATCHES)
+    contexts = args.contexts or (att_bench.QUICK_CONTEXTS if quick else att_bench.CONTEXTS)
+    copy_gbs = timing.copy_bandwidth_gbs(device) if device.type == "cuda" else None
+    records = att_bench.decode_attention_records(
+        batches, contexts, backend=backend, device=device, dtype=dtype,
+        copy_gbs=copy_gbs, rep_ms=args.rep_ms, log=print,
+    )  # fmt: skip
+    os.makedirs(args.out, exist_ok=True)
+    result = {"environment": runner.environment(device), "copy_gbs": copy_gbs, "records": records}
+    json_path = os.path.join(args.out, "attention.json")
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2, default=str)
+    md_path = os.path.join(args.out, "attention.md")
+    with open(md_path, "w", encoding="utf-8") as f:
+        f.write(f"# decode attention: {backend} on {device}\n\n")
+        f.writelines(f"    {att_bench.format_record(r)}\n" for r in records)
+    print(f"json: {json_path}\nmarkdown: {md_path}")
+    return 1 if any("error" in r for r in records) else 0
