@@ -154,20 +154,23 @@ def lowering_matches_dispatch(op: IrOp | str, sample: SampleInput, *, mode: str 
     return {"provider": expected}
 
 
-def _decoder_inputs(shape, tokens: int, generator: torch.Generator):
+def _decoder_inputs(shape, tokens: int, generator: torch.Generator, device="cpu"):
+    # Drawn on the CPU (one seed, the same numbers on every device), then moved.
     positions = torch.randint(0, shape.max_position, (tokens,), generator=generator)
     hidden = torch.randn(tokens, shape.hidden, generator=generator)
-    return positions, hidden
+    return positions.to(device), hidden.to(device)
 
 
-def no_recompile_on_dynamic_batch(batches: tuple[int, ...] = (3, 5, 11), *, mode: str = "eager", model: Any = None) -> dict[str, Any]:
-    """Compile the small decoder (or ``model(positions, hidden)``) with the token dim marked
-    dynamic; running it at each of ``batches`` compiles one graph, and every output matches
-    the uncompiled model."""
+def no_recompile_on_dynamic_batch(
+    batches: tuple[int, ...] = (3, 5, 11), *, mode: str = "eager", model: Any = None, device="cpu"
+) -> dict[str, Any]:
+    """Compile the small decoder (or ``model(positions, hidden)``) on ``device`` with the
+    token dim marked dynamic; running it at each of ``batches`` compiles one graph, and every
+    output matches the uncompiled model."""
     import opcore.compile as oc
     from opcore.compile.decoder import Decoder
 
-    model = model if model is not None else Decoder()
+    model = (model if model is not None else Decoder()).to(device)
     shape = model.shape
     g = torch.Generator().manual_seed(0)
     be = oc.backend(mode=mode)
@@ -175,7 +178,7 @@ def no_recompile_on_dynamic_batch(batches: tuple[int, ...] = (3, 5, 11), *, mode
     worst = 0.0
     with torch.no_grad():
         for t in batches:
-            positions, hidden = _decoder_inputs(shape, t, g)
+            positions, hidden = _decoder_inputs(shape, t, g, device)
             torch._dynamo.mark_dynamic(positions, 0)
             torch._dynamo.mark_dynamic(hidden, 0)
             want = model(positions.clone(), hidden.clone())
@@ -187,17 +190,19 @@ def no_recompile_on_dynamic_batch(batches: tuple[int, ...] = (3, 5, 11), *, mode
     return {"graphs": len(be.records), "max_abs_err": worst}
 
 
-def fusion_fires_on_small_decoder(*, mode: str = "eager", layers: int = 2, tokens: int = 7) -> dict[str, Any]:
-    """Compile the small decoder with fusion: ``fuse_split_qkv_rmsnorm_rope`` fires once per
+def fusion_fires_on_small_decoder(
+    *, mode: str = "eager", layers: int = 2, tokens: int = 7, device="cpu"
+) -> dict[str, Any]:
+    """Compile the small decoder on ``device`` with fusion: ``fuse_split_qkv_rmsnorm_rope`` fires once per
     layer and ``fuse_add_rms_norm`` twice per layer (the first layer's input norm has no
     residual; the final norm adds one), no unfused ``rms_norm``/``rotary_embedding`` of the
     layers is left, and the output matches the uncompiled model."""
     import opcore.compile as oc
     from opcore.compile.decoder import Decoder, DecoderShape
 
-    model = Decoder(DecoderShape(layers=layers))
+    model = Decoder(DecoderShape(layers=layers)).to(device)
     g = torch.Generator().manual_seed(1)
-    positions, hidden = _decoder_inputs(model.shape, tokens, g)
+    positions, hidden = _decoder_inputs(model.shape, tokens, g, device)
     be = oc.backend(mode=mode, fusion=True)
     with torch.no_grad():
         want = model(positions, hidden)
