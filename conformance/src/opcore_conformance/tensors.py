@@ -80,8 +80,12 @@ def _clone_on(obj: Any, device: torch.device) -> Any:
     copies: dict[int, torch.Tensor] = {}
 
     def copy(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
+        try:
+            storage = t.untyped_storage()
+            key = storage.data_ptr()
+        except (RuntimeError, NotImplementedError):
+            # No storage to share on this device (XLA's lazy tensors): copy the values.
+            return t.clone()
         raw = copies.get(key)
         if raw is None:
             src = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
