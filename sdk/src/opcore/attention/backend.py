@@ -266,6 +266,33 @@ class AttentionBackend:
             )
         return kv_cache[0], kv_cache[1]
 
+    def check_write_kv(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The checks every `write_kv` makes before writing (head counts and sizes, one
+        slot per key row, dtypes that match the cache, slots in range); returns
+        ``split_kv_cache(kv_cache)``. Raises ``ValueError`` naming the argument."""
+        from opcore.attention.paged import check_qkv, check_slot_mapping
+
+        check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value)
+        key_cache, value_cache = self.split_kv_cache(kv_cache)
+        num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
+        if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:
+            raise ValueError(
+                f"{self.name}: slot_mapping must be 1-D with one slot per key row ({key.shape[0]}), "
+                f"got shape {tuple(slot_mapping.shape)}"
+            )
+        if key.dtype != key_cache.dtype or value.dtype != value_cache.dtype:
+            raise ValueError(
+                f"{self.name}: key/value dtype {key.dtype}/{value.dtype} differs from kv_cache dtype {key_cache.dtype}"
+            )
+        check_slot_mapping(slot_mapping, num_blocks * block_size, num_blocks, block_size)
+        return key_cache, value_cache
+
     def write_kv(
         self,
         key: torch.Tensor,
@@ -273,7 +300,8 @@ class AttentionBackend:
         kv_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
-        """Store new key/value rows into ``kv_cache`` by ``slot_mapping`` (see module doc)."""
+        """Store new key/value rows into ``kv_cache`` by ``slot_mapping`` (see module doc).
+        Implementations start with `check_write_kv`."""
         raise NotImplementedError(f"{type(self).__name__} does not implement write_kv")
 
     def forward(

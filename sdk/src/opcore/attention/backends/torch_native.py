@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from opcore.attention.backend import AttentionBackend, MultipleOf
-from opcore.attention.paged import PagedAttentionMetadata, check_qkv, check_slot_mapping
+from opcore.attention.paged import PagedAttentionMetadata, check_qkv
 
 
 class TorchNativeBackend(AttentionBackend):
@@ -29,19 +29,7 @@ class TorchNativeBackend(AttentionBackend):
     supports_logits_soft_cap = True
 
     def write_kv(self, key, value, kv_cache, slot_mapping) -> None:
-        check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value)
-        key_cache, value_cache = self.split_kv_cache(kv_cache)
-        num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
-        if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:
-            raise ValueError(
-                f"{self.name}: slot_mapping must be 1-D with one slot per key row ({key.shape[0]}), "
-                f"got shape {tuple(slot_mapping.shape)}"
-            )
-        if key.dtype != key_cache.dtype or value.dtype != value_cache.dtype:
-            raise ValueError(
-                f"{self.name}: key/value dtype {key.dtype}/{value.dtype} differs from kv_cache dtype {key_cache.dtype}"
-            )
-        check_slot_mapping(slot_mapping, num_blocks * block_size, num_blocks, block_size)
+        key_cache, value_cache = self.check_write_kv(key, value, kv_cache, slot_mapping)
         keep = slot_mapping >= 0
         slots = slot_mapping[keep].to(torch.int64)
         flat_k = key_cache.view(-1, self.num_kv_heads, self.head_size)

@@ -20,7 +20,7 @@ import os
 import torch
 
 from opcore.attention.backend import AttentionBackend, MultipleOf
-from opcore.attention.paged import PagedAttentionMetadata, check_qkv, check_slot_mapping
+from opcore.attention.paged import PagedAttentionMetadata, check_qkv
 
 LOG2E = 1.4426950408889634
 
@@ -98,19 +98,7 @@ class TritonPagedBackend(AttentionBackend):
 
     # ------------------------------------------------------------------ write
     def write_kv(self, key, value, kv_cache, slot_mapping) -> None:
-        check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value)
-        key_cache, value_cache = self.split_kv_cache(kv_cache)
-        num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
-        if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:
-            raise ValueError(
-                f"{self.name}: slot_mapping must be 1-D with one slot per key row ({key.shape[0]}), "
-                f"got shape {tuple(slot_mapping.shape)}"
-            )
-        if key.dtype != key_cache.dtype or value.dtype != value_cache.dtype:
-            raise ValueError(
-                f"{self.name}: key/value dtype {key.dtype}/{value.dtype} differs from kv_cache dtype {key_cache.dtype}"
-            )
-        check_slot_mapping(slot_mapping, num_blocks * block_size, num_blocks, block_size)
+        key_cache, value_cache = self.check_write_kv(key, value, kv_cache, slot_mapping)
         if key.shape[0] == 0:
             return
         for arg, t in (("key", key), ("value", value), ("kv_cache", key_cache)):
@@ -124,7 +112,7 @@ class TritonPagedBackend(AttentionBackend):
             value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
             NUM_KV_HEADS=self.num_kv_heads, HEAD=self.head_size,
             HEADS_PAD=_pow2(self.num_kv_heads), HEAD_PAD=_pow2(self.head_size),
-            block_size=block_size,
+            block_size=key_cache.shape[1],
         )
 
     # ------------------------------------------------------------------ forward
