@@ -89,6 +89,32 @@ def order(graph: fx.Graph) -> dict[fx.Node, int]:
     return {n: i for i, n in enumerate(graph.nodes)}
 
 
+def write_blocker(
+    group: list[fx.Node],
+    at: fx.Node,
+    pos: dict[fx.Node, int],
+    writable_inputs: set[fx.Node],
+    input_reason: str,
+    ignore: fx.Node | None = None,
+) -> str | None:
+    """Why the storage shared by ``group`` (one value and its aliases, see `aliases`) may
+    not be overwritten at node ``at``, or ``None`` when it may: it is a graph input not in
+    ``writable_inputs`` (``input_reason`` says why those are protected), a graph output, or
+    read at or after ``at`` (``ignore`` is a user that does not count, e.g. the clone
+    itself). The one rule behind in-place lowering and clone elimination."""
+    for alias in group:
+        if alias.op == "placeholder" and alias not in writable_inputs:
+            return f"%{alias.name} is a graph input ({input_reason})"
+        for user in alias.users:
+            if user is at or user is ignore:
+                continue
+            if user.op == "output":
+                return f"%{alias.name} is a graph output"
+            if pos[user] >= pos[at]:
+                return f"%{alias.name} is used at or after the in-place call (by %{user.name})"
+    return None
+
+
 def placeholders(graph: fx.Graph) -> list[fx.Node]:
     return [n for n in graph.nodes if n.op == "placeholder"]
 

@@ -81,14 +81,4 @@ def _why_kept(graph: fx.Graph, clone: fx.Node, donated: set[fx.Node]) -> str | N
     group = _graph.aliases(graph, source)
     if group is None:
         return "aliasing unknown (a node without a fake tensor)"
-    for alias in group:
-        if alias.op == "placeholder" and alias not in donated:
-            return f"writes graph input %{alias.name}, which was not donated"
-        for user in alias.users:
-            if user is clone:
-                continue
-            if user.op == "output":
-                return f"%{alias.name} is a graph output"
-            if pos[user] >= pos[writer]:
-                return f"%{alias.name} is used at or after the in-place call (by %{user.name})"
-    return None
+    return _graph.write_blocker(group, writer, pos, donated, "not donated", ignore=clone)

@@ -133,16 +133,11 @@ def why_not_writable(graph: fx.Graph, node: fx.Node, op: IrOp, bound: list[Any],
         if seen & set(group):
             return f"activation %{act.name} shares storage with another activation"
         seen.update(group)
-        for alias in group:
-            if alias.op == "placeholder" and alias not in writable_inputs:
-                return f"%{alias.name} is a graph input (written only when donated, never under Inductor)"
-            for user in alias.users:
-                if user is node:
-                    continue
-                if user.op == "output":
-                    return f"%{alias.name} is a graph output"
-                if pos[user] >= pos[node]:
-                    return f"%{alias.name} is read at or after the call (by %{user.name})"
+        why = _graph.write_blocker(
+            group, node, pos, writable_inputs, "written only when donated, never under Inductor"
+        )
+        if why is not None:
+            return why
     return None
 
 
