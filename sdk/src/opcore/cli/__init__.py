@@ -1,8 +1,8 @@
 """The `opcore` command line: `info`, `conformance`, `bench`, `new-plugin`.
 
 Each subcommand is a module here exposing ``add_parser(subparsers)`` and ``run(args) -> int``.
-A subcommand whose module fails to import (an optional dependency missing) is still listed
-and explains what to install when run.
+Subcommand modules import their optional dependencies (the conformance suite, cookiecutter)
+only when run, and then say what to install if one is missing.
 """
 
 from __future__ import annotations
@@ -27,13 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"opcore {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(_module_name(command))
-        except ModuleNotFoundError as exc:
-            if exc.name != _module_name(command):
-                raise
-            continue  # not built yet in this version of opcore
-        module.add_parser(sub)
+        importlib.import_module(_module_name(command)).add_parser(sub)
     return parser
 
 

@@ -87,29 +87,15 @@ def _collect_platform(data: dict[str, Any], decision: Any) -> dict[str, Any]:
 
 def _sections():
     """The subsystem sections: each a name and a zero-argument function returning data."""
-    import importlib
-
+    from opcore import attention, ir, layers
+    from opcore import compile as opcore_compile
     from opcore.config import get_current_config
 
     yield "config", lambda: get_current_config().to_dict()
-    for section, module_name, fn_name in (
-        ("ops", "opcore.ir", "info"),
-        ("layers", "opcore.layers", "binding_info"),
-        ("attention", "opcore.attention", "selection_info"),
-        ("compile", "opcore.compile", "info"),
-    ):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        if section == "ops":
-            yield section, lambda m=module, f=fn_name: getattr(m, f)(get_current_config())
-        elif section == "attention":
-            yield section, lambda m=module: {**m.selection_info(), "probe": m.probe_selection()}
-        else:
-            yield section, lambda m=module, f=fn_name: getattr(m, f)()
+    yield "ops", lambda: ir.info(get_current_config())
+    yield "layers", layers.binding_info
+    yield "attention", lambda: {**attention.selection_info(), "probe": attention.probe_selection()}
+    yield "compile", opcore_compile.info
 
 
 def run(args: argparse.Namespace) -> int:
@@ -230,14 +216,8 @@ def _render_layers(data: Any) -> list[str]:
             cls += f" (replaces {entry['class']})"
         bound = entry.get("bound", "")
         rows.append([name, cls, bound, entry.get("why", "")])
-    out = ["Layers:", *_table(rows)]
-    for binding in (
-        data.get("bindings", {}).values()
-        if isinstance(data.get("bindings"), dict)
-        else data.get("bindings", [])
-    ):
-        out.append(f"  bound: {binding}")
-    return out + [""]
+    # Instances constructed in this process are in the JSON (`layers.bindings`).
+    return ["Layers:", *_table(rows), ""]
 
 
 def _render_attention(data: Any) -> list[str]:
