@@ -78,9 +78,14 @@ def _examples() -> dict[str, Example]:
 
 
 def _registry() -> dict[str, Any]:
-    from opcore.layers import custom_op
+    from types import SimpleNamespace
 
-    return dict(custom_op._registry)
+    from opcore.layers import registered_layers
+
+    return {
+        name: SimpleNamespace(name=name, base=base, oot=oot)
+        for name, (base, oot) in registered_layers().items()
+    }
 
 
 def collect(ctx) -> list[Case]:

@@ -20,6 +20,7 @@ from opcore.layers.custom_op import (
     PluggableLayer,
     binding_info,
     clear_binding_records,
+    registered_layers,
     resolve_binding,
 )
 from opcore.layers.norm import RMSNorm
@@ -37,5 +38,6 @@ __all__ = [
     "binding_info",
     "build_cos_sin_cache",
     "clear_binding_records",
+    "registered_layers",
     "resolve_binding",
 ]

@@ -317,6 +317,13 @@ class PluggableLayer(_Replaceable, nn.Module):
             )
 
 
+def registered_layers() -> dict[str, tuple[type, type | None]]:
+    """Every registered layer name with its in-tree class and its out-of-tree replacement
+    (``None`` when not replaced); a snapshot, for the conformance suite and tools."""
+    with _lock:
+        return {name: (e.base, e.oot) for name, e in sorted(_registry.items())}
+
+
 def binding_info() -> dict[str, Any]:
     """Per layer class constructed so far: op name, bound method, why, the platform, the
     class it replaces (for out-of-tree replacements) and how many instances; plus the
