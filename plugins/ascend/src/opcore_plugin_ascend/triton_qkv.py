@@ -7,8 +7,10 @@ Tiling follows the Ascend vector cores rather than a GPU's many small programs:
 * a program walks its rows in chunks of ``ROWS`` tokens, ``ROWS`` chosen on the host so
   one chunk's fp32 working set fits the on-chip unified buffer (``ub_bytes``; 85 KiB by
   default, the budget vllm-ascend's kernel uses on Atlas A2);
-* head counts are compile-time constants (the loop over heads is unrolled, as in
-  vllm-ascend's kernel); token counts are not (no recompilation per batch size);
+* head counts are compile-time constants but the loop over heads is a real loop, not
+  unrolled as in vllm-ascend's kernel: unrolled, 64 q heads took 150 s to compile for
+  sm_90 on this project's CI machine, as a loop 1.8 s; token counts are runtime values
+  (no recompilation per batch size);
 * within a chunk, each q and k head is a ``[ROWS, HEAD_PAD]`` tile: its sum of squares
   gives the head's RMS, the normalised values stay in fp32 through the rotation, and the
   rotary partner of every element (the other half for NeoX, the neighbour for GPT-J) is
@@ -18,7 +20,8 @@ Tiling follows the Ascend vector cores rather than a GPU's many small programs:
 
 Only standard ``triton.language`` is used (no triton-ascend extensions), so the same
 kernel runs under Triton's CPU interpreter (``TRITON_INTERPRET=1``, the tests) and on an
-NVIDIA GPU (``plugins/ascend/scripts/check_triton_on_gpu.py``). It has never run on an
+NVIDIA GPU (``plugins/ascend/scripts/check_triton_on_gpu.py``; it ran on an H200, see
+``plugins/ascend/reports/triton-gpu.md``). It has never run on an
 Ascend NPU.
 
 Semantics are `opcore.ir.ops.split_qkv_rmsnorm_rope`'s: fp32 math from the normalisation
@@ -131,11 +134,11 @@ def _split_qkv_rmsnorm_rope_tiled(
         crow = cache_ptr + pos[:, None] * cache_stride + freq[None, :]
         cos = tl.load(crow, mask=cmask, other=1.0).to(tl.float32)
         sin = tl.load(crow + half, mask=cmask, other=0.0).to(tl.float32)
-        for h in tl.static_range(N_Q_HEADS):
+        for h in range(N_Q_HEADS):
             _norm_rope_head(qkv_ptr + h * head_size, q_ptr + h * head_size, qw_ptr, cos, sin,
                             rows_2d, rmask_2d, d, dmask, partner, sign, rot_mask,
                             qkv_stride, q_width, eps, head_size, HAS_QW)
-        for h in tl.static_range(N_KV_HEADS):
+        for h in range(N_KV_HEADS):
             _norm_rope_head(qkv_ptr + q_width + h * head_size, k_ptr + h * head_size, kw_ptr,
                             cos, sin, rows_2d, rmask_2d, d, dmask, partner, sign, rot_mask,
                             qkv_stride, kv_width, eps, head_size, HAS_KW)
