@@ -73,6 +73,12 @@ def reads_values(x, weight, epsilon, variance_size=None):
     return bool(x.abs().max() < 1e30)
 
 
+def returns_symbool(x, weight, epsilon, variance_size=None):
+    # DEFECT (in supports_args): a size comparison returned as is; under dynamic shapes
+    # (symbolic sizes) that is a SymBool, not a bool.
+    return x.shape[-1] >= 1
+
+
 def rotary_ignores_style(positions, query, key, head_size, cos_sin_cache, is_neox):
     # DEFECT: always rotates NeoX-style.
     return ops.rotary_embedding.native(positions, query, key, head_size, cos_sin_cache, True)
@@ -106,6 +112,7 @@ def register():
     ops.rms_norm.register_impl("planted_rows")(rows_contiguous)
     ops.rms_norm.register_impl("planted_mutates")(mutates)
     ops.rms_norm.register_impl("planted_values", supports_args=reads_values)(good)
+    ops.rms_norm.register_impl("planted_symbool", supports_args=returns_symbool)(good)
     ops.rotary_embedding.register_impl("planted_style")(rotary_ignores_style)
 '''
 

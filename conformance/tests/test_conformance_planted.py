@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-PROVIDERS = "planted_good,planted_eps,planted_dtype,planted_rows,planted_mutates,planted_values,planted_style,native"
+PROVIDERS = "planted_good,planted_eps,planted_dtype,planted_rows,planted_mutates,planted_values,planted_symbool,planted_style,native"
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +92,16 @@ def test_supports_args_reading_values_fails_on_fake_tensors(provider_run):
     assert "fake" in records["supports_args[rms_norm-planted_values-float32-t1_h8]"]["message"]
     # providers without supports_args are not_applicable, not pass
     assert records["supports_args[rms_norm-planted_good]"]["status"] == "not_applicable"
+
+
+def test_supports_args_returning_a_symbool_fails_on_symbolic_fake_tensors(provider_run):
+    _, records, _ = provider_run
+    got = _statuses(records, "supports_args", "planted_symbool")
+    assert got and set(got.values()) == {"fail"}
+    message = records["supports_args[rms_norm-planted_symbool-float32-t1_h8]"]["message"]
+    assert "SymBool" in message and "symbolic fake tensors" in message, message
+    # a plain bool everywhere else: its numerics pass
+    assert set(_statuses(records, "numerics", "planted_symbool").values()) == {"pass"}
 
 
 def test_rotary_ignoring_the_style_flag_fails_gptj_samples_only(provider_run):

@@ -169,6 +169,16 @@ else:
         assert len(out_of_place) == 1, be.last_record
         assert "graph input" in out_of_place[0].form and "out-of-place kernel" in out_of_place[0].form
 
+    @pytest.mark.parametrize("mode", ["eager", "inductor"])
+    def test_dynamic_batch_with_triton_first_compiles_once(mode):
+        # Symbolic token counts reach the provider's supports_args as SymInts; it must
+        # still answer a plain bool (this failed on the H200 before: SymBool True).
+        from opcore.compile.testing import no_recompile_on_dynamic_batch
+
+        model = Decoder(SHAPE, impl="opcore").eval()
+        result = no_recompile_on_dynamic_batch((3, 5), mode=mode, model=model, config=_triton_first())
+        assert result["graphs"] == 1, result
+
     def test_fused_decoder_in_eager_mode_matches_eager():
         positions, hidden = _inputs(torch.float32)
         with torch.inference_mode():

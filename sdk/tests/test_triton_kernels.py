@@ -411,6 +411,33 @@ else:
             assert reg.supports_split_qkv_rmsnorm_rope(qkv, w[:32], w[:32], 1e-6, pos, cache, 4, 2, 32, True) is True
             assert reg.supports_silu_and_mul(torch.randn(2, 9)) is False
 
+    def test_supports_args_on_symbolic_fake_tensors():
+        # torch.compile with dynamic shapes: sizes and strides are SymInts, comparisons
+        # SymBools; each answer must still be a plain bool.
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        mode = FakeTensorMode(shape_env=ShapeEnv())
+
+        def sym(t):
+            return mode.from_tensor(t, static_shapes=False)
+
+        x, r, w = sym(torch.randn(5, 64)), sym(torch.randn(5, 64)), sym(torch.randn(64))
+        qkv, pos, cache = sym(torch.randn(3, 8 * 32)), sym(torch.arange(3)), sym(torch.randn(8, 16))
+        q, k = sym(torch.randn(3, 128)), sym(torch.randn(3, 64))
+        with mode:
+            answers = {
+                "rms_norm": reg.supports_rms_norm(x, w, 1e-6),
+                "fused_add_rms_norm": reg.supports_fused_add_rms_norm(x, r, w, 1e-6),
+                "silu_and_mul": reg.supports_silu_and_mul(x),
+                "gelu_and_mul": reg.supports_gelu_and_mul(x, "tanh"),
+                "rotary_embedding": reg.supports_rotary_embedding(pos, q, k, 32, cache, True),
+                "split_qkv_rmsnorm_rope": reg.supports_split_qkv_rmsnorm_rope(
+                    qkv, w[:32], w[:32], 1e-6, pos, cache, 4, 2, 32, True),
+            }
+        assert {name: type(a) for name, a in answers.items()} == dict.fromkeys(answers, bool)
+        assert all(answers.values()), answers
+
     # ------------------------------------------------------------------ through opcore.ir
     def test_dispatch_runs_triton_and_maybe_inplace_donates():
         from opcore.ir import ops

@@ -1,8 +1,9 @@
 """Checks that run on fake tensors or through the torch library.
 
 ``supports_args[op-provider-dtype-sample]``: a provider's ``supports_args`` returns a plain
-``bool`` on fake tensors (it must decide from metadata: it runs while compiling), and the
-same answer as on the real device tensors. One that reads tensor values raises on fake
+``bool`` on fake tensors, with static and with symbolic sizes and strides (it must decide
+from metadata: it runs while compiling, with dynamic shapes too), and the same answer as on
+the real device tensors. One that reads tensor values raises on fake
 tensors and fails. Providers without ``supports_args`` take every argument and get one
 ``not_applicable`` case.
 
@@ -54,35 +55,58 @@ def collect(ctx) -> list:
 
 def _supports_args_body(op_name: str, provider: str, dtype: str, sample_name: str):
     def body(ctx, _tol) -> dict[str, Any]:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
         op, _, args, kwargs = device_sample(ctx, op_name, dtype, sample_name)
         fn = op.impls[provider].supports_args
-        mode = FakeTensorMode(allow_non_fake_inputs=False)
-        fake_args, fake_kwargs = map_tensors((args, kwargs), mode.from_tensor)
-        try:
-            with mode:
-                answer = fn(*fake_args, **fake_kwargs)
-        except Exception as exc:
-            raise CheckFailed(
-                f"supports_args of {op_name}/{provider} raised {type(exc).__name__} on fake "
-                f"tensors: it must decide from metadata (shape, dtype, device, strides) alone, "
-                f"never from tensor values ({str(exc).splitlines()[0] if str(exc) else ''})"
-            ) from None
-        if type(answer) is not bool:
-            raise CheckFailed(f"supports_args of {op_name}/{provider} returned "
-                              f"{type(answer).__name__} {answer!r} on fake tensors; it must return a plain bool")
         try:
             real = fn(*args, **kwargs)
         except Exception as exc:
             raise CheckFailed(f"supports_args of {op_name}/{provider} raised {type(exc).__name__} on "
                               f"device tensors: {exc}") from None
-        if type(real) is not bool or real != answer:
-            raise CheckFailed(f"supports_args of {op_name}/{provider} answers {answer!r} on fake "
-                              f"tensors but {real!r} on device tensors")
-        return {"answer": answer}
+        if type(real) is not bool:
+            raise CheckFailed(f"supports_args of {op_name}/{provider} returned "
+                              f"{type(real).__name__} {real!r} on device tensors; it must return a plain bool")
+        answers = {}
+        # Static fake tensors (what lowering sees for a fixed shape), then symbolic sizes
+        # and strides (what it sees under torch.compile's dynamic shapes): comparisons of
+        # SymInts give SymBools, which a provider must turn into a bool itself.
+        for kind in ("static", "symbolic"):
+            answer = _supports_args_on_fake(fn, args, kwargs, symbolic=kind == "symbolic",
+                                            where=f"{op_name}/{provider}")
+            if answer != real:
+                raise CheckFailed(f"supports_args of {op_name}/{provider} answers {answer!r} on "
+                                  f"{kind} fake tensors but {real!r} on device tensors")
+            answers[kind] = answer
+        return {"answer": real}
 
     return body
+
+
+def _supports_args_on_fake(fn, args, kwargs, *, symbolic: bool, where: str) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    kind = "symbolic" if symbolic else "static"
+    if symbolic:
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=False)
+        fake_args, fake_kwargs = map_tensors((args, kwargs), lambda t: mode.from_tensor(t, static_shapes=False))
+    else:
+        mode = FakeTensorMode(allow_non_fake_inputs=False)
+        fake_args, fake_kwargs = map_tensors((args, kwargs), mode.from_tensor)
+    try:
+        with mode:
+            answer = fn(*fake_args, **fake_kwargs)
+    except Exception as exc:
+        raise CheckFailed(
+            f"supports_args of {where} raised {type(exc).__name__} on {kind} fake "
+            f"tensors: it must decide from metadata (shape, dtype, device, strides) alone, "
+            f"never from tensor values ({str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
+    if type(answer) is not bool:
+        raise CheckFailed(f"supports_args of {where} returned {type(answer).__name__} {answer!r} on "
+                          f"{kind} fake tensors; it must return a plain bool (wrap SymBool "
+                          f"comparisons of symbolic sizes in bool())")
+    return answer
 
 
 def _opcheck_body(op_name: str, provider: str, dtype: str, sample_name: str):

@@ -64,11 +64,11 @@ def _norm_args_ok(x, weight, variance_size) -> bool:
 
 
 def supports_rms_norm(x, weight, epsilon, variance_size=None) -> bool:
-    return _norm_args_ok(x, weight, variance_size)
+    return bool(_norm_args_ok(x, weight, variance_size))
 
 
 def supports_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None) -> bool:
-    return (
+    return bool(
         _norm_args_ok(x, weight, variance_size)
         and _cpu(x_residual)
         and x_residual.dtype == x.dtype
@@ -81,15 +81,15 @@ def _gated_ok(x) -> bool:
 
 
 def supports_silu_and_mul(x) -> bool:
-    return _gated_ok(x)
+    return bool(_gated_ok(x))
 
 
 def supports_gelu_and_mul(x, approximate="none") -> bool:
-    return _gated_ok(x) and approximate in ("none", "tanh")
+    return bool(_gated_ok(x) and approximate in ("none", "tanh"))
 
 
 def supports_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox) -> bool:
-    return (
+    return bool(
         _cpu(query)
         and _cpu(key)
         and key.dtype == query.dtype

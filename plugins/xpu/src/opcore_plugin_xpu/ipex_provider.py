@@ -49,11 +49,11 @@ def _norm_ok(x, weight, variance_size) -> bool:
 
 
 def supports_rms_norm(x, weight, epsilon, variance_size=None) -> bool:
-    return _norm_ok(x, weight, variance_size)
+    return bool(_norm_ok(x, weight, variance_size))
 
 
 def supports_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None) -> bool:
-    return (
+    return bool(
         _norm_ok(x, weight, variance_size)
         and _xpu(x_residual)
         and x_residual.dtype == x.dtype
@@ -62,15 +62,15 @@ def supports_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=No
 
 
 def supports_silu_and_mul(x) -> bool:
-    return _xpu(x) and x.shape[-1] % 2 == 0 and x.shape[-1] > 0
+    return bool(_xpu(x) and x.shape[-1] % 2 == 0 and x.shape[-1] > 0)
 
 
 def supports_gelu_and_mul(x, approximate="none") -> bool:
-    return supports_silu_and_mul(x) and approximate in ("none", "tanh")
+    return bool(supports_silu_and_mul(x) and approximate in ("none", "tanh"))
 
 
 def supports_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox) -> bool:
-    return (
+    return bool(
         _xpu(query)
         and _xpu(key)
         and key.dtype == query.dtype

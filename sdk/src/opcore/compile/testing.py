@@ -162,18 +162,24 @@ def _decoder_inputs(shape, tokens: int, generator: torch.Generator, device="cpu"
 
 
 def no_recompile_on_dynamic_batch(
-    batches: tuple[int, ...] = (3, 5, 11), *, mode: str = "eager", model: Any = None, device="cpu"
+    batches: tuple[int, ...] = (3, 5, 11),
+    *,
+    mode: str = "eager",
+    model: Any = None,
+    device="cpu",
+    config: Any = None,
 ) -> dict[str, Any]:
     """Compile the small decoder (or ``model(positions, hidden)``) on ``device`` with the
     token dim marked dynamic; running it at each of ``batches`` compiles one graph, and every
-    output matches the uncompiled model."""
+    output matches the uncompiled model. ``config`` (an `OpcoreConfig`) is the backend's;
+    the current one when omitted."""
     import opcore.compile as oc
     from opcore.compile.decoder import Decoder
 
     model = (model if model is not None else Decoder()).to(device)
     shape = model.shape
     g = torch.Generator().manual_seed(0)
-    be = oc.backend(mode=mode)
+    be = oc.backend(config, mode=mode)
     compiled = torch.compile(model, backend=be)
     worst = 0.0
     with torch.no_grad():

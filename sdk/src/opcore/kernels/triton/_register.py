@@ -2,6 +2,8 @@
 
 Every ``supports_*`` below has the op's exact parameters and answers from metadata alone
 (dtype, device type, shape, strides, Python scalars), so it also runs on fake tensors.
+Under dynamic shapes sizes are SymInts and their comparisons SymBools: each answer passes
+through ``bool()``, which decides from the size hint and guards the compiled graph on it.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def supports_rms_norm(x, weight, epsilon, variance_size=None) -> bool:
     n = lay[0]
     if variance_size is not None and not (_pos_int(variance_size) and variance_size <= n):
         return False
-    return _weight_ok(weight, n)
+    return bool(_weight_ok(weight, n))
 
 
 def supports_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None) -> bool:
@@ -90,7 +92,7 @@ def supports_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=No
     if variance_size is not None and not (_pos_int(variance_size) and variance_size <= n):
         return False
     # The provider writes in place (the default overload clones first): rows must be disjoint.
-    return _weight_ok(weight, n) and (rows <= 1 or (lx[2] >= n and lr[2] >= n))
+    return bool(_weight_ok(weight, n) and (rows <= 1 or (lx[2] >= n and lr[2] >= n)))
 
 
 # --------------------------------------------------------------------------- activations
@@ -98,7 +100,7 @@ def supports_silu_and_mul(x) -> bool:
     if not (_float(x) and _on_device(x)):
         return False
     lay = row_layout(x)
-    return lay is not None and lay[0] % 2 == 0
+    return bool(lay is not None and lay[0] % 2 == 0)
 
 
 def supports_gelu_and_mul(x, approximate="none") -> bool:
@@ -140,7 +142,7 @@ def supports_rotary_embedding(positions, query, key, head_size, cos_sin_cache, i
     if key is None:
         return True
     lk = _layout(key, n, head_size)
-    return lk is not None and _heads_disjoint(lk)
+    return bool(lk is not None and _heads_disjoint(lk))
 
 
 def supports_split_qkv_rmsnorm_rope(
@@ -172,7 +174,7 @@ def supports_split_qkv_rmsnorm_rope(
     ):
         return False
     lay = row_layout(qkv)
-    return (
+    return bool(
         lay is not None
         and lay[0] == (num_heads + 2 * num_kv_heads) * head_size
         and lay[1] == positions.numel()

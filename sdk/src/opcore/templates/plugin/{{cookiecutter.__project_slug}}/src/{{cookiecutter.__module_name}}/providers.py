@@ -24,7 +24,8 @@ RMS_NORM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def _supports_rms_norm(x, weight, epsilon, variance_size=None) -> bool:
     """Decided from metadata only (it also runs on fake tensors while torch.compile traces),
-    and always a plain bool."""
+    and always a plain bool: with dynamic shapes, sizes are SymInts, so wrap any size
+    comparison in bool()."""
     return x.device.type == DEVICE_TYPE and x.dtype in RMS_NORM_DTYPES
 
 
