@@ -5,7 +5,8 @@
 # benchmark. Results go to $OUT (at most 8 files come back; the rest is in rest.tgz).
 #
 #   run: bash bench/h200_run.sh            (carry: .whl with liger_kernel-*.whl)
-# Environment: STEPS (default "check conformance bench decode"; also "compile"), BENCH_ARGS, *_TIMEOUT.
+# Environment: STEPS (default "check conformance bench decode"; also "compile", "ascend" and
+# "conformance-full"), BENCH_ARGS, CONF_ARGS, CONF_FULL_ARGS, *_TIMEOUT, KEEP_GOING.
 set -u
 OUT=${OUT:-/tmp/opcore-out}
 mkdir -p "$OUT/raw"
@@ -42,6 +43,16 @@ for step in $STEPS; do
         --report-dir "$OUT/raw/conformance" ${CONF_ARGS:-}
       echo "conformance rc=$?"
       cp "$OUT/raw/conformance/conformance.md" "$OUT/conformance.md" 2>/dev/null ;;
+    conformance-full)
+      echo "== opcore conformance --platform cuda --full ${CONF_FULL_ARGS:-}"
+      timeout "${CONF_FULL_TIMEOUT:-300}" python3 -c "import sys; from opcore.cli import main; sys.exit(main())" conformance --platform cuda --no-progress \
+        --full --report-dir "$OUT/raw/conformance-full" ${CONF_FULL_ARGS:-}
+      echo "conformance-full rc=$?"
+      cp "$OUT/raw/conformance-full/conformance.md" "$OUT/conformance-full.md" 2>/dev/null ;;
+    ascend)
+      echo "== ascend plugin: the NPU-tiled Triton split_qkv_rmsnorm_rope on this GPU"
+      timeout "${ASCEND_TIMEOUT:-200}" env PYTHONPATH="/tmp/site:plugins/ascend/src" python3 plugins/ascend/scripts/check_triton_on_gpu.py
+      echo "ascend rc=$?" ;;
     bench)
       echo "== opcore bench"
       timeout "${BENCH_TIMEOUT:-330}" python3 -c "import sys; from opcore.cli import main; sys.exit(main())" bench --out "$OUT/raw/bench" \
