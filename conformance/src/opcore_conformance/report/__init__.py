@@ -14,17 +14,34 @@ MARKDOWN_NAME = "conformance.md"
 JUNIT_NAME = "conformance-junit.xml"
 
 
-def write_all(report_dir: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Path]:
-    """Write the JSONL, then derive the Markdown and JUnit files from what was written."""
+def paths_in(report_dir: Path) -> dict[str, Path]:
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    paths = {
+    return {
         "jsonl": report_dir / JSONL_NAME,
         "markdown": report_dir / MARKDOWN_NAME,
         "junit": report_dir / JUNIT_NAME,
     }
+
+
+def write_all(report_dir: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Path]:
+    """Write the JSONL, then derive the Markdown and JUnit files from what was written."""
+    paths = paths_in(report_dir)
     jsonl.write(paths["jsonl"], header, records)
-    header_back, records_back = jsonl.read(paths["jsonl"])
-    paths["markdown"].write_text(markdown.render(header_back, records_back), encoding="utf-8")
-    junit.write(paths["junit"], header_back, records_back)
+    derive(paths)
     return paths
+
+
+def open_stream(report_dir: Path, header: dict[str, Any]) -> tuple[jsonl.Stream, dict[str, Path]]:
+    """Start the JSONL now (header first; records are added as cases end); call `derive`
+    once the stream is closed."""
+    paths = paths_in(report_dir)
+    return jsonl.Stream(paths["jsonl"], header), paths
+
+
+def derive(paths: dict[str, Path]) -> None:
+    """The Markdown summary and the JUnit XML, from the JSONL file as written."""
+    header_back, records_back = jsonl.read(paths["jsonl"])
+    foot = jsonl.read_footer(paths["jsonl"])
+    paths["markdown"].write_text(markdown.render(header_back, records_back, foot), encoding="utf-8")
+    junit.write(paths["junit"], header_back, records_back)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from opcore_conformance import status as S
-from opcore_conformance.report.jsonl import as_float, footer, read
+from opcore_conformance.report.jsonl import as_float, footer, read, read_footer
 from opcore_conformance.report.tables import check_rows, op_rows, ratio_text, red
 
 
@@ -23,9 +23,23 @@ def _counts_cells(counts) -> list[str]:
     return [str(counts.get(s, 0) or "") for s in S.ALL]
 
 
-def render(header: dict[str, Any], records: list[dict[str, Any]]) -> str:
+def incomplete_note(foot: dict[str, Any] | None, records: list[dict[str, Any]]) -> str | None:
+    """Why the run is incomplete, from its footer (None: it ran every collected case)."""
+    if foot is None:
+        return f"the report has no footer: the run ended after {len(records)} case(s) without finishing"
+    if foot.get("interrupted"):
+        return (f"interrupted by {foot['interrupted']} after {foot['total']} of "
+                f"{foot.get('collected')} collected case(s)")
+    return None
+
+
+def render(header: dict[str, Any], records: list[dict[str, Any]],
+           written_footer: dict[str, Any] | None | bool = False) -> str:
+    """The summary. ``written_footer`` is the footer read from the JSONL (None when it has
+    none); left out, the records are taken as a complete run."""
     foot = footer(records)
-    verdict = "FAILED" if foot["exit_status"] else "PASSED"
+    note = None if written_footer is False else incomplete_note(written_footer, records)
+    verdict = "INCOMPLETE" if note else ("FAILED" if foot["exit_status"] else "PASSED")
     v = header.get("versions", {})
     out = [
         f"# opcore conformance: {header.get('platform')} — {verdict}",
@@ -39,6 +53,7 @@ def render(header: dict[str, Any], records: list[dict[str, Any]]) -> str:
         f"{header.get('reference', {}).get('dtype')} on {header.get('reference', {}).get('device')}",
         f"- expectations: {header.get('expectations') or 'none'}",
         f"- started: {header.get('started')}",
+        f"- **incomplete**: {note}; the counts below cover the cases that ran" if note else None,
         "",
         "| " + " | ".join(S.ALL) + " | total |",
         "|" + "---:|" * (len(S.ALL) + 1),
@@ -102,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m opcore_conformance.report.markdown REPORT.jsonl", file=sys.stderr)
         return 2
     header, records = read(Path(argv[0]))
-    sys.stdout.write(render(header, records))
+    sys.stdout.write(render(header, records, read_footer(Path(argv[0]))))
     return 0
 
 

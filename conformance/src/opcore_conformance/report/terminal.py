@@ -23,7 +23,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def render(header: dict[str, Any], records: list[dict[str, Any]], paths: dict[str, Any] | None = None) -> str:
+def render(header: dict[str, Any], records: list[dict[str, Any]], paths: dict[str, Any] | None = None,
+           incomplete: str | None = None) -> str:
     lines = [
         f"opcore conformance: platform {header.get('platform')} on {header.get('device')} "
         f"({header.get('device_name')}), {header.get('mode')} mode",
@@ -41,6 +42,8 @@ def render(header: dict[str, Any], records: list[dict[str, Any]], paths: dict[st
     bad = red(records)
     total = {s: sum(1 for r in records if r["status"] == s) for s in S.ALL}
     lines += ["", "total: " + ", ".join(f"{n} {s}" for s, n in total.items() if n)]
+    if incomplete:
+        lines += [f"INCOMPLETE: {incomplete}"]
     if bad:
         lines += ["", f"{len(bad)} case(s) need attention (fail, error or xpass):"]
         for r in bad[:MAX_LISTED]:
