@@ -225,6 +225,17 @@ else:
             assert programs * ba >= a and programs * bb >= b, args  # every head covered
             assert w & (w - 1) == 0 and 1 <= w <= 8, args  # a power of two
 
+    def test_split_qkv_params_take_fewer_warps_for_one_program_per_token():
+        from opcore.kernels.triton import _launch
+
+        sqp = _launch.split_qkv_params
+        assert sqp(32768, 32, 8, 128) == (1, 32, 8, 2)  # 5120 elements: 2 warps
+        assert sqp(32768, 64, 8, 128) == (1, 64, 8, 4)  # 9216 elements: 4 warps
+        assert sqp(32768, 8, 1, 128) == (1, 8, 1, 2)  # never below 2
+        # split heads (few tokens) and one-head groups at few tokens: the general rule
+        for args in [(1, 32, 8, 128), (256, 32, 8, 128), (1, 32, 1, 128), (8, 64, 8, 128)]:
+            assert sqp(*args) == _launch.token_head_params(*args), args
+
     # ------------------------------------------------------------------ rotary
     @pytest.mark.parametrize("dtype", DTYPES)
     @pytest.mark.parametrize("is_neox", [True, False])

@@ -4,7 +4,7 @@ head over ``head_size`` with per-head-dim weights, apply rotary, copy v.
 Grid ``(tokens, splits)``: program ``(t, s)`` loads token ``t``'s cos/sin row once and
 handles q heads ``[s * BLOCK_Q, (s + 1) * BLOCK_Q)`` and k and v heads ``[s * BLOCK_KV,
 (s + 1) * BLOCK_KV)``, each group as one 2-D ``[heads, columns]`` block; with many tokens
-there is one split, i.e. one program per token (`_launch.token_head_params`).
+there is one split, i.e. one program per token (`_launch.split_qkv_params`).
 
 Each q/k head is loaded once as its two rotary halves (``a``, ``b``, paired as in
 `rotary`) and its unrotated tail; the sum of squares over the three parts gives the
@@ -113,7 +113,7 @@ def split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_sin_
     half = rot // 2
     half_pad = _launch.next_pow2(half)
     tail = head_size - rot
-    n_splits, block_q, block_kv, warps = _launch.token_head_params(
+    n_splits, block_q, block_kv, warps = _launch.split_qkv_params(
         n_tokens, num_heads, num_kv_heads, 2 * half_pad
     )
     has_weight = q_weight is not None
