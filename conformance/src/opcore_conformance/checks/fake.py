@@ -65,7 +65,6 @@ def _supports_args_body(op_name: str, provider: str, dtype: str, sample_name: st
         if type(real) is not bool:
             raise CheckFailed(f"supports_args of {op_name}/{provider} returned "
                               f"{type(real).__name__} {real!r} on device tensors; it must return a plain bool")
-        answers = {}
         # Static fake tensors (what lowering sees for a fixed shape), then symbolic sizes
         # and strides (what it sees under torch.compile's dynamic shapes): comparisons of
         # SymInts give SymBools, which a provider must turn into a bool itself.
@@ -75,7 +74,6 @@ def _supports_args_body(op_name: str, provider: str, dtype: str, sample_name: st
             if answer != real:
                 raise CheckFailed(f"supports_args of {op_name}/{provider} answers {answer!r} on "
                                   f"{kind} fake tensors but {real!r} on device tensors")
-            answers[kind] = answer
         return {"answer": real}
 
     return body
