@@ -8,17 +8,8 @@ from typing import Any
 
 import torch
 
+from opcore.kernels import TRITON_OPS
 from opcore.platforms import Platform
-
-# The ops the portable Triton kernels cover; the platform prefers them to native.
-TRITON_OPS = (
-    "rms_norm",
-    "fused_add_rms_norm",
-    "silu_and_mul",
-    "gelu_and_mul",
-    "rotary_embedding",
-    "split_qkv_rmsnorm_rope",
-)
 
 
 @functools.cache

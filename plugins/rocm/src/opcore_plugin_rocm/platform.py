@@ -6,16 +6,8 @@ from typing import Any
 
 import torch
 
+from opcore.kernels import TRITON_OPS
 from opcore.platforms import Platform
-
-TRITON_OPS = (
-    "rms_norm",
-    "fused_add_rms_norm",
-    "silu_and_mul",
-    "gelu_and_mul",
-    "rotary_embedding",
-    "split_qkv_rmsnorm_rope",
-)
 
 
 def fp8_for_arch(gcn_arch: str | None) -> torch.dtype | None:
