@@ -7,8 +7,9 @@ this project can give it. No torch_npu and no installed opcore are needed:
 
 For each case it compares the kernel (grid = the GPU's multiprocessor count standing in
 for the NPU's vector cores; chunks sized for the NPU's 85 KiB unified buffer) against a
-float64 reference computed on the CPU from the op's definition, and times it with
-``triton.testing.do_bench`` next to the unfused native op in eager mode. "first call"
+float64 reference (the op's native function on the CPU, as in the conformance suite), and
+times it with ``triton.testing.do_bench`` next to that native function in eager mode on
+the GPU (the unfused chain). "first call"
 is the first launch including Triton's compilation (heads are unrolled, so it grows with
 the head count). Prints a Markdown table line by line (and writes it to
 ``$OUT/ascend_triton_gpu.md`` when ``OUT`` is set); exits 1 on any mismatch. Timings are informative only: the kernel is tiled for an NPU, not tuned for
@@ -25,6 +26,7 @@ import torch
 import triton
 from triton.testing import do_bench
 
+from opcore.ir import ops
 from opcore_plugin_ascend import triton_qkv
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -40,55 +42,15 @@ CASES = [
 ]
 
 
+NATIVE = ops.split_qkv_rmsnorm_rope.native  # the op's reference; unfused eager chain on a GPU
+
+
 def reference(qkv, qw, kw, eps, positions, cache, nh, nkv, d, is_neox):
-    n = positions.numel()
-    x = qkv.double().cpu().reshape(n, -1)
-    rot = cache.shape[1]
-    half = rot // 2
-    c = cache.double().cpu()[positions.cpu().reshape(-1)]
-    cos, sin = c[:, None, :half], c[:, None, half:]
+    """The native function in float64 on the CPU (as the conformance suite's reference)."""
+    def f64(t):
+        return t.double().cpu()
 
-    def part(t, heads, w):
-        t = t.reshape(n, heads, d)
-        t = t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + eps) * w.double().cpu()
-        r = t[..., :rot]
-        if is_neox:
-            a, b = r[..., :half], r[..., half:]
-            r = torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
-        else:
-            a, b = r[..., 0::2], r[..., 1::2]
-            r = torch.stack([a * cos - b * sin, b * cos + a * sin], -1).flatten(-2)
-        return torch.cat([r, t[..., rot:]], -1).reshape(n, heads * d)
-
-    return (
-        part(x[:, : nh * d], nh, qw),
-        part(x[:, nh * d : (nh + nkv) * d], nkv, kw),
-        x[:, (nh + nkv) * d :],
-    )
-
-
-def native_chain(qkv, qw, kw, eps, positions, cache, nh, nkv, d, is_neox):
-    """The unfused eager chain (what a model runs without a fused kernel)."""
-    n = positions.numel()
-    rot = cache.shape[1]
-    half = rot // 2
-    cs = cache.index_select(0, positions).float()
-    cos, sin = cs[:, None, :half], cs[:, None, half:]
-    q, k, v = qkv.split([nh * d, nkv * d, nkv * d], dim=-1)
-
-    def part(t, heads, w):
-        t = t.float().reshape(n, heads, d)
-        t = t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps) * w.float()
-        r, rest = t[..., :rot], t[..., rot:]
-        if is_neox:
-            a, b = r[..., :half], r[..., half:]
-            r = torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
-        else:
-            a, b = r[..., 0::2], r[..., 1::2]
-            r = torch.stack([a * cos - b * sin, b * cos + a * sin], -1).flatten(-2)
-        return torch.cat([r, rest], -1).to(qkv.dtype).reshape(n, heads * d)
-
-    return part(q, nh, qw), part(k, nkv, kw), v.contiguous()
+    return NATIVE(f64(qkv), f64(qw), f64(kw), eps, positions.cpu(), f64(cache), nh, nkv, d, is_neox)
 
 
 def main() -> int:
@@ -147,7 +109,7 @@ def main() -> int:
             )
             failures += not ok
             t_tiled = do_bench(lambda a=args: triton_qkv.split_qkv_rmsnorm_rope_tiled(*a)) * 1e3
-            t_native = do_bench(lambda a=args: native_chain(*a)) * 1e3
+            t_native = do_bench(lambda a=args: NATIVE(*a)) * 1e3
             rows = min(
                 triton_qkv.rows_per_chunk(d),
                 triton_qkv.next_pow2(-(-tokens // min(programs, tokens))),
