@@ -13,7 +13,7 @@ from opcore_conformance import expectations as X
 from opcore_conformance import status as S
 from opcore_conformance.case import Tolerance
 from opcore_conformance.report import write_all
-from opcore_conformance.report.jsonl import read
+from opcore_conformance.report.jsonl import read, read_footer
 from opcore_conformance.report.markdown import render
 from opcore_conformance.tensors import compare, to_device
 
@@ -117,7 +117,16 @@ def test_markdown_and_junit_are_generated_from_the_jsonl(tmp_path):
     ]
     paths = write_all(tmp_path, header, records)
     h, recs = read(paths["jsonl"])
-    assert paths["markdown"].read_text() == render(h, recs)
+    assert paths["markdown"].read_text() == render(h, recs, read_footer(paths["jsonl"]))
+    assert "INCOMPLETE" not in paths["markdown"].read_text()
+    # a run that died before its footer: the summary says so
+    lines = paths["jsonl"].read_text().splitlines()
+    assert '"type": "footer"' in lines[-1]
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:-1]) + "\n")
+    assert read_footer(cut) is None
+    cut_md = render(*read(cut), read_footer(cut))
+    assert cut_md.startswith("# opcore conformance: cpu — INCOMPLETE") and "no footer" in cut_md
     md = paths["markdown"].read_text()
     assert "FAILED" in md and "| rms_norm | native | float32 |" in md and "inf" in md
     assert "opcore conformance --case b" in md

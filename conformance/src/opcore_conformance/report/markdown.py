@@ -34,11 +34,11 @@ def incomplete_note(foot: dict[str, Any] | None, records: list[dict[str, Any]]) 
 
 
 def render(header: dict[str, Any], records: list[dict[str, Any]],
-           written_footer: dict[str, Any] | None | bool = False) -> str:
-    """The summary. ``written_footer`` is the footer read from the JSONL (None when it has
-    none); left out, the records are taken as a complete run."""
+           written_footer: dict[str, Any] | None) -> str:
+    """The summary. ``written_footer`` is the footer read from the JSONL (`read_footer`;
+    None when the file has none, i.e. the run did not finish)."""
     foot = footer(records)
-    note = None if written_footer is False else incomplete_note(written_footer, records)
+    note = incomplete_note(written_footer, records)
     verdict = "INCOMPLETE" if note else ("FAILED" if foot["exit_status"] else "PASSED")
     v = header.get("versions", {})
     out = [
