@@ -199,7 +199,7 @@ def test_cli_refuses_a_bad_name_in_one_line(tmp_path, capsys, name, expected):
 @pytest.mark.parametrize(
     "option, value, expected",
     [
-        ("--vendor", 'Acme "Labs"', "without quotes or backslashes"),
+        ("--vendor", "Acme\tLabs", "use printable text on one line"),
         ("--vendor", "  ", "vendor is empty"),
         ("--device-type", "Not-A-Type", "not a torch device type name"),
     ],

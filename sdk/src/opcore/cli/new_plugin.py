@@ -1,8 +1,11 @@
 """`opcore new-plugin NAME`: scaffold ``opcore-plugin-NAME`` from the template opcore ships.
 
-The name, vendor and device type are checked before anything is rendered; a bad one is
-one line on stderr and exit status 2. Interactive runs (a terminal, no ``--no-input``) ask
-for the vendor and device type that were not given; otherwise the defaults are used.
+The name, vendor and device type are checked before anything is rendered, each matched
+whole (a trailing newline is refused, not trimmed); a bad one is one line on stderr naming
+the field, and exit status 2. Everything typed, ``-o DIR`` included, is data: it lands in the
+project exactly as typed and is never evaluated as a template (`opcore.templates`).
+Interactive runs (a terminal, no ``--no-input``) ask for the vendor and device type that
+were not given; otherwise the defaults are used.
 Rendering needs cookiecutter: ``pip install 'opcore[template]'``.
 """
 
@@ -26,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="where to create opcore-plugin-NAME (default: the current directory)",
     )
     parser.add_argument("--no-input", action="store_true", help="ask nothing; use defaults for what is not given")
-    parser.add_argument("--vendor", metavar="TEXT", help="who publishes the plugin (default: 'The NAME authors')")
+    parser.add_argument("--vendor", metavar="TEXT", help="who publishes the plugin, any printable text on one line (default: 'The NAME authors')")
     parser.add_argument(
         "--device-type", metavar="TYPE", default=None,
         help="torch device type the platform uses (default: cpu, so the scaffold runs anywhere)",

@@ -8,12 +8,19 @@ is in every wheel and sdist and in editable installs, with no build step.
 Name rules live in one place, the template's ``hooks/pre_gen_project.py``: cookiecutter runs
 it before rendering, and `plugin_problems` loads the same functions so ``opcore new-plugin``
 rejects a bad name in one line before cookiecutter starts.
+
+What the user types is data, never template: cookiecutter renders every value it is given
+as a Jinja template before the files are generated, so `render_plugin` hands it each value
+in a form that renders back to exactly the text given (`literal_template`). The template
+files then quote the text for where it lands (a TOML string, a Python docstring).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -81,6 +88,18 @@ def cookiecutter_api() -> tuple[Any, type[Exception]]:
     return cookiecutter, CookiecutterException
 
 
+def literal_template(text: str) -> str:
+    """A Jinja template that renders to exactly ``text``, whatever it holds.
+
+    Every Jinja construct (``{{ }}``, ``{% %}``, ``{# #}``) opens with ``{`` under the default
+    delimiters, which the plugin template keeps (it sets no ``_jinja2_env_vars``; a test pins
+    that), and line statements are off. So writing each ``{`` as the expression
+    ``{{ '{' }}`` leaves nothing in ``text`` that Jinja evaluates: ``{{ 7*7 }}`` renders as
+    ``{{ 7*7 }}``, not ``49``, and no attribute access in the text ever runs.
+    """
+    return text.replace("{", "{{ '{' }}")
+
+
 def _api_range() -> tuple[str, str]:
     from opcore import PLUGIN_API_VERSION
 
@@ -95,11 +114,13 @@ def render_plugin(
     vendor: str | None = None,
     device_type: str = DEFAULT_DEVICE_TYPE,
 ) -> Path:
-    """Render ``opcore-plugin-<name>`` into ``output_dir``; returns the project directory.
+    """Render ``opcore-plugin-<name>`` into ``output_dir``; returns the project directory
+    (absolute).
 
     Raises `TemplateError` (one line) for a bad name, vendor or device type, an existing
     target directory, or cookiecutter missing. Never prompts and never reads or writes the
-    user's cookiecutter configuration or replay files.
+    user's cookiecutter configuration or replay files. Every value, ``output_dir`` included,
+    is data: the project holds exactly the text given, never the result of evaluating it.
     """
     problems = plugin_problems(name, vendor, device_type)
     if problems:
@@ -108,8 +129,7 @@ def render_plugin(
 
     import opcore
 
-    output_dir = Path(output_dir)
-    target = output_dir / f"opcore-plugin-{name}"
+    target = Path(os.path.abspath(output_dir)) / f"opcore-plugin-{name}"
     if target.exists():
         raise TemplateError(f"{target} already exists; choose another -o DIR or remove it")
     api_min, api_max = _api_range()
@@ -122,7 +142,16 @@ def render_plugin(
     }
     if vendor is not None:
         context["vendor"] = vendor
+    # cookiecutter renders these values as templates: pass each as one that renders to itself.
+    context = {key: literal_template(value) for key, value in context.items()}
     with tempfile.TemporaryDirectory(prefix="opcore-new-plugin-") as scratch:
+        # cookiecutter also renders the absolute paths of the directories it creates, output
+        # directory included, as templates: render into a scratch directory whose path holds
+        # no template syntax, then copy the project to where the user asked.
+        if "{" in scratch:
+            raise TemplateError(
+                f"the temporary directory {scratch!r} holds '{{'; set TMPDIR to a plain path"
+            )
         # A private cookiecutter configuration: ~/.cookiecutterrc cannot change the result,
         # and no replay file is left in the user's home.
         config = Path(scratch) / "config.yaml"
@@ -131,13 +160,29 @@ def render_plugin(
             encoding="utf-8",
         )
         try:
-            project = cookiecutter(
+            rendered = cookiecutter(
                 str(plugin_template_dir()),
                 no_input=True,
                 extra_context=context,
-                output_dir=str(output_dir),
+                output_dir=f"{scratch}/out",
                 config_file=str(config),
             )
         except CookiecutterException as exc:
             raise TemplateError(f"rendering {target.name} failed: {exc}") from None
-    return Path(project)
+        _place(Path(rendered), target)
+    return target
+
+
+def _place(rendered: Path, target: Path) -> None:
+    """Copy the rendered project to ``target``, which must not exist yet (file modes kept;
+    a partial copy is removed)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir()  # claims the name: fails if it appeared since the check above
+    except FileExistsError:
+        raise TemplateError(f"{target} already exists; choose another -o DIR or remove it") from None
+    try:
+        shutil.copytree(rendered, target, dirs_exist_ok=True)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise

@@ -18,9 +18,11 @@ ANSWERS = r"""{"plugin_name": {{ cookiecutter.plugin_name | jsonify }}, "vendor"
 
 # One word, lowercase, single underscores between parts: it becomes the entry-point name,
 # Platform.name, the provider name, part of the module name and of an environment variable.
-NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+# Both patterns are applied with fullmatch: a `$` anchor would let a trailing newline through
+# ("acme\n"), which then splits generated code and file names.
+NAME_RE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 MAX_NAME_LENGTH = 40
-DEVICE_TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+DEVICE_TYPE_RE = re.compile(r"[a-z][a-z0-9_]*")
 
 # Device types torch itself knows (the list torch.device() names when it rejects a string).
 # A plugin named after one would read as torch's own device; sdk/tests pin this set to the
@@ -55,9 +57,9 @@ RESERVED_PROVIDERS = {
 
 def name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a plugin name, in one line; ``None`` when it can."""
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         hint = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
-        example = f" such as {hint!r}" if hint and NAME_RE.match(hint) else ""
+        example = f" such as {hint!r}" if hint and NAME_RE.fullmatch(hint) else ""
         return (
             f"plugin name {name!r} is not a lowercase identifier: use letters a-z and digits, "
             f"parts joined by single underscores, starting with a letter{example}"
@@ -86,7 +88,7 @@ def name_problem(name: str) -> str | None:
 
 def device_type_problem(device_type: str) -> str | None:
     """Why ``device_type`` cannot be the platform's torch device type; ``None`` if it can."""
-    if not DEVICE_TYPE_RE.match(device_type):
+    if not DEVICE_TYPE_RE.fullmatch(device_type):
         return (
             f"device type {device_type!r} is not a torch device type name: expected a lowercase "
             f"identifier such as 'cpu', 'cuda' or your extension's device (e.g. 'npu')"
@@ -96,13 +98,19 @@ def device_type_problem(device_type: str) -> str | None:
 
 def vendor_problem(vendor: str) -> str | None:
     """Why ``vendor`` cannot be written into pyproject.toml and the sources; ``None`` if
-    it can."""
+    it can.
+
+    Any printable text on one line is accepted, quotes, backslashes and template syntax
+    included: the template escapes it where it lands (a TOML string, a Python docstring) and
+    the text is never evaluated as a template. Control characters, line breaks and other
+    unprintable characters are refused: they would split the line they land on.
+    """
     if not vendor.strip():
         return "vendor is empty: give the person or organisation that publishes the plugin"
-    bad = sorted({ch for ch in vendor if ch in '"\\' or not ch.isprintable()})
+    bad = sorted({ch for ch in vendor if not ch.isprintable()})
     if bad:
         shown = ", ".join(repr(ch) for ch in bad)
-        return f"vendor {vendor!r} contains {shown}: use plain text without quotes or backslashes"
+        return f"vendor {vendor!r} contains {shown}: use printable text on one line"
     return None
 
 

@@ -1,4 +1,4 @@
-"""{{ cookiecutter.__project_slug }}: the opcore platform plugin for {{ cookiecutter.plugin_name }} devices, by {{ cookiecutter.vendor }}.
+"""{{ cookiecutter.__project_slug }}: the opcore platform plugin for {{ cookiecutter.plugin_name }} devices, by {{ cookiecutter.vendor | replace('\\', '\\\\') | replace('"', '\\"') }}{% if not cookiecutter.vendor.endswith('.') %}.{% endif %}
 
 opcore calls `probe` once per process, through the entry point
 ``{{ cookiecutter.plugin_name }} = "{{ cookiecutter.__module_name }}:probe"`` in the group
