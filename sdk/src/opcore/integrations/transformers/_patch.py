@@ -1,0 +1,301 @@
+"""Patch a loaded model: check everything first, then change it all, or nothing.
+
+`plan` walks the model and returns either a list of problems (nothing was touched) or a
+`Plan`; `commit` carries it out and returns a `Patch`, whose `revert` puts every module
+back. A patched module keeps its object, parameters and state-dict names; its class is
+swapped for a subclass whose forward calls opcore (see `_forwards`), and fused weights
+become non-persistent buffers the parameters are views of (see `_fuse`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from opcore.integrations.transformers import _forwards as fw
+from opcore.integrations.transformers import _fuse
+from opcore.integrations.transformers._arch import ACTIVATIONS, Arch, config_problems
+
+# The opcore ops `apply(ops=...)` may name, and what each replaces.
+OPS = {
+    "rms_norm": "every RMSNorm module",
+    "fused_add_rms_norm": "the post-attention residual add + RMSNorm of each decoder layer",
+    "silu_and_mul": "the gated MLP activation (hidden_act silu)",
+    "gelu_and_mul": "the gated MLP activation (hidden_act gelu / gelu_pytorch_tanh)",
+    "rotary_embedding": "the rotary embedding of q and k (Llama, Mistral, Qwen2)",
+    "split_qkv_rmsnorm_rope": "Qwen3's per-head q/k RMSNorm + rotary",
+}
+ROOT_ATTR = "_opcore_patch"
+_SUBCLASSES: dict[tuple[type, type], type] = {}
+
+
+class UnsupportedModelError(ValueError):
+    """The model (or a config option of it) is not supported; nothing was changed."""
+
+
+def subclass(mixin: type, cls: type) -> type:
+    """``Opcore<cls>``: ``mixin`` in front of ``cls`` (one class per pair, reused)."""
+    key = (mixin, cls)
+    if key not in _SUBCLASSES:
+        _SUBCLASSES[key] = type(f"Opcore{cls.__name__}", (mixin, cls), {"__module__": __name__, "_opcore_base": cls})
+    return _SUBCLASSES[key]
+
+
+def is_patched_class(cls: type) -> bool:
+    return "_opcore_base" in cls.__dict__
+
+
+@dataclass
+class _Step:
+    module: nn.Module
+    mixin: type
+    attrs: dict[str, Any] = field(default_factory=dict)
+    fuse: dict[str, tuple[str, ...]] = field(default_factory=dict)  # group -> child names
+    cache: int | None = None  # rotary: rows of the cos/sin cache to build
+
+
+@dataclass
+class Plan:
+    arch: Arch
+    steps: list[_Step]
+    routes: dict[str, str]
+
+
+@dataclass
+class Patch:
+    """A committed patch. ``routes`` says, per replacement, which opcore op (and which
+    weight layout) each kind of module now uses and how many modules; `revert` undoes it."""
+
+    model: nn.Module
+    arch: Arch
+    routes: dict[str, str]
+    _done: list[tuple[nn.Module, type, list[str], list[str], bool]] = field(default_factory=list, repr=False)
+    active: bool = True
+
+    def revert(self) -> None:
+        """Put every patched module back (classes, attributes, buffers). Parameters keep
+        their objects and values; fused ones stay views of one storage."""
+        for module, cls, attrs, groups, cache in reversed(self._done):
+            module.__class__ = cls
+            for a in attrs:
+                module.__dict__.pop(a, None)
+            for g in groups:
+                _fuse.unfuse(module, g)
+            if cache:
+                module._buffers.pop("_opcore_cos_sin_cache", None)
+        self._done.clear()
+        self.model.__dict__.pop(ROOT_ATTR, None)
+        self.active = False
+
+    def __enter__(self) -> Patch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.active:
+            self.revert()
+
+    def __str__(self) -> str:
+        lines = [f"opcore patch of {type(self.model).__name__} ({self.arch.model_type}):"]
+        lines += [f"  {k}: {v}" for k, v in self.routes.items()]
+        return "\n".join(lines)
+
+
+def _choose_ops(arch: Arch, config: Any, ops: Any) -> set[str]:
+    act = ACTIVATIONS.get(getattr(config, "hidden_act", None))
+    gated = "silu_and_mul" if act is None else "gelu_and_mul"
+    rope = "split_qkv_rmsnorm_rope" if arch.qk_norm else "rotary_embedding"
+    default = {"rms_norm", "fused_add_rms_norm", gated, rope}
+    if ops is None:
+        return default
+    chosen = {ops} if isinstance(ops, str) else set(ops)
+    unknown = sorted(chosen - set(OPS))
+    if unknown:
+        raise ValueError(f"opcore.integrations.transformers: unknown op(s) {unknown} in ops=; known: {sorted(OPS)}")
+    foreign = sorted(chosen - default)
+    if foreign:
+        raise ValueError(
+            f"opcore.integrations.transformers: ops {foreign} do not apply to this {arch.model_type} model "
+            f"(hidden_act={config.hidden_act!r}); it uses {sorted(default)}"
+        )
+    return chosen
+
+
+def _instance_forward(module: nn.Module, where: str) -> str | None:
+    if "forward" in module.__dict__:
+        return f"{where} ({type(module).__name__}) has an instance-level forward (an accelerate or other hook); it cannot be patched"
+    return None
+
+
+def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
+    """Check the whole model; return the `Plan`, or the problems (nothing changed)."""
+    config = model.config
+    problems = config_problems(config)
+    if problems:
+        return problems
+    chosen = _choose_ops(arch, config, ops)
+    classes = arch.classes()
+    by_class = {cls: role for role, cls in classes.items()}
+    gelu = ACTIVATIONS[config.hidden_act]
+    cache_kwargs = arch.cache_update_takes_kwargs()
+    eager = arch.eager_attention()
+    n_heads, n_kv = config.num_attention_heads, config.num_key_value_heads
+    steps: list[_Step] = []
+    counts: Counter = Counter()
+    reasons: dict[str, str] = {}
+    head_dims = set()
+    rotaries = []
+    attn_patch = (not arch.qk_norm and "rotary_embedding" in chosen) or (arch.qk_norm and "split_qkv_rmsnorm_rope" in chosen)
+
+    for name, module in model.named_modules():
+        where = name or "<model>"
+        cls = type(module)
+        if is_patched_class(cls):
+            problems.append(f"{where} is already patched by opcore; revert first")
+            continue
+        role = by_class.get(cls)
+        if role is None:
+            sub = [r for c, r in by_class.items() if isinstance(module, c)]
+            if sub:
+                problems.append(f"{where}: {cls.__qualname__} subclasses the {sub[0]} class and may change its forward")
+            continue
+        if role == "RMSNorm":
+            if "rms_norm" in chosen:
+                if (p := _instance_forward(module, where)):
+                    problems.append(p)
+                steps.append(_Step(module, fw.RMSNormMixin))
+                counts["rms_norm"] += 1
+        elif role == "DecoderLayer":
+            if "fused_add_rms_norm" in chosen:
+                norm = getattr(module, "post_attention_layernorm", None)
+                if type(norm) is not classes["RMSNorm"]:
+                    problems.append(f"{where}.post_attention_layernorm is {type(norm).__name__}, not {classes['RMSNorm'].__name__}")
+                if (p := _instance_forward(module, where)):
+                    problems.append(p)
+                steps.append(_Step(module, fw.DecoderLayerMixin))
+                counts["fused_add_rms_norm"] += 1
+        elif role == "MLP":
+            if {"silu_and_mul", "gelu_and_mul"} & chosen:
+                if (p := _instance_forward(module, where)):
+                    problems.append(p)
+                why = _fuse.fusion_problem([module.gate_proj, module.up_proj])
+                if why is None:
+                    steps.append(_Step(module, fw.FusedMLPMixin, {"_opcore_gelu": gelu, "_opcore_fused_groups": {"gate_up": ("gate_proj", "up_proj")}},
+                                       {"gate_up": ("gate_proj", "up_proj")}))  # fmt: skip
+                    counts["mlp_fused"] += 1
+                else:
+                    steps.append(_Step(module, fw.SplitMLPMixin, {"_opcore_gelu": gelu}))
+                    counts["mlp_split"] += 1
+                    reasons.setdefault("mlp", why)
+        elif role == "Attention":
+            if attn_patch:
+                if (p := _instance_forward(module, where)):
+                    problems.append(p)
+                d = module.head_dim
+                head_dims.add(d)
+                shapes = (module.q_proj.out_features, module.k_proj.out_features, module.v_proj.out_features)
+                if shapes != (n_heads * d, n_kv * d, n_kv * d):
+                    problems.append(f"{where}: q/k/v projections give {shapes}, not heads x head_dim {(n_heads * d, n_kv * d, n_kv * d)}")
+                if arch.qk_norm:
+                    qn, kn = module.q_norm, module.k_norm
+                    if type(qn) is not classes["RMSNorm"] or type(kn) is not classes["RMSNorm"]:
+                        problems.append(f"{where}: q_norm / k_norm are not {classes['RMSNorm'].__name__}")
+                    elif qn.variance_epsilon != kn.variance_epsilon:
+                        problems.append(f"{where}: q_norm eps {qn.variance_epsilon} differs from k_norm eps {kn.variance_epsilon}")
+                    elif qn.weight.dtype != module.q_proj.weight.dtype or kn.weight.dtype != module.q_proj.weight.dtype:
+                        problems.append(f"{where}: q_norm / k_norm weights are not in the projections' dtype")
+                attrs = {
+                    "_opcore_qk_norm": arch.qk_norm, "_opcore_cache_kwargs": cache_kwargs,
+                    "_opcore_num_heads": n_heads, "_opcore_num_kv_heads": n_kv,
+                    "_opcore_sliding": arch.sliding, "_opcore_eager_attention": eager,
+                }  # fmt: skip
+                why = _fuse.fusion_problem([module.q_proj, module.k_proj, module.v_proj])
+                if why is None:
+                    attrs["_opcore_fused_groups"] = {"qkv": ("q_proj", "k_proj", "v_proj")}
+                    steps.append(_Step(module, fw.AttentionMixin, attrs, {"qkv": ("q_proj", "k_proj", "v_proj")}))
+                    counts["attn_fused"] += 1
+                else:
+                    attrs["_opcore_fused_groups"] = {}
+                    steps.append(_Step(module, fw.AttentionMixin, attrs))
+                    counts["attn_split"] += 1
+                    reasons.setdefault("attention", why)
+        elif role == "RotaryEmbedding":
+            if attn_patch:
+                rope_type = getattr(module, "rope_type", None)
+                if rope_type not in ("default", "linear", "llama3", "yarn"):
+                    problems.append(f"{where}: rope_type {rope_type!r} is not supported")
+                if "forward" in module.__dict__:
+                    problems.append(_instance_forward(module, where))
+                rotaries.append(module)
+                steps.append(_Step(module, fw.RotaryMixin, cache=int(config.max_position_embeddings)))
+
+    if attn_patch:
+        if len(rotaries) != 1:
+            problems.append(f"expected one {classes['RotaryEmbedding'].__name__}, found {len(rotaries)}")
+        else:
+            rot_dim = 2 * rotaries[0].inv_freq.numel()
+            bad = sorted(d for d in head_dims if d != rot_dim)
+            if bad:
+                problems.append(f"rotary dim {rot_dim} differs from head_dim {bad[0]} (partial rotary is not what these classes compute)")
+    if not counts["fused_add_rms_norm"] and not any(isinstance(m, classes["DecoderLayer"]) for m in model.modules()):
+        problems.append(f"no {classes['DecoderLayer'].__name__} found in {type(model).__name__}")
+    for step in steps:
+        for p in step.module.parameters(recurse=False):
+            if p.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+                problems.append(f"a {type(step.module).__name__} parameter has dtype {p.dtype} (fp16, bf16 or fp32 only)")
+                break
+    if problems:
+        return list(dict.fromkeys(problems))
+    return Plan(arch, steps, _routes(arch, counts, reasons, gelu))
+
+
+def _routes(arch: Arch, counts: Counter, reasons: dict[str, str], gelu: str | None) -> dict[str, str]:
+    act = "silu_and_mul" if gelu is None else f"gelu_and_mul(approximate={gelu!r})"
+    routes = {}
+    if counts["rms_norm"]:
+        routes["rms_norm"] = f"{counts['rms_norm']} RMSNorm modules -> rms_norm"
+    if counts["fused_add_rms_norm"]:
+        routes["fused_add_rms_norm"] = f"{counts['fused_add_rms_norm']} decoder layers: post-attention residual add + RMSNorm -> fused_add_rms_norm"
+    if counts["mlp_fused"]:
+        routes["mlp"] = f"{counts['mlp_fused']} MLPs: one fused gate_up GEMM -> {act}"
+    if counts["mlp_split"]:
+        routes["mlp_split"] = f"{counts['mlp_split']} MLPs: gate and up GEMMs, concatenated -> {act} (not fused: {reasons['mlp']})"
+    rope = "split_qkv_rmsnorm_rope" if arch.qk_norm else "rotary_embedding (NeoX)"
+    if counts["attn_fused"]:
+        routes["attention"] = f"{counts['attn_fused']} attentions: one fused QKV GEMM -> {rope}"
+    if counts["attn_split"]:
+        how = "concatenated" if arch.qk_norm else "separate"
+        routes["attention_split"] = f"{counts['attn_split']} attentions: q/k/v GEMMs ({how}) -> {rope} (not fused: {reasons['attention']})"
+    return routes
+
+
+def commit(model: nn.Module, p: Plan) -> Patch:
+    """Carry out ``p``. If a step fails (out of memory while fusing), the steps done are
+    reverted before the error propagates."""
+    patch = Patch(model, p.arch, p.routes)
+    try:
+        for step in p.steps:
+            m = step.module
+            for group, children in step.fuse.items():
+                _fuse.fuse(m, group, [getattr(m, c) for c in children])
+            if step.cache is not None:
+                m.register_buffer("_opcore_cos_sin_cache", fw.build_cache(m, step.cache), persistent=False)
+            m.__dict__.update(step.attrs)
+            cls = type(m)
+            m.__class__ = subclass(step.mixin, cls)
+            patch._done.append((m, cls, list(step.attrs), list(step.fuse), step.cache is not None))
+    except BaseException:
+        # a half-done step: drop what it added (classes are swapped last, so it has none)
+        m = step.module
+        for g in step.fuse:
+            _fuse.unfuse(m, g)
+        m._buffers.pop("_opcore_cos_sin_cache", None)
+        for a in step.attrs:
+            m.__dict__.pop(a, None)
+        patch.revert()
+        raise
+    model.__dict__[ROOT_ATTR] = patch
+    return patch
