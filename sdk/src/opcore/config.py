@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import os
 import re
 import threading
@@ -134,17 +135,149 @@ def parse_backend_name(text: str, *, source: str = "attention.backend") -> str:
     return text.upper()
 
 
+# --------------------------------------------------------------------------- other variables
+FLAG_ON = ("1", "true", "yes", "on")
+FLAG_OFF = ("0", "false", "no", "off")
+# The on/off switches the core reads (outside the config object).
+SWITCH_VARIABLES = ("OPCORE_STRICT_PLUGINS", "OPCORE_LOG_DISPATCH", "OPCORE_IR_CHECK_VALUES")
+
+
+def parse_flag(text: str, *, source: str) -> bool:
+    """An on/off switch: ``1``, ``true``, ``yes``, ``on`` or ``0``, ``false``, ``no``,
+    ``off`` (any case; empty means off). Anything else is a `ConfigError` listing them."""
+    value = text.strip().lower()
+    if value in FLAG_ON:
+        return True
+    if value in FLAG_OFF or not value:
+        return False
+    raise ConfigError(
+        f"{source}: {text!r} is not a switch value; use {', '.join(FLAG_ON)} (on) or "
+        f"{', '.join(FLAG_OFF)}, or leave it empty (off)"
+    )
+
+
+def env_flag(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """The switch ``name`` in ``env`` (default ``os.environ``), parsed by `parse_flag`;
+    unset is off. Every reader of a core switch uses this, so all agree on its values."""
+    return parse_flag((os.environ if env is None else env).get(name, ""), source=name)
+
+
+def parse_plugin_names(text: str, *, source: str = "OPCORE_PLUGINS") -> list[str]:
+    """The comma-separated plugin allow-list: names, none of them empty."""
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise ConfigError(
+            f"{source}: {text!r} has an empty name; give plugin names separated by commas, "
+            f"e.g. 'cpu,acme' (unset it to load every plugin)"
+        )
+    return names
+
+
+def check_environment(env: Mapping[str, str] | None = None) -> None:
+    """Check the ``OPCORE_*`` variables of ``env`` (default ``os.environ``) that configure
+    the process rather than the config object: the switches (`SWITCH_VARIABLES`) and the
+    plugin allow-list. A bad value is a `ConfigError` naming the variable and the bad part.
+    `create_config` calls it; so does `opcore info` before resolution reads them."""
+    env = os.environ if env is None else env
+    for name in SWITCH_VARIABLES:
+        env_flag(name, env)
+    if (raw := env.get("OPCORE_PLUGINS")) is not None:
+        parse_plugin_names(raw)
+
+
+# --------------------------------------------------------------------------- registered names
+def _layer_op_names() -> list[str]:
+    from opcore.layers import CustomOp, registered_layers
+
+    return [n for n, (base, _oot) in registered_layers().items() if issubclass(base, CustomOp)]
+
+
+def _attention_backend_names() -> list[str]:
+    from opcore.attention.registry import known_names
+
+    return known_names()
+
+
+def _is_current_platform(platform: Platform | None) -> bool:
+    from opcore import platforms
+
+    return platform is None or (
+        platforms.is_resolved() and platforms.get_current_platform() is platform
+    )
+
+
+def _check_registered(
+    wanted: list[tuple[str, str]], list_known, *, what: str, source: str, platform
+) -> None:
+    """Each ``(shown, name)`` of ``wanted`` must name a registered ``what``.
+
+    Plugins register names when the platform's kernels and the general plugins load, which
+    happens lazily; so when a name is missing and the config is for the current platform,
+    they are loaded first (`opcore.ir.ensure_kernels_loaded`, once per process) and the
+    names are checked again. For another platform the registry is taken as it stands."""
+    known = list_known()
+    if all(name in known for _, name in wanted):
+        return
+    if _is_current_platform(platform):
+        from opcore.ir import ensure_kernels_loaded
+
+        ensure_kernels_loaded()
+        known = list_known()
+    for shown, name in wanted:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(
+                f"{source}: {shown!r} names no known {what}{hint}; "
+                f"known: {', '.join(known) or 'none'}"
+            )
+
+
+def check_custom_op_names(
+    items: list[str], *, source: str = "custom_ops", platform: Platform | None = None
+) -> None:
+    """Every ``+op`` / ``-op`` of a parsed ``custom_ops`` list must name a registered
+    `opcore.layers.CustomOp` (a typo would otherwise be ignored in silence)."""
+    wanted = [(item, item[1:]) for item in items if item not in ("all", "none")]
+    if wanted:
+        _check_registered(wanted, _layer_op_names, what="layer op", source=source, platform=platform)
+
+
+def check_attention_backend_name(
+    text: str, *, source: str = "attention.backend", platform: Platform | None = None
+) -> None:
+    """``text`` must be a known attention backend name: the SDK's own (reserved ones
+    included) or one a plugin registered. Whether that backend suits a layer is decided
+    when one is selected."""
+    _check_registered(
+        [(text, text.upper())],
+        _attention_backend_names,
+        what="attention backend",
+        source=source,
+        platform=platform,
+    )
+
+
 # --------------------------------------------------------------------------- building
-def apply_environment(config: OpcoreConfig, env: Mapping[str, str]) -> None:
-    """Apply the ``OPCORE_*`` variables of ``env`` to ``config``."""
+def apply_environment(
+    config: OpcoreConfig, env: Mapping[str, str], platform: Platform | None = None
+) -> None:
+    """Check every core ``OPCORE_*`` variable of ``env`` (`check_environment`) and apply
+    those the config holds to ``config``; names in ``OPCORE_CUSTOM_OPS`` and
+    ``OPCORE_ATTENTION_BACKEND`` must be registered (for ``platform``, default: current)."""
+    check_environment(env)
     if raw := env.get("OPCORE_IR_OP_PRIORITY"):
         config.kernel.ir_op_priority.update(parse_ir_op_priority(raw))
     if raw := env.get("OPCORE_CUSTOM_OPS"):
-        config.compilation.custom_ops = parse_custom_ops(raw, source="OPCORE_CUSTOM_OPS")
+        items = parse_custom_ops(raw, source="OPCORE_CUSTOM_OPS")
+        check_custom_op_names(items, source="OPCORE_CUSTOM_OPS", platform=platform)
+        config.compilation.custom_ops = items
     if raw := env.get("OPCORE_COMPILATION_MODE"):
         config.compilation.mode = parse_mode(raw, source="OPCORE_COMPILATION_MODE")
     if raw := env.get("OPCORE_ATTENTION_BACKEND"):
-        config.attention.backend = parse_backend_name(raw, source="OPCORE_ATTENTION_BACKEND")
+        name = parse_backend_name(raw, source="OPCORE_ATTENTION_BACKEND")
+        check_attention_backend_name(raw, source="OPCORE_ATTENTION_BACKEND", platform=platform)
+        config.attention.backend = name
 
 
 def create_config(
@@ -166,9 +299,10 @@ def create_config(
         platform = get_current_platform()
     config = OpcoreConfig()
     platform.apply_config_platform_defaults(config)
-    apply_environment(config, os.environ if env is None else env)
+    apply_environment(config, os.environ if env is None else env, platform)
     if custom_ops is not None:
         config.compilation.custom_ops = parse_custom_ops(list(custom_ops))
+        check_custom_op_names(config.compilation.custom_ops, platform=platform)
     if mode is not None:
         config.compilation.mode = parse_mode(mode)
     if ir_op_priority is not None:
@@ -178,6 +312,7 @@ def create_config(
             config.kernel.ir_op_priority[op] = list(providers)
     if attention_backend is not None:
         config.attention.backend = parse_backend_name(attention_backend)
+        check_attention_backend_name(attention_backend, platform=platform)
     platform.check_and_update_config(config)
     return config
 

@@ -44,12 +44,10 @@ class PluginError(RuntimeError):
 
 
 def strict_plugins() -> bool:
-    value = os.environ.get("OPCORE_STRICT_PLUGINS", "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"OPCORE_STRICT_PLUGINS={value!r}: expected 0 or 1")
+    """``OPCORE_STRICT_PLUGINS`` as a switch; a bad value is an `opcore.config.ConfigError`."""
+    from opcore.config import env_flag
+
+    return env_flag("OPCORE_STRICT_PLUGINS")
 
 
 def plugin_allow_list() -> list[str] | None:
@@ -57,11 +55,9 @@ def plugin_allow_list() -> list[str] | None:
     raw = os.environ.get("OPCORE_PLUGINS")
     if raw is None:
         return None
-    names = [n.strip() for n in raw.split(",")]
-    bad = [n for n in names if not n]
-    if bad:
-        raise ValueError(f"OPCORE_PLUGINS={raw!r}: empty name in the list")
-    return names
+    from opcore.config import parse_plugin_names
+
+    return parse_plugin_names(raw)
 
 
 @dataclasses.dataclass
@@ -104,6 +100,12 @@ def discover(group: str) -> list[DiscoveredPlugin]:
             entry_point=ep,
         )
     return [seen[k] for k in sorted(seen)]
+
+
+def installed_names(groups: tuple[str, ...] = ALL_GROUPS) -> list[str]:
+    """The names of every installed entry point of ``groups``, sorted, whatever
+    ``OPCORE_PLUGINS`` lets through."""
+    return sorted({ep.name for group in groups for ep in md.entry_points(group=group)})
 
 
 def warn_unmatched_allow_list() -> list[str]:

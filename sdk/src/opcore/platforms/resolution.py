@@ -40,11 +40,14 @@ TIER_FALLBACK = "in-tree fallback"
 
 class PlatformResolutionError(RuntimeError):
     """The platform could not be chosen; the message says why and how to choose.
-    ``candidates`` holds what resolution saw before it stopped (for `opcore info`)."""
+    ``candidates`` holds what resolution saw before it stopped and ``environment`` the
+    variables it read (for `opcore info`)."""
 
     def __init__(self, message: str, candidates: list[Candidate] | None = None) -> None:
         super().__init__(message)
         self.candidates = list(candidates or [])
+        # The variables resolution read, as `Decision.environment` has them.
+        self.environment = environment_snapshot()
 
 
 class Absent:
@@ -199,7 +202,8 @@ def _probe(plugin: _plugins.DiscoveredPlugin, cand: Candidate, *, authoritative:
         if authoritative:
             raise PlatformResolutionError(
                 f"OPCORE_PLATFORM={plugin.name}: plugin {plugin.name!r} "
-                f"({cand.distribution} {cand.version}) {what}: {cand.error}"
+                f"({cand.distribution} {cand.version}) {what}: {cand.error}",
+                [cand],
             ) from exc
         _plugins.report_failure(plugin, what, exc)
 
@@ -266,7 +270,8 @@ def _instantiate(cand: Candidate) -> Platform:
     return platform
 
 
-def _env_snapshot() -> dict[str, str | None]:
+def environment_snapshot() -> dict[str, str | None]:
+    """The ``OPCORE_*`` variables resolution reads, as set now (unset: ``None``)."""
     keys = ("OPCORE_PLATFORM", "OPCORE_PLUGINS", "OPCORE_STRICT_PLUGINS")
     return {k: os.environ.get(k) for k in keys}
 
@@ -275,7 +280,7 @@ def resolve(first_caller_stack: str = "") -> Decision:
     """Apply the resolution rules once and return the decision. Not cached: see
     `opcore.platforms.get_current_platform` for the per-process singleton."""
     start = time.perf_counter()
-    env = _env_snapshot()
+    env = environment_snapshot()
     _classes.clear()
 
     def decide(platform: Platform, rule: str, reason: str, cands, overridden=(), unmatched=()):
@@ -340,15 +345,25 @@ def resolve(first_caller_stack: str = "") -> Decision:
     if fallback:
         reason = "no accelerator platform activated: the in-tree cpu fallback"
         return decide(_instantiate(fallback[0]), "6", reason, cands, (), unmatched)
-    why = (
-        "no opcore platform plugin is installed"
-        if not cands
-        else "no installed platform plugin activated ("
-        + "; ".join(f"{c.name}: {c.error or c.reason}" for c in cands)
-        + ")"
+    allow = _plugins.plugin_allow_list()
+    installed = _plugins.installed_names(
+        (_plugins.PLATFORM_PLUGINS_GROUP, _plugins.INTREE_PLATFORM_PLUGINS_GROUP)
     )
+    if not installed:
+        why = "no opcore platform plugin is installed"
+    elif not cands and allow is not None:
+        why = (
+            f"OPCORE_PLUGINS={','.join(allow)} matches no installed platform plugin "
+            f"(installed: {', '.join(installed)})"
+        )
+    else:
+        why = (
+            "no installed platform plugin activated ("
+            + "; ".join(f"{c.name}: {c.error or c.reason}" for c in cands)
+            + ")"
+        )
     message = f"{why}: running on UnspecifiedPlatform (native kernels through plain torch)"
-    if not cands:
+    if not installed:
         message += "; install opcore-plugin-cpu or a platform plugin"
     warnings.warn(message, _plugins.PluginWarning, stacklevel=4)
     return decide(UnspecifiedPlatform(), "6", message, cands, (), unmatched)
@@ -380,7 +395,8 @@ def _resolve_explicit(chosen: str, decide) -> Decision:
     if not cand.activated:
         raise PlatformResolutionError(
             f"OPCORE_PLATFORM={chosen}: the probe of plugin {chosen!r} "
-            f"({cand.distribution} {cand.version}) found no device: {cand.reason}"
+            f"({cand.distribution} {cand.version}) found no device: {cand.reason}",
+            [cand],
         )
     reason = f"OPCORE_PLATFORM={chosen} (only that plugin was probed)"
     return decide(_instantiate(cand), "1", reason, [cand])
