@@ -202,3 +202,56 @@ def test_ascend_simulated_active_wins_out_of_tree_and_replaces_layers(tmp_path):
     # custom_ops "-rms_norm" still reaches the replacement, and switches it to native.
     assert got["off_class"] == "AscendRMSNorm"
     assert got["off_method"] == "forward_native"
+
+
+_QUERIES_SCRIPT = r"""
+import json
+import torch
+from opcore_plugin_ascend.platform import AscendPlatform
+assert "torch_npu" not in __import__("sys").modules
+p = AscendPlatform()
+torch.manual_seed(1)
+p.manual_seed_all(5)
+print(json.dumps({
+    "count": p.device_count(), "name": p.get_device_name(1),
+    "memory": p.get_device_total_memory(1), "capability": p.get_device_capability(0),
+    "host_seed": torch.initial_seed(), "calls": torch.npu.calls,
+}))
+"""
+
+# What torch_npu does on import, reduced to what the device queries need: name the
+# PrivateUse1 backend "npu" and register torch.npu.
+_SIMULATED_TORCH_NPU = '''
+import types
+import torch
+calls = []
+def _record(name, answer):
+    def fn(*args):
+        calls.append([name, *args])
+        return answer(*args)
+    return fn
+torch.utils.rename_privateuse1_backend("npu")
+torch._register_device_module("npu", types.SimpleNamespace(
+    calls=calls,
+    device_count=_record("device_count", lambda: 8),
+    get_device_name=_record("get_device_name", lambda i: f"Ascend910B{i}"),
+    get_device_properties=_record(
+        "get_device_properties", lambda i: types.SimpleNamespace(total_memory=64 << 30)),
+    manual_seed_all=_record("manual_seed_all", lambda seed: None),
+))
+'''
+
+
+def test_ascend_device_queries_import_torch_npu_then_ask_torch_npu_simulated(tmp_path):
+    (tmp_path / "torch_npu.py").write_text(_SIMULATED_TORCH_NPU)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", _QUERIES_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["count"] == 8 and got["name"] == "Ascend910B1" and got["memory"] == 64 << 30
+    assert got["capability"] is None  # NPUs have no (major, minor); torch.npu is not asked
+    assert got["host_seed"] == 5
+    assert got["calls"] == [["manual_seed_all", 5], ["device_count"], ["get_device_name", 1],
+                            ["get_device_properties", 1]]

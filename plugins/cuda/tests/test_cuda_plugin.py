@@ -137,3 +137,14 @@ def test_import_ir_kernels_registers_triton_on_the_six_ops():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch")
+def test_device_queries_are_answered_by_torch_cuda_through_the_shared_base():
+    """No copy of the queries in the plugin: `TorchDevicePlatform` asks torch.cuda. On this
+    CPU build torch.cuda counts no device, and a per-device query raises torch's own error."""
+    p = CudaPlatform()
+    assert p.device_module() is torch.cuda
+    assert p.device_count() == 0
+    with pytest.raises(AssertionError, match="not compiled with CUDA"):
+        p.get_device_name(0)

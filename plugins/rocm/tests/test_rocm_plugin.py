@@ -87,3 +87,10 @@ def test_fp8_by_architecture():
     assert fp8_for_arch("gfx950") is torch.float8_e4m3fn
     assert fp8_for_arch("gfx90a") is None
     assert fp8_for_arch(None) is None
+
+
+def test_device_queries_are_answered_by_torch_cuda_through_the_shared_base():
+    """A ROCm build of torch backs torch.cuda with HIP, so the shared base asks torch.cuda."""
+    p = RocmPlatform()
+    assert p.device_module() is torch.cuda
+    assert p.device_count() == torch.cuda.device_count()

@@ -88,3 +88,12 @@ def test_xpu_ipex_provider_absent_here_and_declines_non_xpu_tensors():
     x = torch.randn(4, 64)
     assert ipex_provider.supports_rms_norm(x, torch.ones(64), 1e-6) is False
     assert ipex_provider.supports_silu_and_mul(x) is False
+
+
+def test_xpu_device_queries_are_answered_by_torch_xpu_through_the_shared_base():
+    """torch.xpu answers (this CPU build counts no XPU); the capability, which torch.xpu
+    gives as a dict of features rather than (major, minor), is None as the interface says."""
+    p = XpuPlatform()
+    assert p.device_module() is torch.xpu
+    assert p.device_count() == torch.xpu.device_count()
+    assert p.get_device_capability(0) is None

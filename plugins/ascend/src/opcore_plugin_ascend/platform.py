@@ -13,17 +13,17 @@ Mapping onto opcore:
   ``ASCEND`` is registered in the attention registry by `import_kernels` and mapped by
   `get_attn_backend_cls`.
 
-torch_npu is imported inside methods; the class itself imports anywhere.
+torch_npu is imported inside methods (`device_module`); the class itself imports anywhere.
 """
 
 from __future__ import annotations
 
-import contextlib
+from types import ModuleType
 from typing import Any
 
 import torch
 
-from opcore.platforms import Platform
+from opcore.platforms.torch_device import TorchDevicePlatform
 
 ASCEND_BACKEND = "opcore_plugin_ascend.attention.AscendBackend"
 DEFAULT_PRIORITY = {
@@ -35,13 +35,7 @@ DEFAULT_PRIORITY = {
 }
 
 
-def _npu():
-    import torch_npu  # noqa: F401  (registers torch.npu)
-
-    return torch.npu
-
-
-class AscendPlatform(Platform):
+class AscendPlatform(TorchDevicePlatform):
     name = "ascend"
     device_name = "npu"
     device_type = "npu"
@@ -54,27 +48,15 @@ class AscendPlatform(Platform):
     conformance_expectations = "opcore_plugin_ascend:expectations.toml"
 
     # ------------------------------------------------------------------ device queries
-    def device_count(self) -> int:
-        return _npu().device_count()
+    # torch.npu answers the rest (`TorchDevicePlatform`) once torch_npu has registered it.
+    def device_module(self) -> ModuleType:
+        import torch_npu  # noqa: F401  (registers the "npu" device type and torch.npu)
 
-    def get_device_name(self, index: int = 0) -> str:
-        return _npu().get_device_name(index)
+        return super().device_module()
 
-    def get_device_total_memory(self, index: int = 0) -> int:
-        return int(_npu().get_device_properties(index).total_memory)
-
-    def synchronize(self) -> None:
-        _npu().synchronize()
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
-        _npu().manual_seed_all(seed)
-
-    def empty_cache(self) -> None:
-        _npu().empty_cache()
-
-    def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.inference_mode()
+    def get_device_capability(self, index: int = 0) -> tuple[int, int] | None:
+        # NPUs have no (major, minor) compute capability.
+        return None
 
     # ------------------------------------------------------------------ hooks
     def import_kernels(self) -> None:

@@ -1,5 +1,6 @@
-"""`CudaPlatform`: NVIDIA GPUs, answered by torch.cuda (device queries) and NVML (facts
-that must not create a CUDA context, such as the capability used for dtypes)."""
+"""`CudaPlatform`: NVIDIA GPUs, answered by torch.cuda (device queries, through
+`TorchDevicePlatform`) and NVML (facts that must not create a CUDA context, such as the
+capability used for dtypes)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import torch
 
 from opcore.kernels import TRITON_OPS
-from opcore.platforms import Platform
+from opcore.platforms.torch_device import TorchDevicePlatform
 
 
 @functools.cache
@@ -49,7 +50,7 @@ def fp8_for_capability(cap: tuple[int, int] | None) -> torch.dtype | None:
 _CAP = nvml_min_capability()
 
 
-class CudaPlatform(Platform):
+class CudaPlatform(TorchDevicePlatform):
     """NVIDIA GPUs. Kernels: the portable Triton providers (`opcore.kernels.triton`),
     preferred to native for the six ops; layers bind ``forward_cuda`` then
     ``forward_native``; attention tries ``TRITON_PAGED`` then ``TORCH_NATIVE``."""
@@ -64,29 +65,6 @@ class CudaPlatform(Platform):
     supported_quantization = ("fp8",) if fp8_for_capability(_CAP) is not None else ()
     fp8_dtype = fp8_for_capability(_CAP)
     custom_op_forward_chain = ("forward_cuda", "forward_native")
-
-    # ------------------------------------------------------------------ device queries
-    def device_count(self) -> int:
-        return torch.cuda.device_count()
-
-    def get_device_name(self, index: int = 0) -> str:
-        return torch.cuda.get_device_name(index)
-
-    def get_device_capability(self, index: int = 0) -> tuple[int, int] | None:
-        return tuple(torch.cuda.get_device_capability(index))
-
-    def get_device_total_memory(self, index: int = 0) -> int:
-        return torch.cuda.get_device_properties(index).total_memory
-
-    def synchronize(self) -> None:
-        torch.cuda.synchronize()
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
-        torch.cuda.manual_seed_all(seed)
-
-    def empty_cache(self) -> None:
-        torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ hooks
     def import_ir_kernels(self) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from opcore.kernels import TRITON_OPS
-from opcore.platforms import Platform
+from opcore.platforms.torch_device import TorchDevicePlatform
 
 
 def fp8_for_arch(gcn_arch: str | None) -> torch.dtype | None:
@@ -45,10 +45,11 @@ def amdsmi_first_arch() -> str | None:
 _ARCH = amdsmi_first_arch()
 
 
-class RocmPlatform(Platform):
+class RocmPlatform(TorchDevicePlatform):
     """AMD GPUs. Same portable Triton providers as the cuda platform; layers bind
     ``forward_hip``, then ``forward_cuda``, then ``forward_native``; RCCL is reached through
-    torch's ``nccl`` backend name."""
+    torch's ``nccl`` backend name. Device queries: torch.cuda, which a ROCm build of torch
+    backs with HIP (`TorchDevicePlatform`)."""
 
     name = "rocm"
     device_name = "rocm"
@@ -61,18 +62,6 @@ class RocmPlatform(Platform):
     supported_quantization = ("fp8",) if fp8_dtype is not None else ()
     custom_op_forward_chain = ("forward_hip", "forward_cuda", "forward_native")
 
-    def device_count(self) -> int:
-        return torch.cuda.device_count()
-
-    def get_device_name(self, index: int = 0) -> str:
-        return torch.cuda.get_device_name(index)
-
-    def get_device_capability(self, index: int = 0) -> tuple[int, int] | None:
-        return tuple(torch.cuda.get_device_capability(index))
-
-    def get_device_total_memory(self, index: int = 0) -> int:
-        return torch.cuda.get_device_properties(index).total_memory
-
     def gcn_arch(self, index: int = 0) -> str:
         """The device's architecture name, e.g. ``"gfx942:sramecc+:xnack-"``."""
         return torch.cuda.get_device_properties(index).gcnArchName
@@ -80,16 +69,6 @@ class RocmPlatform(Platform):
     def fp8_dtype_of(self, index: int = 0) -> torch.dtype | None:
         """The fp8 dtype device ``index`` computes (see `fp8_for_arch`)."""
         return fp8_for_arch(self.gcn_arch(index))
-
-    def synchronize(self) -> None:
-        torch.cuda.synchronize()
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
-        torch.cuda.manual_seed_all(seed)
-
-    def empty_cache(self) -> None:
-        torch.cuda.empty_cache()
 
     def import_ir_kernels(self) -> None:
         import opcore.kernels.triton  # noqa: F401  (registers provider "triton")

@@ -59,6 +59,10 @@ class TpuPlatform(Platform):
     conformance_expectations = "opcore_plugin_tpu:expectations.toml"
 
     # ------------------------------------------------------------------ device queries
+    # Written here rather than inherited from `TorchDevicePlatform`: torch_xla registers no
+    # torch device module for "xla", and its answers come from the PJRT runtime in other
+    # shapes (a device count of the addressable runtime devices, memory from
+    # get_memory_info, a wait on dispatched device ops, an XLA RNG seed).
     def device_count(self) -> int:
         return _xr().addressable_runtime_device_count()
 

@@ -9,12 +9,11 @@ warned about on every host.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
 
-from opcore.platforms import Platform
+from opcore.platforms.torch_device import TorchDevicePlatform
 
 
 def intel_triton_backend() -> bool:
@@ -26,7 +25,9 @@ def intel_triton_backend() -> bool:
     return "intel" in backends
 
 
-class XpuPlatform(Platform):
+class XpuPlatform(TorchDevicePlatform):
+    """Intel GPUs; device queries answered by torch.xpu."""
+
     name = "xpu"
     device_name = "xpu"
     device_type = "xpu"
@@ -37,27 +38,10 @@ class XpuPlatform(Platform):
     custom_op_forward_chain = ("forward_xpu", "forward_native")
 
     # ------------------------------------------------------------------ device queries
-    def device_count(self) -> int:
-        return torch.xpu.device_count()
-
-    def get_device_name(self, index: int = 0) -> str:
-        return torch.xpu.get_device_name(index)
-
-    def get_device_total_memory(self, index: int = 0) -> int:
-        return int(torch.xpu.get_device_properties(index).total_memory)
-
-    def synchronize(self) -> None:
-        torch.xpu.synchronize()
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
-        torch.xpu.manual_seed_all(seed)
-
-    def empty_cache(self) -> None:
-        torch.xpu.empty_cache()
-
-    def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.inference_mode()
+    # torch.xpu answers the rest (`TorchDevicePlatform`).
+    def get_device_capability(self, index: int = 0) -> tuple[int, int] | None:
+        # torch.xpu's capability is a dict of feature flags, not a (major, minor) pair.
+        return None
 
     # ------------------------------------------------------------------ hooks
     def import_ir_kernels(self) -> None:

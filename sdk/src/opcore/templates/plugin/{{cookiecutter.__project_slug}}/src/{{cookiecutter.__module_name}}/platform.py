@@ -4,6 +4,12 @@ Every member the core calls is declared on `opcore.platforms.Platform`; this cla
 them. The scaffold runs on torch's '{{ cookiecutter.device_type }}' device: point
 `device_type`, `dispatch_key`, `dist_backend` and the device queries at your own device
 and runtime.
+{%- if cookiecutter.device_type != "cpu" %}
+
+The device queries come from `TorchDevicePlatform`, which asks torch's device module
+(``torch.{{ cookiecutter.device_type }}``); override one only where your device answers
+differently.
+{%- endif %}
 """
 
 from __future__ import annotations
@@ -12,12 +18,16 @@ import os
 import platform as _pyplatform
 {% endif %}
 import torch
+{%- if cookiecutter.device_type == "cpu" %}
 from opcore.platforms import Platform
+{%- else %}
+from opcore.platforms.torch_device import TorchDevicePlatform
+{%- endif %}
 
 from {{ cookiecutter.__module_name }} import PROVIDER
 
 
-class {{ cookiecutter.__class_prefix }}Platform(Platform):
+class {{ cookiecutter.__class_prefix }}Platform({% if cookiecutter.device_type == "cpu" %}Platform{% else %}TorchDevicePlatform{% endif %}):
     """{{ cookiecutter.plugin_name }} devices, as seen by opcore."""
 
     name = "{{ cookiecutter.plugin_name }}"  # must equal the entry-point name
@@ -46,25 +56,16 @@ class {{ cookiecutter.__class_prefix }}Platform(Platform):
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 {% else %}
     # ------------------------------------------------------------ device queries
-    # TODO: answer these from your runtime; the scaffold asks torch.{{ cookiecutter.device_type }}.
-    def device_count(self) -> int:
-        return torch.{{ cookiecutter.device_type }}.device_count()
-
-    def get_device_name(self, index: int = 0) -> str:
-        return torch.{{ cookiecutter.device_type }}.get_device_name(index)
-
-    def get_device_total_memory(self, index: int = 0) -> int:
-        return torch.{{ cookiecutter.device_type }}.get_device_properties(index).total_memory
-
-    def synchronize(self) -> None:
-        torch.{{ cookiecutter.device_type }}.synchronize()
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
-        torch.{{ cookiecutter.device_type }}.manual_seed_all(seed)
-
-    def empty_cache(self) -> None:
-        torch.{{ cookiecutter.device_type }}.empty_cache()
+    # Inherited from TorchDevicePlatform, which calls the functions of the same name on
+    # torch.{{ cookiecutter.device_type }} (total memory: get_device_properties().total_memory).
+    # Override a query whose function your device module lacks (the base raises, naming
+    # it), and get_device_capability when your device has no (major, minor) capability.
+    # If torch.{{ cookiecutter.device_type }} appears only once your runtime is imported,
+    # import the runtime in device_module():
+    #
+    # def device_module(self):
+    #     import my_runtime  # noqa: F401  (registers torch.{{ cookiecutter.device_type }})
+    #     return super().device_module()
 {% endif %}
     # ------------------------------------------------------------ hooks
     def import_kernels(self) -> None:
