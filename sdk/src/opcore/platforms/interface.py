@@ -69,6 +69,8 @@ class Platform(abc.ABC):
     custom_op_forward_chain: ClassVar[tuple[str, ...]] = ("forward_native",)
 
     # ------------------------------------------------------------------ device queries
+    # A platform whose device has a torch device module inherits all of these from
+    # `opcore.platforms.torch_device.TorchDevicePlatform` instead of writing them.
     @abc.abstractmethod
     def device_count(self) -> int:
         """Number of devices of this platform visible to the process."""
