@@ -92,6 +92,13 @@ def tolerance(op: Any, dtype: str) -> tuple[float, float]:
     return float(atol), float(rtol)
 
 
+def error_budget(op: Any, dtype: str) -> Any | None:
+    """The op's own ``(factor, floor_ulps)`` for ``dtype``, or None when it declares none
+    (an op without ``error_budget``, or one returning None for this dtype)."""
+    declared = getattr(op, "error_budget", None)
+    return declared(dtype_from_name(dtype)) if callable(declared) else None
+
+
 class SampleCache:
     """Samples per (op, dtype, mode), generated on the CPU by the op's generator (fixed
     seed): all quick lists are kept, and the most recent full ones."""

@@ -154,3 +154,52 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> d
         "worst_value": float(o.reshape(-1)[flat_idx]),
         "worst_reference": float(r.reshape(-1)[flat_idx]),
     }
+
+
+
+# Elements smaller than this fraction of their output's RMS are measured in ULPs at that
+# magnitude: a result that is the small difference of large terms (x*cos - y*sin, a gate
+# far in silu's tail) carries an error set by the terms, and its own ULP would make a
+# rounding of the terms look like thousands of ULPs.
+ULP_MAGNITUDE_FLOOR = 1 / 16
+
+
+def ulp_of(magnitude: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of ``dtype`` at each value of ``magnitude`` (float64 on the CPU):
+    ``2**(e - mantissa_bits)`` for ``|v|`` in ``[2**e, 2**(e+1))``; the subnormal spacing
+    below the smallest normal (zero included)."""
+    info = torch.finfo(dtype)
+    r = magnitude.detach().to("cpu", torch.float64).abs()
+    _, exp = torch.frexp(r)  # r = m * 2**exp with m in [0.5, 1)
+    spacing = torch.ldexp(torch.full_like(r, info.eps), (exp - 1).to(torch.float64))
+    subnormal = info.smallest_normal * info.eps
+    return torch.where(r >= info.smallest_normal, spacing, torch.full_like(r, subnormal))
+
+
+def ulp_error(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``|out - ref|`` in units in the last place of ``dtype``, elementwise (float64,
+    flattened), against the float64 reference ``ref`` as computed (not rounded): a
+    correctly rounded output scores at most 0.5, a faithfully rounded one (truncation
+    included) under 1, and a kernel that loses precision more. The ULP is taken at
+    ``max(|ref|, ULP_MAGNITUDE_FLOOR * rms(ref))``. Non-finite values: 0 where both agree
+    (NaN with NaN, the same infinity), inf where not."""
+    o = out.detach().to("cpu", torch.float64).reshape(-1)
+    r = ref.detach().to("cpu", torch.float64).reshape(-1)
+    finite = torch.isfinite(o) & torch.isfinite(r)
+    same_nonfinite = (torch.isnan(o) & torch.isnan(r)) | (torch.isinf(o) & (o == r))
+    fr = torch.where(finite, r, torch.zeros_like(r))
+    rms = float(fr.pow(2).mean().sqrt()) if fr.numel() else 0.0
+    at = fr.abs().clamp_min(ULP_MAGNITUDE_FLOOR * rms)
+    err = torch.where(finite, (o - r).abs(), torch.zeros_like(r)) / ulp_of(at, dtype)
+    return torch.where(finite | same_nonfinite, err, torch.full_like(r, math.inf))
+
+
+def ulp_summary(errors: torch.Tensor) -> dict[str, float]:
+    """``peak_ulp``, ``p99_ulp`` (99 % of the elements are at or under it) and
+    ``over_1ulp`` (the fraction of elements more than one ULP off: not even faithfully
+    rounded) of elementwise ULP errors; zeros for no elements."""
+    n = errors.numel()
+    if n == 0:
+        return {"peak_ulp": 0.0, "p99_ulp": 0.0, "over_1ulp": 0.0}
+    p99 = float(torch.kthvalue(errors.reshape(-1), max(1, math.ceil(0.99 * n))).values)
+    return {"peak_ulp": float(errors.max()), "p99_ulp": p99, "over_1ulp": float((errors > 1.0).sum()) / n}

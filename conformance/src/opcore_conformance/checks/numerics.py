@@ -1,12 +1,19 @@
 """``numerics[op-provider-dtype-sample]``: each provider against the native reference.
 
-Inputs come from the op's generator on the CPU (fixed seed) and are copied to the device
-with their layout. The provider runs through the op's default overload (its priority forced
-to that provider). The reference is the native function on the CPU in float64 from the same
-inputs, rounded to the output dtype; the structure, shape, dtype and device of every output
-are checked against the native function run in the input dtype. The bound is
-``|out - ref| <= atol + rtol * |ref|`` with the op's per-dtype tolerance (or the
-expectations file's loosened one).
+Inputs come from the op's generator on the CPU (seeded from the sample's name) and are
+copied to the device with their layout. The provider runs through the op's default overload
+(its priority forced to that provider). The reference is the native function on the CPU in
+float64 from the same inputs; the structure, shape, dtype and device of every output are
+checked against the native function run in the input dtype. Two bounds, both must hold:
+
+- the tolerance: ``|out - ref| <= atol + rtol * |ref|`` elementwise, ``ref`` rounded to the
+  output dtype, with the op's per-dtype tolerance (or the expectations file's loosened one);
+- the error budget (`opcore_conformance.budgets`): ``native`` runs on the same inputs and
+  device, both are measured in ULPs of the output dtype against the float64 reference, and
+  the provider's peak may not exceed ``max(factor x native's peak, floor_ulps)``.
+
+The metrics carry both sides: the provider's ``max_ratio`` (err/tol), ``peak_ulp``,
+``p99_ulp``, ``over_1ulp``, and native's as ``native_*``, so a report shows them side by side.
 """
 
 from __future__ import annotations
@@ -15,11 +22,20 @@ from typing import Any
 
 import torch
 
+from opcore_conformance.budgets import Budget, budget_for
 from opcore_conformance.case import CheckFailed, Tolerance
 from opcore_conformance.checks._op_grid import call, device_sample, forced, grid
-from opcore_conformance.tensors import compare, iter_tensors, upcast
+from opcore_conformance.tensors import (
+    compare,
+    iter_tensors,
+    to_device,
+    ulp_error,
+    ulp_summary,
+    upcast,
+)
 
 CHECK = "numerics"
+NATIVE = "native"
 
 
 def collect(ctx) -> list:
@@ -45,24 +61,41 @@ def _body(op_name: str, provider: str, dtype: str, sample_name: str):
         ref, ref_dtype = reference(op, sample)
         with forced(op, provider, args, kwargs):
             out = call(f"{op_name} with provider {provider!r}", op, *args, **kwargs)
+        if provider == NATIVE:
+            native_out = out
+        else:
+            # native on the same inputs and device: what the reference math gives here
+            n_args, n_kwargs = to_device((sample.args, dict(sample.kwargs)), ctx.device)
+            with forced(op, NATIVE, n_args, n_kwargs):
+                native_out = op(*n_args, **n_kwargs)
         ctx.platform.synchronize()
-        return check_outputs(ctx, out, expected, ref, tol, ref_dtype=ref_dtype)
+        return check_outputs(ctx, out, expected, ref, tol, ref_dtype=ref_dtype,
+                             native=native_out, budget=budget_for(op, dtype), provider=provider)
 
     return body
 
 
-def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref_dtype: str) -> dict[str, Any]:
+def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref_dtype: str,
+                  native: Any = None, budget: Budget | None = None, provider: str = "") -> dict[str, Any]:
+    """Check ``out`` against ``expected`` (structure, shape, dtype, device) and ``ref`` (the
+    tolerance); with ``native`` (native's outputs on the same inputs) and ``budget``, also
+    the error budget. Returns the metrics; raises `CheckFailed` with them."""
     got = list(iter_tensors(out))
     want = list(iter_tensors(expected))
     refs = list(iter_tensors(ref))
+    natives = list(iter_tensors(native)) if native is not None else [(p, None) for p, _ in got]
     if [p for p, _ in got] != [p for p, _ in want]:
         raise CheckFailed(f"output structure {[p for p, _ in got]} differs from the native "
                           f"function's {[p for p, _ in want]}")
     metrics: dict[str, Any] = {"atol": tol.atol, "rtol": tol.rtol, "ref_dtype": ref_dtype,
                                "ref_device": "cpu", "max_abs": 0.0, "max_rel": 0.0,
                                "max_ratio": 0.0, "mismatched": 0, "numel": 0}
+    ulps: list[torch.Tensor] = []
+    native_ulps: list[torch.Tensor] = []
+    native_ratio = 0.0
     problems = []
-    for (path, o), (_, w), (_, r) in zip(got, want, refs, strict=False):
+    over_budget = []
+    for (path, o), (_, w), (_, r), (_, n) in zip(got, want, refs, natives, strict=False):
         if w is None or o is None:
             if (w is None) != (o is None):
                 problems.append(f"{path} is {'None' if o is None else 'a tensor'}, native gives "
@@ -97,6 +130,44 @@ def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref
                 f"worst at {tuple(w_['worst_index'])}: {w_['worst_value']:.6g} vs reference "
                 f"{w_['worst_reference']:.6g})"
             )
+        if not w.is_floating_point() or o.dtype != w.dtype:
+            continue
+        # Error in ULPs of the output dtype, the provider's and native's on the same inputs.
+        e = ulp_error(o, r, w.dtype)
+        ulps.append(e)
+        if n is None or not isinstance(n, torch.Tensor) or tuple(n.shape) != tuple(w.shape):
+            continue
+        ne = ulp_error(n, r, w.dtype)
+        native_ulps.append(ne)
+        native_ratio = max(native_ratio, compare(n, rounded, tol.atol, tol.rtol)["max_ratio"])
+        if budget is not None and provider != NATIVE:
+            mine, theirs = ulp_summary(e), ulp_summary(ne)
+            allowed = budget.allowed(theirs["peak_ulp"])
+            if mine["peak_ulp"] > allowed:
+                over_budget.append(_budget_message(path, mine, theirs, budget, allowed, provider))
+    if ulps:
+        metrics.update(ulp_summary(torch.cat(ulps)))
+    if native_ulps:
+        metrics.update({f"native_{k}": v for k, v in ulp_summary(torch.cat(native_ulps)).items()})
+        metrics["native_max_ratio"] = native_ratio
+    if budget is not None:
+        metrics.update(budget_factor=budget.factor, budget_floor_ulps=budget.floor_ulps,
+                       budget_source=budget.source)
+        if "native_peak_ulp" in metrics:
+            metrics["ulp_budget"] = budget.allowed(metrics["native_peak_ulp"])
+    problems += over_budget
     if problems:
         raise CheckFailed("; ".join(problems), metrics)
     return metrics
+
+
+def _budget_message(path: str, mine: dict, theirs: dict, budget: Budget, allowed: float,
+                    provider: str) -> str:
+    def stats(s: dict) -> str:
+        return (f"peak {s['peak_ulp']:.3g} ULP, p99 {s['p99_ulp']:.3g}, "
+                f"{100 * s['over_1ulp']:.3g} % of elements over 1 ULP")
+
+    return (f"{path}: {provider} is less accurate than native beyond the error budget: "
+            f"{provider} {stats(mine)}; native on the same inputs {stats(theirs)}; allowed peak "
+            f"{allowed:.3g} ULP = max({budget.factor:g} x native's {theirs['peak_ulp']:.3g}, "
+            f"floor {budget.floor_ulps:g}) ({budget.source} budget)")
