@@ -25,7 +25,7 @@ import torch
 from opcore.config import config_generation as _config_generation
 from opcore.ir import schema as _schema
 from opcore.ir.identity import hash_source, hash_source_pair
-from opcore.ir.samples import SEED, SampleGenerator, SampleInput
+from opcore.ir.samples import SampleGenerator, SampleInput, seeded_samples
 from opcore.ir.tolerances import default_tolerance
 
 logger = logging.getLogger("opcore.ir")
@@ -462,13 +462,13 @@ class IrOp:
         *,
         quick: bool = True,
     ) -> Iterator[SampleInput]:
-        """Named samples for this op: generated on the CPU from a fixed seed, then moved to
-        ``device`` keeping layouts (strided rows stay strided views of one buffer)."""
+        """Named samples for this op: generated on the CPU, each from a seed made from its
+        name (`opcore.ir.samples.seeded_samples`), then moved to ``device`` keeping layouts
+        (strided rows stay strided views of one buffer)."""
         if self._sample_fn is None:
             raise RuntimeError(f"op {self.name!r} has no sample input generator")
-        generator = torch.Generator().manual_seed(SEED)
         device = torch.device(device)
-        for sample in self._sample_fn(dtype, quick=quick, generator=generator):
+        for sample in seeded_samples(self.name, self._sample_fn, dtype, quick=quick):
             yield sample.to(device)
 
     def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
