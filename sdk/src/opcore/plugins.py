@@ -14,6 +14,16 @@ Three groups:
 names are loaded. A listed name that no installed plugin has is warned about.
 ``OPCORE_STRICT_PLUGINS=1`` turns a plugin that fails to load (or whose probe raises) from a
 warning into an error.
+
+A plugin name belongs to one distribution. When two distributions declare the same name
+(in one group, or one in each platform group), the first-party one keeps it (see
+`FIRST_PARTY_DISTRIBUTIONS`), then the one in ``opcore.intree_platform_plugins``, then the
+first found; every other claim is refused with an error naming both distributions
+(`split_duplicates`). The same distribution seen twice on ``sys.path`` counts once.
+
+Plugin code (imports, probes, general plugins) runs with its ``print`` output sent to
+stderr (`opcore.plugin_output`), and a plugin that raises anything, ``SystemExit``
+included, is recorded against its name; only ``KeyboardInterrupt`` passes through.
 """
 
 from __future__ import annotations
@@ -25,7 +35,9 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from opcore.plugin_output import plugin_output_to_stderr
 
 logger = logging.getLogger("opcore.plugins")
 
@@ -33,6 +45,30 @@ PLATFORM_PLUGINS_GROUP = "opcore.platform_plugins"
 INTREE_PLATFORM_PLUGINS_GROUP = "opcore.intree_platform_plugins"
 GENERAL_PLUGINS_GROUP = "opcore.general_plugins"
 ALL_GROUPS = (PLATFORM_PLUGINS_GROUP, INTREE_PLATFORM_PLUGINS_GROUP, GENERAL_PLUGINS_GROUP)
+
+# The plugin distributions this repository builds and releases with the core (plugins/*).
+# "First-party" means exactly this: the installed distribution's name is one of these. It
+# decides labels (a third-party distribution in the in-tree group is not shown as in-tree)
+# and which distribution keeps a plugin name that two declare; it never changes how a
+# platform behaves.
+FIRST_PARTY_DISTRIBUTIONS = frozenset(
+    {
+        "opcore-plugin-cpu",
+        "opcore-plugin-cuda",
+        "opcore-plugin-rocm",
+        "opcore-plugin-xpu",
+        "opcore-plugin-tpu",
+        "opcore-plugin-ascend",
+        "opcore-plugin-vdev",
+    }
+)
+
+
+def is_first_party(distribution: str | None) -> bool:
+    """Whether ``distribution`` (an installed distribution's name) is one of opcore's own."""
+    if not distribution:
+        return False
+    return distribution.lower().replace("_", "-").replace(".", "-") in FIRST_PARTY_DISTRIBUTIONS
 
 
 class PluginWarning(UserWarning):
@@ -75,31 +111,82 @@ class DiscoveredPlugin:
         assert self.entry_point is not None
         return self.entry_point.load()
 
+    @property
+    def first_party(self) -> bool:
+        return is_first_party(self.distribution)
+
+    def where(self) -> str:
+        """``"distribution version"``, or the entry point's value without a distribution."""
+        return f"{self.distribution} {self.version}" if self.distribution else self.value
+
 
 def discover(group: str) -> list[DiscoveredPlugin]:
-    """All entry points of ``group`` that pass ``OPCORE_PLUGINS``, sorted by name.
+    """All entry points of ``group`` that pass ``OPCORE_PLUGINS``, sorted by name (and, for
+    one name, in ``importlib.metadata`` order).
 
-    Duplicate names (the same distribution seen twice on ``sys.path``) are collapsed to
-    the first, as ``importlib.metadata`` orders them.
+    The same distribution seen twice on ``sys.path`` is collapsed to the first. Two
+    different distributions declaring one name are both returned: see `split_duplicates`.
     """
     allow = plugin_allow_list()
-    seen: dict[str, DiscoveredPlugin] = {}
+    seen: dict[tuple[str, str | None], DiscoveredPlugin] = {}
     for ep in md.entry_points(group=group):
         if allow is not None and ep.name not in allow:
             logger.debug("plugin %s (%s) skipped: not in OPCORE_PLUGINS", ep.name, group)
             continue
-        if ep.name in seen:
-            continue
         dist = getattr(ep, "dist", None)
-        seen[ep.name] = DiscoveredPlugin(
+        distribution = dist.metadata["Name"] if dist is not None else None
+        if (ep.name, distribution) in seen:
+            continue
+        seen[(ep.name, distribution)] = DiscoveredPlugin(
             name=ep.name,
             group=group,
             value=ep.value,
-            distribution=dist.metadata["Name"] if dist is not None else None,
+            distribution=distribution,
             version=dist.version if dist is not None else None,
             entry_point=ep,
         )
-    return [seen[k] for k in sorted(seen)]
+    # sorted() is stable: one name's distributions keep their discovery order.
+    return sorted(seen.values(), key=lambda p: p.name)
+
+
+def split_duplicates(
+    plugins: Iterable[DiscoveredPlugin],
+) -> tuple[list[DiscoveredPlugin], list[tuple[DiscoveredPlugin, PluginError]]]:
+    """Give each plugin name to one distribution: ``(kept, refused)``.
+
+    Of the plugins sharing a name, the first-party one keeps it, then the one in
+    ``opcore.intree_platform_plugins``, then the first in ``plugins`` order. Each other one
+    is returned in ``refused`` with the error that names both distributions. ``kept`` keeps
+    the input order.
+    """
+    plugins = list(plugins)
+    order = {id(p): i for i, p in enumerate(plugins)}
+
+    def rank(p: DiscoveredPlugin) -> tuple[int, int, int]:
+        return (not p.first_party, p.group != INTREE_PLATFORM_PLUGINS_GROUP, order[id(p)])
+
+    owners: dict[str, DiscoveredPlugin] = {}
+    for p in sorted(plugins, key=rank):
+        owners.setdefault(p.name, p)
+    kept, refused = [], []
+    for p in plugins:
+        owner = owners[p.name]
+        if owner is p:
+            kept.append(p)
+            continue
+        label = "first-party " if owner.first_party else ""
+        refused.append(
+            (
+                p,
+                PluginError(
+                    f"the plugin name {p.name!r} belongs to {label}distribution "
+                    f"{owner.where()} ({owner.group}); {p.where()} ({p.group}) declares the "
+                    f"same name and is refused: plugin names are unique across tiers, so "
+                    f"rename its entry point"
+                ),
+            )
+        )
+    return kept, refused
 
 
 def installed_names(groups: tuple[str, ...] = ALL_GROUPS) -> list[str]:
@@ -126,12 +213,16 @@ def warn_unmatched_allow_list() -> list[str]:
     return missing
 
 
+def describe_error(exc: BaseException) -> str:
+    """``"ExceptionType: message"``, the form failures are recorded in."""
+    return f"{type(exc).__name__}: {exc}"
+
+
 def report_failure(plugin: DiscoveredPlugin, what: str, exc: BaseException) -> None:
     """Warn (or raise, under ``OPCORE_STRICT_PLUGINS=1``) about a plugin that failed."""
-    where = f"{plugin.distribution} {plugin.version}" if plugin.distribution else plugin.value
     message = (
-        f"opcore plugin {plugin.name!r} ({plugin.group}, from {where}) {what}: "
-        f"{type(exc).__name__}: {exc}"
+        f"opcore plugin {plugin.name!r} ({plugin.group}, from {plugin.where()}) {what}: "
+        f"{describe_error(exc)}"
     )
     if strict_plugins():
         raise PluginError(message + " [OPCORE_STRICT_PLUGINS=1 makes this fatal]") from exc
@@ -162,34 +253,67 @@ class GeneralPluginResult:
 
 _general_lock = threading.Lock()
 _general_results: list[GeneralPluginResult] | None = None
+# The general plugin this thread is running, so that re-entry is an error, not a deadlock
+# on `_general_lock` (which the same thread already holds).
+_general_running = threading.local()
 
 
 def load_general_plugins() -> list[GeneralPluginResult]:
     """Run every ``opcore.general_plugins`` entry point once per process.
 
-    A plugin that fails to import or raises is recorded and warned about (fatal under
-    ``OPCORE_STRICT_PLUGINS=1``); the others still run. Later calls return the first
-    call's results without running anything.
+    A plugin that fails to import or raises (``SystemExit`` included) is recorded and warned
+    about (fatal under ``OPCORE_STRICT_PLUGINS=1``); the others still run. A plugin that
+    calls back into this function while it loads, for example by dispatching an op (the
+    first dispatch loads the general plugins), gets a `PluginError` naming it. Its output
+    to stdout goes to stderr. Later calls return the first call's results without running
+    anything.
     """
     global _general_results
+    results = _general_results
+    if results is not None:
+        return results
+    running: DiscoveredPlugin | None = getattr(_general_running, "plugin", None)
+    if running is not None:
+        raise PluginError(
+            f"opcore general plugin {running.name!r} (from {running.where()}) re-entered "
+            f"opcore.plugins.load_general_plugins() while it was being loaded, for example by "
+            f"dispatching an op (the first dispatch loads the general plugins): a general "
+            f"plugin must only register things; dispatch ops later, not while it loads"
+        )
     with _general_lock:
         if _general_results is not None:
             return _general_results
         results = []
-        for plugin in discover(GENERAL_PLUGINS_GROUP):
-            error = None
-            try:
-                func = plugin.load()
-                func()
-                logger.debug("general plugin %s ran", plugin.name)
-            except Exception as exc:  # a broken plugin never takes the others down
-                error = f"{type(exc).__name__}: {exc}"
-                report_failure(plugin, "failed", exc)
-            results.append(
-                GeneralPluginResult(plugin.name, plugin.distribution, plugin.version, error)
-            )
+        kept, refused = split_duplicates(discover(GENERAL_PLUGINS_GROUP))
+        for plugin, exc in refused:
+            report_failure(plugin, "was refused", exc)
+            results.append(_general_result(plugin, describe_error(exc)))
+        for plugin in kept:
+            results.append(_general_result(plugin, _run_general_plugin(plugin)))
+        results.sort(key=lambda r: r.name)
         _general_results = results
         return results
+
+
+def _general_result(plugin: DiscoveredPlugin, error: str | None) -> GeneralPluginResult:
+    return GeneralPluginResult(plugin.name, plugin.distribution, plugin.version, error)
+
+
+def _run_general_plugin(plugin: DiscoveredPlugin) -> str | None:
+    """Import and call one general plugin; its error as text, or ``None``."""
+    _general_running.plugin = plugin
+    try:
+        with plugin_output_to_stderr():
+            plugin.load()()
+        logger.debug("general plugin %s ran", plugin.name)
+        return None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a broken plugin never ends the process
+        report_failure(plugin, "failed", exc)
+        return describe_error(exc)
+    finally:
+        _general_running.plugin = None
 
 
 def general_plugin_results() -> list[GeneralPluginResult] | None:

@@ -4,10 +4,14 @@
 ``from opcore.platforms import Platform`` to subclass it without triggering resolution.
 `get_current_platform()` is the same without attribute magic. `explain()` returns the
 decision as data.
+
+Resolution runs once per process. When it fails, the failure is kept: every later access
+raises the same error again (same type, message and candidates) without running a probe.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 
 from opcore.platforms.interface import (
@@ -22,6 +26,7 @@ from opcore.platforms.resolution import (
     Decision,
     PlatformResolutionError,
     format_stack,
+    probe_timeout_s,
     resolve,
     resolving_plugin,
 )
@@ -38,10 +43,12 @@ __all__ = [
     "explain",
     "get_current_platform",
     "is_resolved",
+    "probe_timeout_s",
 ]
 
 _lock = threading.Lock()
 _decision: Decision | None = None
+_failure: Exception | None = None  # why resolution failed, once it has
 
 
 def get_current_platform() -> Platform:
@@ -64,18 +71,37 @@ def explain() -> Decision:
 
 
 def _resolve_once() -> Decision:
-    global _decision
+    global _decision, _failure
     plugin = resolving_plugin()
     if plugin is not None:
         raise PlatformResolutionError(
             f"opcore plugin {plugin!r} accessed current_platform while it was itself being "
-            f"probed or imported during platform resolution. Probes and plugin imports must "
-            f"not query the current platform: move that access into a function that runs later."
+            f"probed, imported or constructed during platform resolution. Probes, plugin "
+            f"imports and platform __init__ must not query the current platform: move that "
+            f"access into a function that runs later."
         )
     with _lock:
-        if _decision is None:
-            _decision = resolve(first_caller_stack=format_stack())
+        if _decision is None and _failure is None:
+            try:
+                _decision = resolve(first_caller_stack=format_stack())
+            except Exception as exc:  # not KeyboardInterrupt: an interrupted one may retry
+                _failure = exc
+                raise
+        if _failure is not None:
+            raise _again(_failure)
         return _decision
+
+
+def _again(exc: Exception) -> Exception:
+    """A fresh copy of the kept failure to raise (raising the one object again and again
+    would grow its traceback with every access)."""
+    try:
+        again = copy.copy(exc)  # same type, message and attributes (``candidates``)
+    except Exception:
+        return exc
+    again.__cause__ = exc.__cause__
+    again.__suppress_context__ = exc.__suppress_context__
+    return again
 
 
 def __getattr__(name: str):

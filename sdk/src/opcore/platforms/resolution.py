@@ -5,20 +5,33 @@ The rules (DESIGN §2), applied by `resolve()`:
 1. ``OPCORE_PLATFORM=<name>`` is authoritative: only that plugin is probed (``unspecified``
    selects `UnspecifiedPlatform`); a probe that says no or fails raises with its reason.
 2. ``OPCORE_PLUGINS`` is an allow-list; names that match nothing are warned about.
-3. Every probe is called exactly once. A failing probe or entry point is recorded and warned
-   about (fatal with ``OPCORE_STRICT_PLUGINS=1``). Probes are pure.
+3. Every probe is called exactly once, within a time budget (``OPCORE_PROBE_TIMEOUT_S``,
+   default `DEFAULT_PROBE_TIMEOUT_S`; over one second is warned about). A probe that fails,
+   raises (``SystemExit`` included) or runs over budget, an entry point that fails to load,
+   and a platform class that fails to construct are recorded on their candidate and warned
+   about (fatal with ``OPCORE_STRICT_PLUGINS=1``); the others go on. Probes are pure.
 4. Two or more out-of-tree platforms activated: error. Exactly one: it wins over in-tree.
 5. Otherwise two or more in-tree accelerators: error. Exactly one: it.
 6. Otherwise the in-tree ``cpu`` fallback; with no plugin at all, `UnspecifiedPlatform`,
    with a warning.
-7. A probe or plugin import that re-enters resolution is an error naming the plugin.
-8. A platform class written for another plugin-API range is refused, naming both versions.
+7. A probe, plugin import or platform ``__init__`` that re-enters resolution is an error
+   naming the plugin.
+8. A platform class written for another plugin-API range (or declaring a malformed one) is
+   refused, naming both versions.
+9. A plugin name belongs to one distribution (`opcore.plugins.split_duplicates`): another
+   distribution declaring it, in either platform group, is refused without running its
+   code, naming both distributions.
+
+The winner's class is constructed once; when that fails (not strict) the rules are applied
+again without it, so `Decision.platform` is always the object ``current_platform`` returns
+and the candidates say how it was chosen.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import threading
 import time
@@ -29,6 +42,7 @@ from typing import Any
 from opcore import PLUGIN_API_VERSION
 from opcore import plugins as _plugins
 from opcore.platforms.interface import Platform, UnspecifiedPlatform
+from opcore.plugin_output import plugin_output_to_stderr
 
 logger = logging.getLogger("opcore.platforms")
 
@@ -36,6 +50,15 @@ FALLBACK_PLUGIN = "cpu"
 TIER_OUT_OF_TREE = "out-of-tree"
 TIER_IN_TREE = "in-tree"
 TIER_FALLBACK = "in-tree fallback"
+# A distribution that is not first-party (`opcore.plugins.FIRST_PARTY_DISTRIBUTIONS`) but
+# registers in the in-tree group: the in-tree rules (5, 6) apply to it, the label does not.
+TIER_THIRD_PARTY = "third-party"
+
+PROBE_TIMEOUT_ENV = "OPCORE_PROBE_TIMEOUT_S"
+# Generous enough for a vendor runtime import on real hardware (a probe may import it), short
+# enough that a wedged driver does not look like a hang.
+DEFAULT_PROBE_TIMEOUT_S = 10.0
+SLOW_PROBE_S = 1.0
 
 
 class PlatformResolutionError(RuntimeError):
@@ -84,6 +107,7 @@ class Candidate:
     reason: str | None = None  # why it is not activated, when the probe said no
     error: str | None = None  # the exception, when loading, probing or checking failed
     plugin_api: tuple[str, str] | None = None
+    first_party: bool = False  # the distribution is one of opcore's own
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +115,7 @@ class Candidate:
             "tier": self.tier,
             "distribution": self.distribution,
             "version": self.version,
+            "first_party": self.first_party,
             "entry_point": self.entry_point,
             "probed": self.probed,
             "activated": self.activated,
@@ -146,6 +171,22 @@ def _version_tuple(text: str) -> tuple[int, ...]:
         raise ValueError(f"plugin API version {text!r} is not of the form 'MAJOR.MINOR'") from None
 
 
+def parse_plugin_api(value: object) -> tuple[str, str]:
+    """A class's ``plugin_api`` as ``(min, max)`` strings; `ValueError` when malformed."""
+    if isinstance(value, str) or not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(
+            f"malformed plugin_api {value!r}: expected a (min, max) pair of 'MAJOR.MINOR' "
+            f"strings, e.g. ('1.0', '2.0')"
+        )
+    low, high = (str(v) for v in value)
+    for text in (low, high):
+        try:
+            _version_tuple(text)
+        except ValueError as exc:
+            raise ValueError(f"malformed plugin_api {value!r}: {exc}") from None
+    return low, high
+
+
 def api_compatible(plugin_api: tuple[str, str]) -> bool:
     """True when ``plugin_api[0] <= PLUGIN_API_VERSION < plugin_api[1]``."""
     low, high = plugin_api
@@ -153,94 +194,195 @@ def api_compatible(plugin_api: tuple[str, str]) -> bool:
     return _version_tuple(low) <= core < _version_tuple(high)
 
 
+# --------------------------------------------------------------------------- budget
+def probe_timeout_s() -> float:
+    """The probe budget in seconds: ``OPCORE_PROBE_TIMEOUT_S`` (unset or empty: the default).
+    A value that is not a positive finite number raises `PlatformResolutionError`."""
+    raw = os.environ.get(PROBE_TIMEOUT_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_PROBE_TIMEOUT_S
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise PlatformResolutionError(
+            f"{PROBE_TIMEOUT_ENV}={raw!r}: expected a positive number of seconds "
+            f"(default {DEFAULT_PROBE_TIMEOUT_S:g})"
+        )
+    return value
+
+
 # --------------------------------------------------------------------------- re-entrancy
 _state = threading.local()
 
 
 def resolving_plugin() -> str | None:
-    """The plugin this thread is probing or importing right now, if any."""
+    """The plugin this thread is probing, importing or constructing right now, if any."""
     return getattr(_state, "plugin", None)
 
 
 class _Guard:
-    """Marks this thread as inside plugin ``name`` (probe or import)."""
+    """Marks this thread as inside plugin ``name`` (probe, import or ``__init__``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.outer: str | None = None
 
     def __enter__(self) -> None:
+        self.outer = resolving_plugin()
         _state.plugin = self.name
 
     def __exit__(self, *exc: object) -> None:
-        _state.plugin = None
+        _state.plugin = self.outer
 
 
 # --------------------------------------------------------------------------- probing
-def _tier(group: str, name: str) -> str:
-    if group == _plugins.PLATFORM_PLUGINS_GROUP:
+def _tier(plugin: _plugins.DiscoveredPlugin) -> str:
+    if plugin.group == _plugins.PLATFORM_PLUGINS_GROUP:
         return TIER_OUT_OF_TREE
-    return TIER_FALLBACK if name == FALLBACK_PLUGIN else TIER_IN_TREE
+    if not plugin.first_party:
+        return TIER_THIRD_PARTY
+    return TIER_FALLBACK if plugin.name == FALLBACK_PLUGIN else TIER_IN_TREE
+
+
+def _role(plugin: _plugins.DiscoveredPlugin) -> str:
+    """Which rule a candidate competes under: its group decides, not its label."""
+    if plugin.group == _plugins.PLATFORM_PLUGINS_GROUP:
+        return TIER_OUT_OF_TREE
+    return TIER_FALLBACK if plugin.name == FALLBACK_PLUGIN else TIER_IN_TREE
 
 
 def _candidate(plugin: _plugins.DiscoveredPlugin) -> Candidate:
     return Candidate(
         name=plugin.name,
-        tier=_tier(plugin.group, plugin.name),
+        tier=_tier(plugin),
         distribution=plugin.distribution,
         version=plugin.version,
         entry_point=plugin.value,
+        first_party=plugin.first_party,
     )
 
 
-def _probe(plugin: _plugins.DiscoveredPlugin, cand: Candidate, *, authoritative: bool) -> None:
-    """Load the entry point, call its probe once, import and check the platform class.
-    Fills ``cand``; failures are recorded, warned about, or raised when authoritative."""
+def _fail(
+    plugin: _plugins.DiscoveredPlugin,
+    cand: Candidate,
+    what: str,
+    exc: BaseException,
+    *,
+    authoritative: bool,
+) -> None:
+    """Record ``exc`` on ``cand``; then raise (explicit choice, or strict mode) or warn."""
+    cand.activated = False
+    cand.error = _plugins.describe_error(exc)
+    if authoritative:
+        raise PlatformResolutionError(
+            f"OPCORE_PLATFORM={plugin.name}: plugin {plugin.name!r} "
+            f"({cand.distribution} {cand.version}) {what}: {cand.error}",
+            [cand],
+        ) from exc
+    _plugins.report_failure(plugin, what, exc)
 
-    def fail(what: str, exc: BaseException) -> None:
-        cand.activated = False
-        cand.error = f"{type(exc).__name__}: {exc}"
-        if authoritative:
-            raise PlatformResolutionError(
-                f"OPCORE_PLATFORM={plugin.name}: plugin {plugin.name!r} "
-                f"({cand.distribution} {cand.version}) {what}: {cand.error}",
-                [cand],
-            ) from exc
-        _plugins.report_failure(plugin, what, exc)
 
-    with _Guard(plugin.name):
+@dataclasses.dataclass
+class _ProbeRun:
+    """What one plugin's probing did; filled in by its worker thread."""
+
+    failure: str = "failed to load its entry point"  # what failed, if it fails now
+    running: str = "loading its entry point"  # what runs now, if the budget ends now
+    probed: bool = False
+    result: object = None
+    present: bool = False
+    cls: object = None
+    error: BaseException | None = None
+
+
+def _run_probe(plugin: _plugins.DiscoveredPlugin, run: _ProbeRun) -> None:
+    """The plugin's code, in its own thread: load the entry point, probe, import the class."""
+    with _Guard(plugin.name), plugin_output_to_stderr():
         try:
             probe = plugin.load()
-        except Exception as exc:
-            return fail("failed to load its entry point", exc)
-        try:
-            cand.probed = True
-            result = probe()
-        except Exception as exc:
-            return fail("raised in its probe", exc)
-        if not result:
-            cand.reason = result.reason if isinstance(result, Absent) else "probe returned None"
-            return
-        if not isinstance(result, str):
-            return fail(
-                "returned a bad probe result",
-                TypeError(f"expected a dotted class path or None, got {result!r}"),
-            )
-        cand.platform_class = result
-        try:
-            cls = _plugins.resolve_qualname(result)
-        except Exception as exc:
-            return fail(f"could not import its platform class {result!r}", exc)
+            run.failure, run.running = "raised in its probe", "its probe"
+            run.probed = True
+            result = run.result = probe()
+            run.present = bool(result)
+            if run.present and isinstance(result, str):
+                run.failure = f"could not import its platform class {result!r}"
+                run.running = f"importing its platform class {result!r}"
+                run.cls = _plugins.resolve_qualname(result)
+        except BaseException as exc:  # SystemExit too: plugin code never ends the process
+            run.error = exc
+
+
+def _probe(
+    plugin: _plugins.DiscoveredPlugin,
+    cand: Candidate,
+    *,
+    authoritative: bool,
+    budget: float,
+) -> type[Platform] | None:
+    """Load the entry point, call its probe once and import its platform class, in a daemon
+    thread given ``budget`` seconds; then check the class. Fills ``cand`` and returns the
+    class when activated. Failures are recorded, warned about, or raised when authoritative
+    or strict."""
+
+    def fail(what: str, exc: BaseException) -> None:
+        _fail(plugin, cand, what, exc, authoritative=authoritative)
+
+    run = _ProbeRun()
+    # A thread, so that a probe that never returns costs this process `budget` seconds
+    # instead of forever; it is a daemon so that it cannot keep the process alive.
+    worker = threading.Thread(
+        target=_run_probe, args=(plugin, run), name=f"opcore-probe-{plugin.name}", daemon=True
+    )
+    start = time.perf_counter()
+    worker.start()
+    worker.join(budget)
+    elapsed = time.perf_counter() - start
+    cand.probed = run.probed
+    if worker.is_alive():
+        return fail(
+            "did not answer in time",
+            TimeoutError(
+                f"{run.running} was still running after {PROBE_TIMEOUT_ENV}={budget:g} s "
+                f"(abandoned; it keeps running in a background thread)"
+            ),
+        )
+    if elapsed > SLOW_PROBE_S:
+        warnings.warn(
+            f"opcore plugin {plugin.name!r} ({plugin.group}, from {plugin.where()}): its "
+            f"probe took {elapsed:.1f} s (entry point import, probe and class import); probes "
+            f"should answer in well under a second, and over {PROBE_TIMEOUT_ENV}="
+            f"{budget:g} s they fail",
+            _plugins.PluginWarning,
+            stacklevel=5,
+        )
+    if run.error is not None:
+        return fail(run.failure, run.error)
+    result = run.result
+    if not run.present:
+        if isinstance(result, Absent):
+            cand.reason = result.reason
+        else:
+            cand.reason = "probe returned None" if result is None else f"probe returned {result!r}"
+        return None
+    if not isinstance(result, str):
+        return fail(
+            "returned a bad probe result",
+            TypeError(f"expected a dotted class path or None, got {result!r}"),
+        )
+    cand.platform_class = result
+    cls = run.cls
     if not (isinstance(cls, type) and issubclass(cls, Platform)):
         return fail(
             "named a class that is not a Platform",
             TypeError(f"{result} is {cls!r}, not a subclass of opcore.platforms.Platform"),
         )
-    cand.plugin_api = tuple(cls.plugin_api)
     try:
-        compatible = api_compatible(cand.plugin_api)
-    except ValueError as exc:
+        cand.plugin_api = parse_plugin_api(cls.plugin_api)
+    except Exception as exc:  # anything a hostile class attribute raises
         return fail("declares a malformed plugin_api", exc)
-    if not compatible:
+    if not api_compatible(cand.plugin_api):
         low, high = cand.plugin_api
         return fail(
             "was refused",
@@ -251,29 +393,100 @@ def _probe(plugin: _plugins.DiscoveredPlugin, cand: Candidate, *, authoritative:
             ),
         )
     cand.activated = True
-    _classes[plugin.name] = cls
+    return cls
 
 
-_classes: dict[str, type[Platform]] = {}
-
-
-def _instantiate(cand: Candidate) -> Platform:
-    cls = _classes[cand.name]
-    platform = cls()
-    if platform.name != cand.name:
+def _instantiate(
+    plugin: _plugins.DiscoveredPlugin,
+    cand: Candidate,
+    cls: type[Platform],
+    *,
+    authoritative: bool,
+) -> Platform | None:
+    """Construct the winner's platform (in this thread: its ``__init__`` may set up
+    per-thread state). ``None``, with the failure recorded on ``cand``, when that fails."""
+    try:
+        with _Guard(cand.name), plugin_output_to_stderr():
+            platform = cls()
+            name = platform.name
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: plugin code never ends the process
+        _fail(plugin, cand, "failed to construct its platform", exc, authoritative=authoritative)
+        return None
+    if name != cand.name:
         # The entry-point name is the platform's identity; keep them equal so logs,
         # configs and `opcore info` all speak of one name.
-        raise PlatformResolutionError(
-            f"platform class {cand.platform_class} declares name={platform.name!r}, but its "
+        mismatch = ValueError(
+            f"platform class {cand.platform_class} declares name={name!r}, but its "
             f"entry point is named {cand.name!r}: they must be equal"
         )
+        _fail(plugin, cand, "was refused", mismatch, authoritative=authoritative)
+        return None
     return platform
 
 
 def environment_snapshot() -> dict[str, str | None]:
     """The ``OPCORE_*`` variables resolution reads, as set now (unset: ``None``)."""
-    keys = ("OPCORE_PLATFORM", "OPCORE_PLUGINS", "OPCORE_STRICT_PLUGINS")
+    keys = ("OPCORE_PLATFORM", "OPCORE_PLUGINS", "OPCORE_STRICT_PLUGINS", PROBE_TIMEOUT_ENV)
     return {k: os.environ.get(k) for k in keys}
+
+
+HOW_TO_CHOOSE = (
+    "choose one with OPCORE_PLATFORM=<name>, or restrict the candidates with "
+    "OPCORE_PLUGINS=<name,...>"
+)
+
+
+def _choose(
+    entries: list[tuple[_plugins.DiscoveredPlugin, Candidate]],
+) -> tuple[_plugins.DiscoveredPlugin, Candidate, str, str, list[str]] | None:
+    """Rules 4-6 over the activated candidates: ``(plugin, candidate, rule, reason,
+    overridden)``, ``None`` when nothing activated; raises on an ambiguity."""
+    cands = [c for _, c in entries]
+
+    def activated(role: str) -> list[tuple[_plugins.DiscoveredPlugin, Candidate]]:
+        return [(p, c) for p, c in entries if c.activated and _role(p) == role]
+
+    oot = activated(TIER_OUT_OF_TREE)
+    intree = activated(TIER_IN_TREE)
+    fallback = activated(TIER_FALLBACK)
+    if len(oot) > 1:
+        names = ", ".join(c.name for _, c in oot)
+        raise PlatformResolutionError(
+            f"{len(oot)} out-of-tree platform plugins activated ({names}); {HOW_TO_CHOOSE}",
+            cands,
+        )
+    if oot:
+        overridden = [c.name for _, c in intree + fallback]
+        plugin, winner = oot[0]
+        reason = f"the one activated out-of-tree platform {winner.name!r} wins over in-tree"
+        if overridden:
+            reason += f" ({', '.join(overridden)} overridden)"
+        return plugin, winner, "4", reason, overridden
+    if len(intree) > 1:
+        names = ", ".join(c.name for _, c in intree)
+        raise PlatformResolutionError(
+            f"{len(intree)} in-tree accelerator platforms activated ({names}); {HOW_TO_CHOOSE}",
+            cands,
+        )
+    if intree:
+        plugin, winner = intree[0]
+        reason = f"the one activated in-tree accelerator {winner.name!r}"
+        return plugin, winner, "5", reason, [c.name for _, c in fallback]
+    if fallback:
+        plugin, winner = fallback[0]
+        reason = "no accelerator platform activated: the in-tree cpu fallback"
+        return plugin, winner, "6", reason, []
+    return None
+
+
+def _refuse(plugin: _plugins.DiscoveredPlugin, exc: _plugins.PluginError) -> Candidate:
+    """The candidate of a plugin refused for its name; warned about (fatal when strict)."""
+    cand = _candidate(plugin)
+    cand.error = _plugins.describe_error(exc)
+    _plugins.report_failure(plugin, "was refused", exc)
+    return cand
 
 
 def resolve(first_caller_stack: str = "") -> Decision:
@@ -281,7 +494,7 @@ def resolve(first_caller_stack: str = "") -> Decision:
     `opcore.platforms.get_current_platform` for the per-process singleton."""
     start = time.perf_counter()
     env = environment_snapshot()
-    _classes.clear()
+    budget = probe_timeout_s()  # checked before any plugin code runs
 
     def decide(platform: Platform, rule: str, reason: str, cands, overridden=(), unmatched=()):
         return Decision(
@@ -298,53 +511,38 @@ def resolve(first_caller_stack: str = "") -> Decision:
 
     chosen = (env["OPCORE_PLATFORM"] or "").strip()
     if chosen:
-        return _resolve_explicit(chosen, decide)
+        return _resolve_explicit(chosen, decide, budget)
 
     unmatched = _plugins.warn_unmatched_allow_list()
     discovered = _plugins.discover(_plugins.PLATFORM_PLUGINS_GROUP) + _plugins.discover(
         _plugins.INTREE_PLATFORM_PLUGINS_GROUP
     )
-    cands = []
+    _, refused = _plugins.split_duplicates(discovered)
+    refusals = {id(p): exc for p, exc in refused}
+    entries: list[tuple[_plugins.DiscoveredPlugin, Candidate]] = []
+    classes: dict[int, type[Platform]] = {}
     for plugin in discovered:
-        cand = _candidate(plugin)
-        _probe(plugin, cand, authoritative=False)
-        cands.append(cand)
+        if id(plugin) in refusals:
+            cand = _refuse(plugin, refusals[id(plugin)])
+        else:
+            cand = _candidate(plugin)
+            cls = _probe(plugin, cand, authoritative=False, budget=budget)
+            if cls is not None:
+                classes[id(cand)] = cls
+        entries.append((plugin, cand))
+    cands = [c for _, c in entries]
 
-    oot = [c for c in cands if c.activated and c.tier == TIER_OUT_OF_TREE]
-    intree = [c for c in cands if c.activated and c.tier == TIER_IN_TREE]
-    fallback = [c for c in cands if c.activated and c.tier == TIER_FALLBACK]
-    how_to_choose = (
-        "choose one with OPCORE_PLATFORM=<name>, or restrict the candidates with "
-        "OPCORE_PLUGINS=<name,...>"
-    )
-    if len(oot) > 1:
-        names = ", ".join(c.name for c in oot)
-        raise PlatformResolutionError(
-            f"{len(oot)} out-of-tree platform plugins activated ({names}); {how_to_choose}",
-            cands,
-        )
-    if oot:
-        overridden = [c.name for c in intree + fallback]
-        winner = oot[0]
-        reason = f"the one activated out-of-tree platform {winner.name!r} wins over in-tree"
-        if overridden:
-            reason += f" ({', '.join(overridden)} overridden)"
+    # A winner whose class fails to construct is dropped (its candidate carries the error)
+    # and the rules run again: each round deactivates one candidate, so this ends.
+    while (choice := _choose(entries)) is not None:
+        plugin, winner, rule, reason, overridden = choice
+        platform = _instantiate(plugin, winner, classes[id(winner)], authoritative=False)
+        if platform is None:
+            continue
+        if rule == "4" and overridden:
             logger.info("platform %s overrides in-tree %s", winner.name, ", ".join(overridden))
-        return decide(_instantiate(winner), "4", reason, cands, overridden, unmatched)
-    if len(intree) > 1:
-        names = ", ".join(c.name for c in intree)
-        raise PlatformResolutionError(
-            f"{len(intree)} in-tree accelerator platforms activated ({names}); {how_to_choose}",
-            cands,
-        )
-    if intree:
-        winner = intree[0]
-        overridden = [c.name for c in fallback]
-        reason = f"the one activated in-tree accelerator {winner.name!r}"
-        return decide(_instantiate(winner), "5", reason, cands, overridden, unmatched)
-    if fallback:
-        reason = "no accelerator platform activated: the in-tree cpu fallback"
-        return decide(_instantiate(fallback[0]), "6", reason, cands, (), unmatched)
+        return decide(platform, rule, reason, cands, overridden, unmatched)
+
     allow = _plugins.plugin_allow_list()
     installed = _plugins.installed_names(
         (_plugins.PLATFORM_PLUGINS_GROUP, _plugins.INTREE_PLATFORM_PLUGINS_GROUP)
@@ -369,37 +567,40 @@ def resolve(first_caller_stack: str = "") -> Decision:
     return decide(UnspecifiedPlatform(), "6", message, cands, (), unmatched)
 
 
-def _resolve_explicit(chosen: str, decide) -> Decision:
+def _resolve_explicit(chosen: str, decide, budget: float) -> Decision:
     if chosen == UnspecifiedPlatform.name:
         return decide(UnspecifiedPlatform(), "1", "OPCORE_PLATFORM=unspecified", [])
-    found = None
-    installed = []
     # The explicit choice is authoritative: the allow-list does not hide it.
     saved = os.environ.pop("OPCORE_PLUGINS", None)
     try:
-        for group in (_plugins.PLATFORM_PLUGINS_GROUP, _plugins.INTREE_PLATFORM_PLUGINS_GROUP):
-            for plugin in _plugins.discover(group):
-                installed.append(plugin.name)
-                if plugin.name == chosen and found is None:
-                    found = plugin
+        discovered = _plugins.discover(_plugins.PLATFORM_PLUGINS_GROUP) + _plugins.discover(
+            _plugins.INTREE_PLATFORM_PLUGINS_GROUP
+        )
     finally:
         if saved is not None:
             os.environ["OPCORE_PLUGINS"] = saved
-    if found is None:
+    named = [p for p in discovered if p.name == chosen]
+    if not named:
+        installed = sorted({p.name for p in discovered})
         raise PlatformResolutionError(
             f"OPCORE_PLATFORM={chosen}: no installed platform plugin is named {chosen!r} "
-            f"(installed: {', '.join(sorted(installed)) or 'none'}; or 'unspecified')"
+            f"(installed: {', '.join(installed) or 'none'}; or 'unspecified')"
         )
+    # Of two distributions that declare the name, the explicit choice gets its owner.
+    (found,), refused = _plugins.split_duplicates(named)
+    others = [_refuse(plugin, exc) for plugin, exc in refused]
     cand = _candidate(found)
-    _probe(found, cand, authoritative=True)
-    if not cand.activated:
+    cls = _probe(found, cand, authoritative=True, budget=budget)
+    if cls is None:
         raise PlatformResolutionError(
             f"OPCORE_PLATFORM={chosen}: the probe of plugin {chosen!r} "
             f"({cand.distribution} {cand.version}) found no device: {cand.reason}",
             [cand],
         )
+    platform = _instantiate(found, cand, cls, authoritative=True)
+    assert platform is not None  # authoritative: a failure raised
     reason = f"OPCORE_PLATFORM={chosen} (only that plugin was probed)"
-    return decide(_instantiate(cand), "1", reason, [cand])
+    return decide(platform, "1", reason, [cand, *others])
 
 
 def format_stack() -> str:
