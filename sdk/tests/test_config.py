@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from opcore.attention.registry import clear_override, register_backend
 from opcore.config import (
+    SWITCH_VARIABLES,
     ConfigError,
     OpcoreConfig,
     create_config,
+    env_flag,
     get_current_config,
     parse_custom_ops,
     parse_ir_op_priority,
     set_current_config,
 )
 from opcore.platforms import Platform
+from opcore.plugins import PLATFORM_PLUGINS_GROUP
+from opcore.testing import make_distribution, run_python
 
 
 class RecordingPlatform(Platform):
@@ -116,3 +121,110 @@ def test_set_current_config_is_scoped():
     with set_current_config(cfg):
         assert get_current_config() is cfg
     assert get_current_config() is before
+
+
+# --------------------------------------------------------------------------- every OPCORE_* variable
+@pytest.mark.parametrize("variable", SWITCH_VARIABLES)
+def test_switches_are_checked_when_the_config_is_created(variable):
+    for good in ("1", "true", "YES", " on ", "0", "false", "No", "off", ""):
+        create_config(RecordingPlatform(), env={variable: good})
+    with pytest.raises(ConfigError) as err:
+        create_config(RecordingPlatform(), env={variable: "maybe"})
+    message = str(err.value)
+    assert message.startswith(f"{variable}: 'maybe' is not a switch value")
+    assert "1, true, yes, on" in message and "0, false, no, off" in message
+    assert "\n" not in message
+    assert env_flag(variable, {variable: "On"}) and not env_flag(variable, {})
+
+
+@pytest.mark.parametrize("value", [",", "cpu,", "cpu,,acme", " "])
+def test_plugin_allow_list_with_an_empty_name_is_refused(value):
+    with pytest.raises(ConfigError) as err:
+        create_config(RecordingPlatform(), env={"OPCORE_PLUGINS": value})
+    assert str(err.value).startswith(f"OPCORE_PLUGINS: {value!r} has an empty name")
+    create_config(RecordingPlatform(), env={"OPCORE_PLUGINS": "cpu, acme"})
+
+
+def test_custom_ops_names_must_be_registered_layer_ops():
+    with pytest.raises(ConfigError) as err:
+        create_config(RecordingPlatform(), env={"OPCORE_CUSTOM_OPS": "all,+rms_nrom"})
+    message = str(err.value)
+    assert message.startswith(
+        "OPCORE_CUSTOM_OPS: '+rms_nrom' names no known layer op (did you mean 'rms_norm'?)"
+    )
+    assert "rms_norm" in message.split("known: ")[1].split(", ")
+    with pytest.raises(ConfigError) as err:
+        create_config(RecordingPlatform(), env={}, custom_ops=["-silu_and_mull"])
+    assert "custom_ops: '-silu_and_mull'" in str(err.value) and "'silu_and_mul'" in str(err.value)
+    # `attention` is a PluggableLayer: custom_ops does not apply to it.
+    with pytest.raises(ConfigError, match="'-attention' names no known layer op"):
+        create_config(RecordingPlatform(), env={"OPCORE_CUSTOM_OPS": "-attention"})
+    cfg = create_config(RecordingPlatform(), env={"OPCORE_CUSTOM_OPS": "none,+rms_norm"})
+    assert cfg.compilation.custom_ops == ["none", "+rms_norm"]
+
+
+def test_attention_backend_names_must_be_known():
+    with pytest.raises(ConfigError) as err:
+        create_config(RecordingPlatform(), env={"OPCORE_ATTENTION_BACKEND": "torch_natve"})
+    assert str(err.value).startswith(
+        "OPCORE_ATTENTION_BACKEND: 'torch_natve' names no known attention backend "
+        "(did you mean 'TORCH_NATIVE'?)"
+    )
+    with pytest.raises(ConfigError, match="attention.backend: 'nosuch' names no known"):
+        create_config(RecordingPlatform(), env={}, attention_backend="nosuch")
+    # A name a plugin registered is known from then on.
+    register_backend("CONFIG_TEST_ATTN", "config_test.Backend")
+    try:
+        cfg = create_config(RecordingPlatform(), env={"OPCORE_ATTENTION_BACKEND": "config_test_attn"})
+        assert cfg.attention.backend == "CONFIG_TEST_ATTN"
+    finally:
+        clear_override("CONFIG_TEST_ATTN")
+
+
+def test_names_a_platform_registers_in_import_kernels_are_known(tmp_path):
+    """A brand-new attention backend and layer op registered by the platform's
+    `import_kernels` (which runs lazily) are accepted: config creation loads the kernels
+    before it calls a name unknown."""
+    make_distribution(
+        tmp_path,
+        "opcore-plugin-zeta",
+        entry_points={PLATFORM_PLUGINS_GROUP: {"zeta": "zeta_plugin:probe"}},
+        files={
+            "zeta_plugin.py": """
+                from opcore_plugin_cpu.platform import CpuPlatform
+
+                def probe():
+                    return "zeta_plugin.Zeta"
+
+                class Zeta(CpuPlatform):
+                    name = "zeta"
+
+                    def import_kernels(self):
+                        super().import_kernels()
+                        from opcore.attention.registry import register_backend
+                        from opcore.layers import CustomOp
+
+                        register_backend("ZETA_ATTN", "zeta_plugin.ZetaAttention")
+
+                        @CustomOp.register("zeta_op")
+                        class ZetaOp(CustomOp):
+                            def forward_native(self, x):
+                                return x
+            """
+        },
+    )
+    code = """
+        from opcore.config import get_current_config
+        c = get_current_config()
+        print(c.attention.backend, c.compilation.custom_ops)
+    """
+    env = {"OPCORE_ATTENTION_BACKEND": "zeta_attn", "OPCORE_CUSTOM_OPS": "none,+zeta_op"}
+    proc = run_python(code, site=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[-2] == "ZETA_ATTN ['none', '+zeta_op']"
+    # Without the plugin the same names are refused, one line naming the variable.
+    proc = run_python(code, env={"OPCORE_CUSTOM_OPS": "none,+zeta_op"}, timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "opcore.config.ConfigError: OPCORE_CUSTOM_OPS: '+zeta_op' names no known layer op"
+    )

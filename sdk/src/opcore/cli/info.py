@@ -2,7 +2,13 @@
 
 Human output by default; ``--json`` prints the stable schema documented in
 docs/cli-info.md (``schema_version`` changes only when a field is removed or changes
-meaning; new fields may be added).
+meaning; new fields may be added). Every field is present on every run, failures included,
+so a tool never has to guess which keys exist.
+
+Exit status: 0 when everything was reported; 1 when the platform could not be resolved or a
+plugin failed under ``OPCORE_STRICT_PLUGINS=1``; 2 when an ``OPCORE_*`` variable or an option
+is invalid. A failure is one line on stderr (``opcore info: error: ...``) and the ``error``
+field; it is never a traceback.
 """
 
 from __future__ import annotations
@@ -11,11 +17,31 @@ import argparse
 import json
 import platform as _pyplatform
 import sys
+import time
+import warnings
 from typing import Any
 
 from opcore.config import add_config_arguments
 
 SCHEMA_VERSION = 1
+
+EXIT_OK = 0
+EXIT_NOT_RESOLVED = 1  # resolution failed, or a plugin failed under strict mode
+EXIT_INVALID_CONFIG = 2  # a malformed or unknown value in an OPCORE_* variable or option
+
+# `error_kind` values and their exit status.
+ERROR_RESOLUTION = "resolution"
+ERROR_PLUGIN = "plugin"
+ERROR_CONFIG = "config"
+EXIT_STATUS = {
+    None: EXIT_OK,
+    ERROR_RESOLUTION: EXIT_NOT_RESOLVED,
+    ERROR_PLUGIN: EXIT_NOT_RESOLVED,
+    ERROR_CONFIG: EXIT_INVALID_CONFIG,
+}
+
+# The sections collected once the platform is resolved; null until then.
+SECTIONS = ("devices", "general_plugins", "config", "ops", "layers", "attention", "compile")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "info",
         help="show the platform decision, plugins, ops, layers and attention backends",
         description="Show which platform is active and why, every candidate plugin, the "
-        "providers each op would use, layer bindings and attention candidates.",
+        "providers each op would use, layer bindings and attention candidates. Exit status: "
+        "0 reported, 1 platform not resolved (or a plugin failed under strict mode), "
+        "2 invalid OPCORE_* variable or option.",
     )
     parser.add_argument("--json", action="store_true", help="print the stable JSON schema")
     # No platform options here: `info` must also report a resolution that failed.
@@ -31,57 +59,113 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def collect(args: argparse.Namespace | None = None) -> dict[str, Any]:
-    """Everything `opcore info` shows, as plain data. Raises nothing for a failed
-    resolution: the error and the candidates seen are reported instead."""
+def _skeleton() -> dict[str, Any]:
+    """Every top-level field, with the values of a run that got nowhere."""
     import torch
 
     import opcore
-    from opcore import platforms
+    from opcore.platforms.resolution import environment_snapshot
 
-    data: dict[str, Any] = {
+    return {
         "schema_version": SCHEMA_VERSION,
         "opcore_version": opcore.__version__,
         "plugin_api_version": opcore.PLUGIN_API_VERSION,
         "python": _pyplatform.python_version(),
         "torch_version": torch.__version__,
+        "platform": None,
+        "rule": None,
+        "reason": None,
+        "error": None,
+        "error_kind": None,
+        "candidates": [],
+        "overridden": [],
+        "unmatched_allow_list": [],
+        "environment": environment_snapshot(),
+        "resolution_ms": None,
+        **dict.fromkeys(SECTIONS),
     }
+
+
+def _fail(data: dict[str, Any], kind: str, exc: BaseException | str) -> dict[str, Any]:
+    data["error"], data["error_kind"] = str(exc), kind
+    return data
+
+
+def _unmatched_allow_list() -> list[str]:
+    """The ``OPCORE_PLUGINS`` names no installed plugin has (already warned about by
+    resolution, so not again); none when ``OPCORE_PLATFORM`` bypassed the allow-list."""
+    from opcore import plugins
+    from opcore.platforms.resolution import environment_snapshot
+
+    if (environment_snapshot().get("OPCORE_PLATFORM") or "").strip():
+        return []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return plugins.warn_unmatched_allow_list()
+
+
+def collect(args: argparse.Namespace | None = None) -> dict[str, Any]:
+    """Everything `opcore info` shows, as plain data. Raises nothing for a bad environment,
+    a failed resolution or a strict-mode plugin failure: ``error`` and ``error_kind`` say
+    what stopped it, and every field is present (null or empty when not reached)."""
+    from opcore import platforms, plugins
+    from opcore.config import ConfigError, check_environment
+
+    data = _skeleton()
+    try:
+        check_environment()  # before resolution reads any of them
+    except ConfigError as exc:
+        return _fail(data, ERROR_CONFIG, exc)
+    start = time.perf_counter()
     try:
         decision = platforms.explain()
-    except platforms.PlatformResolutionError as exc:
-        data.update(
-            platform=None,
-            rule=None,
-            reason=None,
-            error=str(exc),
-            candidates=[c.to_dict() for c in exc.candidates],
+    except (platforms.PlatformResolutionError, plugins.PluginError, ConfigError) as exc:
+        data["resolution_ms"] = round((time.perf_counter() - start) * 1e3, 3)
+        data["candidates"] = [c.to_dict() for c in getattr(exc, "candidates", [])]
+        data["environment"] = getattr(exc, "environment", None) or data["environment"]
+        data["unmatched_allow_list"] = _unmatched_allow_list()
+        kind = (
+            ERROR_CONFIG
+            if isinstance(exc, ConfigError)
+            else ERROR_PLUGIN
+            if isinstance(exc, plugins.PluginError)
+            else ERROR_RESOLUTION
         )
-        return data
+        return _fail(data, kind, exc)
     data.update(decision.to_dict())
-    data["error"] = None
-    if args is not None:
-        from opcore.config import config_from_args, set_current_config
-
-        with set_current_config(config_from_args(args, decision.platform)):
-            return _collect_platform(data, decision)
-    return _collect_platform(data, decision)
+    return _collect_platform(data, decision, args)
 
 
-def _collect_platform(data: dict[str, Any], decision: Any) -> dict[str, Any]:
+def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[str, Any]:
     from opcore import plugins
+    from opcore.config import ConfigError, config_from_args, get_current_config, set_current_config
 
     platform = decision.platform
     try:
         data["devices"] = platform.device_summary()
     except Exception as exc:  # a device query failing must not hide the decision
         data["devices"] = {"error": f"{type(exc).__name__}: {exc}"}
-    general = plugins.load_general_plugins()
-    data["general_plugins"] = [vars(g) for g in general]
-    for section, fn in _sections():
-        try:
-            data[section] = fn()
-        except Exception as exc:
-            data[section] = {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        data["general_plugins"] = [vars(g) for g in plugins.load_general_plugins()]
+    except plugins.PluginError as exc:  # strict mode: a failing general plugin is fatal
+        return _fail(data, ERROR_PLUGIN, exc)
+    try:
+        config = config_from_args(args, platform) if args is not None else get_current_config()
+    except ConfigError as exc:
+        return _fail(data, ERROR_CONFIG, exc)
+    with set_current_config(config):
+        for section, fn in _sections():
+            try:
+                data[section] = fn()
+            except Exception as exc:
+                data[section] = {"error": f"{type(exc).__name__}: {exc}"}
+    # An op whose priority cannot be decided is a configuration error (its user list names
+    # a provider nobody registered): every call of it would raise.
+    op_errors = [
+        op["error"] for op in ((data["ops"] or {}).get("ops") or {}).values() if op.get("error")
+    ]
+    if op_errors:
+        return _fail(data, ERROR_CONFIG, op_errors[0])
     return data
 
 
@@ -105,7 +189,14 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render(data))
-    return 1 if data.get("error") else 0
+    if data["error"]:
+        sys.stdout.flush()
+        print(f"opcore info: error: {_one_line(data['error'])}", file=sys.stderr)
+    return EXIT_STATUS[data["error_kind"]]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
 
 
 # --------------------------------------------------------------------------- rendering
@@ -135,10 +226,11 @@ def render(data: dict[str, Any]) -> str:
         f"torch {data['torch_version']}, Python {data['python']}",
         "",
     ]
-    if data.get("error"):
-        out += [f"Platform: NOT RESOLVED: {data['error']}", ""]
+    p = data["platform"]
+    if p is None:
+        what = "INVALID CONFIGURATION" if data.get("error_kind") == ERROR_CONFIG else "NOT RESOLVED"
+        out += [f"Platform: {what}: {data['error'] or 'unknown'}", ""]
     else:
-        p = data["platform"]
         out += [
             f"Platform: {p['name']}  ({p['class']})",
             f"  device_type={p['device_type']}  dispatch_key={p['dispatch_key']}  "
@@ -151,11 +243,14 @@ def render(data: dict[str, Any]) -> str:
     for c in data["candidates"]:
         dist = f"{c['distribution']} {c['version']}" if c["distribution"] else c["entry_point"]
         rows.append([c["name"], c["tier"], dist, _candidate_result(c)])
-    out += _table(rows) if len(rows) > 1 else ["  (no platform plugin installed)"]
+    if len(rows) > 1:
+        out += _table(rows)
+    else:
+        out.append("  (none seen)" if p is None else "  (no platform plugin installed)")
     for name in data.get("unmatched_allow_list") or []:
         out.append(f"  warning: OPCORE_PLUGINS names {name!r}, which no installed plugin has")
     out.append("")
-    if data.get("error"):
+    if p is None:
         return "\n".join(out) + "\n"
     devices = data.get("devices") or {}
     out.append("Devices:")
@@ -169,12 +264,16 @@ def render(data: dict[str, Any]) -> str:
     for key, value in extra.items():
         out.append(f"  {key}: {value}")
     out.append("")
-    general = data.get("general_plugins") or []
+    general = data.get("general_plugins")
+    if general is None:  # a general plugin failed under strict mode
+        return "\n".join([*out, f"General plugins: FAILED: {data['error']}", ""]) + "\n"
     out.append("General plugins:" + ("" if general else " none"))
     for g in general:
         status = f"error: {g['error']}" if g["error"] else "ran"
         out.append(f"  {g['name']} ({g['distribution']} {g['version']}): {status}")
     out.append("")
+    if data.get("config") is None:  # the config could not be created
+        return "\n".join([*out, f"Configuration: INVALID: {data['error']}", ""]) + "\n"
     out += _render_ops(data.get("ops"))
     out += _render_layers(data.get("layers"))
     out += _render_attention(data.get("attention"))
@@ -195,14 +294,18 @@ def _render_ops(data: Any) -> list[str]:
     if early is not None:
         return early
     rows = [["OP", "EFFECTIVE PRIORITY", "PROVIDERS", "NOT USABLE HERE"]]
+    errors = []
     for name, op in sorted(data["ops"].items()):
         providers = ", ".join(p["name"] for p in op["providers"])
         unusable = [p["name"] for p in op["providers"] if not p["supported"]]
         skipped = [f"{k}: {v}" for k, v in (op.get("skipped") or {}).items()]
-        rows.append(
-            [name, " > ".join(op["effective_priority"]), providers, "; ".join(unusable + skipped)]
-        )
-    return ["Ops (providers tried in order; native always accepts):", *_table(rows), ""]
+        if op.get("error"):  # its priority could not be decided: no list to show
+            errors.append(f"  {name}: error: {op['error']}")
+            priority = "ERROR (below)"
+        else:
+            priority = " > ".join(op["effective_priority"])
+        rows.append([name, priority, providers, "; ".join(unusable + skipped)])
+    return ["Ops (providers tried in order; native always accepts):", *_table(rows), *errors, ""]
 
 
 def _render_layers(data: Any) -> list[str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -687,5 +686,8 @@ def all_ops() -> dict[str, IrOp]:
 
 
 def env_flag(name: str) -> bool:
-    value = os.environ.get(name, "").strip().lower()
-    return value not in ("", "0", "false", "no", "off")
+    """The core switch ``name``, read by the one parser all switches share: a bad value is
+    an `opcore.config.ConfigError` naming it."""
+    from opcore.config import env_flag as read_switch
+
+    return read_switch(name)

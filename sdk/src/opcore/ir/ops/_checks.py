@@ -11,14 +11,18 @@ import os
 
 import torch
 
+from opcore.config import FLAG_ON
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 FLOAT_SET = frozenset(FLOAT_DTYPES)
 INDEX_DTYPES = (torch.int32, torch.int64)
 INDEX_SET = frozenset(INDEX_DTYPES)
 _is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
-# OPCORE_IR_CHECK_VALUES=1 reads positions on every device (a device sync per call).
-_CHECK_ALL_DEVICES = os.environ.get("OPCORE_IR_CHECK_VALUES", "").strip() in ("1", "true", "yes", "on")
+# OPCORE_IR_CHECK_VALUES=1 reads positions on every device (a device sync per call). Read
+# at import with the switch values every core switch accepts; a bad value is reported, one
+# line naming it, when the config is created (opcore.config.check_environment).
+_CHECK_ALL_DEVICES = os.environ.get("OPCORE_IR_CHECK_VALUES", "").strip().lower() in FLAG_ON
 
 
 def fail(op: str, arg: str, message: str) -> None:
