@@ -184,7 +184,8 @@ def test_attention_backend_names_must_be_known():
 def test_names_a_platform_registers_in_import_kernels_are_known(tmp_path):
     """A brand-new attention backend and layer op registered by the platform's
     `import_kernels` (which runs lazily) are accepted: config creation loads the kernels
-    before it calls a name unknown."""
+    before it calls a name unknown, also when the plugin asks for the config meanwhile
+    (that used to hang on the config lock)."""
     make_distribution(
         tmp_path,
         "opcore-plugin-zeta",
@@ -202,7 +203,12 @@ def test_names_a_platform_registers_in_import_kernels_are_known(tmp_path):
                     def import_kernels(self):
                         super().import_kernels()
                         from opcore.attention.registry import register_backend
+                        from opcore.config import get_current_config
                         from opcore.layers import CustomOp
+
+                        # Asking for the config while the check loads the kernels must
+                        # neither hang nor refuse the names registered below.
+                        get_current_config()
 
                         register_backend("ZETA_ATTN", "zeta_plugin.ZetaAttention")
 
@@ -228,3 +234,9 @@ def test_names_a_platform_registers_in_import_kernels_are_known(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "opcore.config.ConfigError: OPCORE_CUSTOM_OPS: '+zeta_op' names no known layer op"
     )
+
+
+def test_probe_budget_is_checked_when_the_config_is_created(monkeypatch):
+    monkeypatch.setenv("OPCORE_PROBE_TIMEOUT_S", "soon")
+    with pytest.raises(ConfigError, match="OPCORE_PROBE_TIMEOUT_S='soon': expected a positive"):
+        create_config(RecordingPlatform())

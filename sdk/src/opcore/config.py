@@ -175,14 +175,22 @@ def parse_plugin_names(text: str, *, source: str = "OPCORE_PLUGINS") -> list[str
 
 def check_environment(env: Mapping[str, str] | None = None) -> None:
     """Check the ``OPCORE_*`` variables of ``env`` (default ``os.environ``) that configure
-    the process rather than the config object: the switches (`SWITCH_VARIABLES`) and the
-    plugin allow-list. A bad value is a `ConfigError` naming the variable and the bad part.
+    the process rather than the config object: the switches (`SWITCH_VARIABLES`), the
+    plugin allow-list and, for ``os.environ``, the probe budget. A bad value is a `ConfigError` naming the variable and the bad part.
     `create_config` calls it; so does `opcore info` before resolution reads them."""
     env = os.environ if env is None else env
     for name in SWITCH_VARIABLES:
         env_flag(name, env)
     if (raw := env.get("OPCORE_PLUGINS")) is not None:
         parse_plugin_names(raw)
+    if env is os.environ:  # the probe budget is read from the process environment only
+        from opcore.platforms import PlatformResolutionError
+        from opcore.platforms.resolution import probe_timeout_s
+
+        try:
+            probe_timeout_s()
+        except PlatformResolutionError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- registered names
@@ -206,6 +214,9 @@ def _is_current_platform(platform: Platform | None) -> bool:
     )
 
 
+_loading_names = threading.local()
+
+
 def _check_registered(
     wanted: list[tuple[str, str]], list_known, *, what: str, source: str, platform
 ) -> None:
@@ -215,13 +226,22 @@ def _check_registered(
     happens lazily; so when a name is missing and the config is for the current platform,
     they are loaded first (`opcore.ir.ensure_kernels_loaded`, once per process) and the
     names are checked again. For another platform the registry is taken as it stands."""
+    if getattr(_loading_names, "active", False):
+        # A config made while this thread loads the kernels for a name check (a kernel
+        # module or import_kernels asked for one): the registry is incomplete until the
+        # load ends, and the outer check runs then.
+        return
     known = list_known()
     if all(name in known for _, name in wanted):
         return
     if _is_current_platform(platform):
         from opcore.ir import ensure_kernels_loaded
 
-        ensure_kernels_loaded()
+        _loading_names.active = True
+        try:
+            ensure_kernels_loaded()
+        finally:
+            _loading_names.active = False
         known = list_known()
     for shown, name in wanted:
         if name not in known:
@@ -317,7 +337,9 @@ def create_config(
     return config
 
 
-_current_lock = threading.Lock()
+# Re-entrant: building the default config may load the kernels (a name check), and a
+# kernel module that dispatches while imported asks for the current config again.
+_current_lock = threading.RLock()
 _current: OpcoreConfig | None = None
 _generation = 0
 
