@@ -5,6 +5,11 @@ Precedence, lowest first: dataclass defaults < the platform's
 ``OPCORE_CUSTOM_OPS``, ``OPCORE_ATTENTION_BACKEND``, ``OPCORE_COMPILATION_MODE``) < explicit
 arguments; then the platform's ``check_and_update_config`` has the last word.
 
+Every core ``OPCORE_*`` variable is checked on the way (`check_environment`; names in
+``OPCORE_CUSTOM_OPS`` and ``OPCORE_ATTENTION_BACKEND`` against what is registered, see
+`check_custom_op_names`): a bad value is one `ConfigError` line naming the variable and the
+bad part (docs/platforms.md, "Environment variables").
+
 `create_config` builds one in that order. `set_current_config` makes one current for the
 code that needs it implicitly (op dispatch, layer construction); `get_current_config`
 builds one from the environment and the current platform the first time it is asked and
