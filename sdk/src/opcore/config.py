@@ -27,6 +27,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from opcore.scopes import ScopeKind
+
 if TYPE_CHECKING:
     from opcore.platforms import Platform
 
@@ -344,39 +346,47 @@ def create_config(
 
 # Re-entrant: building the default config may load the kernels (a name check), and a
 # kernel module that dispatches while imported asks for the current config again.
-_current_lock = threading.RLock()
-_current: OpcoreConfig | None = None
+_default_lock = threading.RLock()
+_default: OpcoreConfig | None = None
+# The open set_current_config blocks of this thread / asyncio task (see opcore.scopes).
+_scopes = ScopeKind("config")
 _generation = 0
 
 
 def config_generation() -> int:
-    """A counter bumped whenever the current config changes; caches keyed on it (such as
-    each op's effective priority list) stay valid until it moves."""
+    """A process-wide counter bumped whenever a `set_current_config` block is entered or
+    left in any thread. It says that something may have changed somewhere, not what is
+    current here: caches of per-thread decisions key on `opcore.scopes.current_scopes()`
+    and the config object instead."""
     return _generation
 
 
 def get_current_config() -> OpcoreConfig:
-    """The config set by `set_current_config`, else one built once from the environment
-    and the current platform."""
-    global _current
-    if _current is None:
-        with _current_lock:
-            if _current is None:
-                _current = create_config()
-    return _current
+    """The config of the innermost `set_current_config` block open in this thread or
+    asyncio task, else the process default (built once from the environment and the
+    current platform)."""
+    config = _scopes.top()
+    if config is not None:
+        return config
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = create_config()
+    return _default
 
 
 @contextlib.contextmanager
 def set_current_config(config: OpcoreConfig) -> Iterator[OpcoreConfig]:
-    """Make ``config`` current inside the ``with`` block (restored afterwards)."""
-    global _current, _generation
-    previous = _current
-    _current = config
+    """Make ``config`` current inside the ``with`` block, for this thread or asyncio task
+    only (other threads and tasks keep theirs). Blocks may be left in any order: leaving
+    one removes exactly that block (a `contextvars` scope; see `opcore.scopes`)."""
+    global _generation
     _generation += 1
     try:
-        yield config
+        with _scopes.push(config):
+            yield config
     finally:
-        _current = previous
         _generation += 1
 
 

@@ -2,9 +2,16 @@
 
 Hot path (`IrOp.__call__` in eager mode): validate the arguments (metadata checks shared by
 every provider), take the cached effective priority chain, return the first provider whose
-``supports_args`` accepts the arguments, call it. The chain is recomputed only when
-`opcore.config.config_generation()` or the registry generation moves (a provider or op is
-registered or removed, `set_priority` enters or exits, `invalidate_caches()` is called).
+``supports_args`` accepts the arguments, call it.
+
+What decides the chain is the current config and the op's `set_priority` list, both scoped
+to the thread or asyncio task (`opcore.scopes`), plus the provider registry. The cache is
+one tuple per op, checked by two compares: the identity of this context's scope stack
+(`opcore.scopes.current_scopes()`, which changes when any block is entered or left) and the
+registry generation (bumped when a provider or op is registered or removed, kernels load,
+or `invalidate_caches()` is called). On a miss the decision is looked up by value (config
+object, this op's override), so threads or blocks that alternate between a few settings
+decide each one once.
 
 When torch is tracing (Dynamo, make_fx, torch.fx proxies, any active dispatch mode) the
 call goes through ``torch.ops.opcore_ir.<name>`` instead, so the trace holds one opaque node.
@@ -21,11 +28,12 @@ from typing import Any
 
 import torch
 
-from opcore.config import config_generation as _config_generation
+from opcore import config as _config
 from opcore.ir import schema as _schema
 from opcore.ir.identity import hash_source, hash_source_pair
 from opcore.ir.samples import SampleGenerator, SampleInput, seeded_samples
 from opcore.ir.tolerances import default_tolerance
+from opcore.scopes import ScopeKind, current_scopes
 
 logger = logging.getLogger("opcore.ir")
 dispatch_logger = logging.getLogger("opcore.ir.dispatch")
@@ -35,8 +43,13 @@ RESERVED_PROVIDERS = frozenset({"native"})
 
 _REGISTRY: dict[str, IrOp] = {}
 _registry_lock = threading.RLock()
-# Bumped on every change that can alter a dispatch decision other than the config.
+# Bumped on every change that can alter a dispatch decision other than the config and the
+# set_priority scopes (those are per thread / task and keyed by identity instead).
 _GENERATION = 0
+# The open set_priority blocks of this thread / asyncio task; a frame's value is
+# (op name, providers tuple).
+_PRIORITY_SCOPES = ScopeKind("ir_priority")
+_NO_CACHE = (None, -1, None, None, False)
 
 # Bound once: these run on every eager call. Dynamo folds is_dynamo_compiling() to True
 # while tracing; export and AOT tracing run under a dispatch mode (second check).
@@ -48,6 +61,20 @@ _has_torch_function = torch._C._has_torch_function
 def bump_generation() -> None:
     global _GENERATION
     _GENERATION += 1
+
+
+def registry_generation() -> int:
+    """A counter bumped whenever registered ops or providers change (kernels loaded,
+    `invalidate_caches()` included): what a dispatch decision depends on besides the
+    config and the `set_priority` scopes."""
+    return _GENERATION
+
+
+def priority_overrides(frames: tuple | None = None) -> dict[str, tuple[str, ...]]:
+    """``{op name: providers}`` of the `set_priority` blocks open in this thread or task
+    (``frames``: an `opcore.scopes.current_scopes()` value; default: the current one). The
+    innermost block of an op wins."""
+    return dict(_PRIORITY_SCOPES.values(frames))
 
 
 def invalidate_caches() -> None:
@@ -160,6 +187,7 @@ class IrOp:
                     f"op {name!r}: parameter {p.name!r} is {p.kind.description}; native functions "
                     f"take plain positional-or-keyword parameters only"
                 )
+        self._signature = sig
         self.param_names = tuple(sig.parameters)
         if activations is None:
             activations = [p for p in self.param_names if p.startswith("x")]
@@ -192,14 +220,12 @@ class IrOp:
         self._fake: Callable[..., Any] | None = None
         self._sample_fn: SampleGenerator | None = None
         self._tolerances: dict[torch.dtype, tuple[float, float]] = dict(tolerances or {})
-        self._priority_override: list[str] | None = None
-        # dispatch cache
-        self._key_cfg = -1
-        self._key_reg = -1
-        self._chain: tuple[Impl, ...] = ()
-        self._fast: Impl | None = None
-        self._decision = None
-        self._log = False
+        # Dispatch cache: one tuple, replaced whole so a reader in another thread always
+        # sees a consistent one: (scope stack, registry generation, fast provider or None,
+        # Decision, log dispatch). See the module docstring.
+        self._cache: tuple = _NO_CACHE
+        # (id(config), override) -> (config, generation, Decision, log): decisions by value
+        self._decisions: dict[tuple, tuple] = {}
         self._lib = None
         self.torch_op = None
         self.torch_op_inplace = None
@@ -212,21 +238,38 @@ class IrOp:
             return self._call_kwargs(args, kwargs)
         if _is_compiling() or _dispatch_stack_len() or _has_torch_function(args):
             return self.torch_op(*args)
-        v = self._validator
-        if v is not None:
-            v(*args)
-        if self._key_cfg != _config_generation() or self._key_reg != _GENERATION:
-            self._refresh()
-        impl = self._fast
-        if impl is None:
-            impl = self.dispatch(*args)
-        return impl.functional(*args)
+        try:  # a try block costs nothing until something raises (CPython 3.11+)
+            v = self._validator
+            if v is not None:
+                v(*args)
+            c = self._cache
+            if c[0] is not current_scopes() or c[1] != _GENERATION:
+                c = self._refresh()
+            impl = c[2]
+            if impl is None:
+                impl = self._select(c, args, None)
+            return impl.functional(*args)
+        except TypeError:
+            self._check_arity(args, None)
+            raise
 
     def _call_kwargs(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         if is_tracing(args, kwargs):
             return self.torch_op(*args, **kwargs)
         self.validate(*args, **kwargs)
         return self.dispatch(*args, **kwargs).functional(*args, **kwargs)
+
+    def _check_arity(self, args: tuple, kwargs: Mapping[str, Any] | None) -> None:
+        """Raise a TypeError naming the op when the arguments do not fit its parameters
+        (else return, and the caller re-raises the error it caught)."""
+        try:
+            self._signature.bind(*args, **(kwargs or {}))
+        except TypeError as exc:
+            params = ", ".join(
+                p.name if p.default is p.empty else f"{p.name}={p.default!r}"
+                for p in self._signature.parameters.values()
+            )
+            raise TypeError(f"opcore.ir.ops.{self.name}: {exc}; it takes ({params})") from None
 
     def maybe_inplace(self, *args: Any, **kwargs: Any) -> Any:
         """Like calling the op, but the caller donates the activations: an in-place
@@ -238,17 +281,24 @@ class IrOp:
             )
         if is_tracing(args, kwargs):
             return self._from_inplace_list(self.torch_op_inplace(*args, **kwargs), args, kwargs)
-        v = self._validator
-        if v is not None:
-            v(*args, **kwargs)
+        self.validate(*args, **kwargs)
         return self.dispatch(*args, **kwargs).impl_fn(*args, **kwargs)
 
     def dispatch(self, *args: Any, **kwargs: Any) -> Impl:
         """The provider that runs for these arguments (first in the effective priority
         whose ``supports_args`` accepts them). Works on fake tensors."""
-        if self._key_cfg != _config_generation() or self._key_reg != _GENERATION:
-            self._refresh()
-        for impl in self._chain:
+        c = self._cache
+        if c[0] is not current_scopes() or c[1] != _GENERATION:
+            c = self._refresh()
+        try:
+            return self._select(c, args, kwargs)
+        except TypeError:
+            self._check_arity(args, kwargs)
+            raise
+
+    def _select(self, c: tuple, args: tuple, kwargs: Mapping[str, Any] | None) -> Impl:
+        kwargs = kwargs or {}
+        for impl in c[3].chain:
             sa = impl.supports_args
             if sa is None:
                 break
@@ -262,67 +312,105 @@ class IrOp:
                 )
         else:  # the chain always ends in a provider that takes every argument
             raise RuntimeError(f"op {self.name!r}: no provider accepts these arguments")
-        if self._log:
-            _log_dispatch(self, impl, args, kwargs)
+        if c[4]:
+            _log_dispatch(self, c[3].chain, impl, args, kwargs)
         return impl
 
     # ------------------------------------------------------------------ priority
-    def _refresh(self) -> None:
+    def priority_override(self) -> tuple[str, ...] | None:
+        """The providers of the innermost `set_priority` block of this op open in this
+        thread or asyncio task, or ``None``."""
+        return _override_in(current_scopes(), self.name)
+
+    def _refresh(self) -> tuple:
+        """Rebuild the dispatch cache for this context; returns the new cache tuple."""
         from opcore.ir import priority
 
         priority.ensure_kernels_loaded()
-        with _registry_lock:
-            cfg_gen, reg_gen = _config_generation(), _GENERATION
-            if priority.LAST_OPS_CHECK[0] != (cfg_gen, reg_gen):
-                from opcore.config import get_current_config
-                from opcore.platforms import get_current_platform
+        # Read the keys before deciding: a change racing with the decision then only
+        # costs one more refresh, never a stale chain.
+        scopes, gen = current_scopes(), _GENERATION
+        config = _config.get_current_config()
+        override = _override_in(scopes, self.name)
+        key = (id(config), override)
+        entry = self._decisions.get(key)
+        if entry is None or entry[0] is not config or entry[1] != gen:
+            priority.check_ops_named(config, gen)
+            decision = priority.decide(self, config, override=override)
+            entry = (config, gen, decision, priority.log_dispatch_enabled())
+            with _registry_lock:
+                if len(self._decisions) >= 32:  # bounded: configs made per call come and go
+                    self._decisions.clear()
+                self._decisions[key] = entry
+        decision, log = entry[2], entry[3]
+        # The first provider takes every argument and nothing is logged: no loop needed.
+        first = decision.chain[0]
+        fast = first if first.supports_args is None and not log else None
+        cache = (scopes, gen, fast, decision, log)
+        self._cache = cache
+        return cache
 
-                priority.warn_unknown_ops(get_current_config(), get_current_platform())
-                priority.LAST_OPS_CHECK[0] = (cfg_gen, reg_gen)
-            decision = priority.decide(self)
-            self._decision = decision
-            self._chain = decision.chain
-            self._log = priority.log_dispatch_enabled()
-            # The first provider takes every argument and nothing is logged: no loop needed.
-            first = decision.chain[0]
-            self._fast = first if first.supports_args is None and not self._log else None
-            self._key_cfg, self._key_reg = cfg_gen, reg_gen
+    def decision(self):
+        """The `opcore.ir.priority.Decision` in effect here (this thread or task's
+        current config and `set_priority` blocks)."""
+        c = self._cache
+        if c[0] is not current_scopes() or c[1] != _GENERATION:
+            c = self._refresh()
+        return c[3]
 
     def effective_priority(self, config: Any = None) -> list[str]:
         """The providers tried, in order, under ``config`` (default: the current config):
         user list, then platform default, then ``native`` when needed; providers not
-        supported here are left out."""
+        supported here are left out. The platform's kernels are loaded first, so the
+        answer does not depend on whether anything was dispatched before."""
         from opcore.ir import priority
 
         if config is None:
-            if self._key_cfg != _config_generation() or self._key_reg != _GENERATION:
-                self._refresh()
-            return list(self._decision.names)
+            return list(self.decision().names)
         priority.ensure_kernels_loaded()
         return list(priority.decide(self, config).names)
 
     @contextlib.contextmanager
     def set_priority(self, providers: Sequence[str]) -> Iterator[None]:
         """Within the block, use ``providers`` as this op's user priority list (in place
-        of the configured one; the platform default and the native rule still apply)."""
-        providers = list(providers)
-        self._check_known(providers, source="set_priority")
-        previous = self._priority_override
-        self._priority_override = providers
-        bump_generation()
-        try:
-            yield
-        finally:
-            self._priority_override = previous
-            bump_generation()
+        of the configured one; the platform default and the native rule still apply).
 
-    def _check_known(self, providers: Sequence[str], *, source: str) -> None:
-        unknown = [p for p in providers if p not in self.impls]
-        if unknown:
-            raise ValueError(
-                f"op {self.name!r}: {source} names unknown provider(s) "
-                f"{', '.join(repr(u) for u in unknown)}; registered providers: {', '.join(self.impls)}"
+        The block is scoped to the thread or asyncio task that opens it (other threads
+        and tasks keep their own priority); blocks may be left in any order. Names are
+        checked against the registered providers after the platform's kernels are
+        loaded (``ValueError`` for an unknown one)."""
+        from opcore.ir import priority
+
+        if isinstance(providers, str):
+            raise TypeError(
+                f"op {self.name!r}: set_priority takes a list of provider names, got the "
+                f"string {providers!r}"
             )
+        providers = tuple(providers)
+        priority.ensure_kernels_loaded()
+        self._check_known(providers, source="set_priority")
+        with _PRIORITY_SCOPES.push((self.name, providers)):
+            yield
+
+    def _check_known(self, providers: Sequence[str], *, source: str, in_force: bool = False) -> None:
+        """``ValueError`` when ``providers`` names one that is not registered.
+        ``in_force``: the list was accepted earlier (a `set_priority` block being open),
+        so an unknown name was unregistered since."""
+        unknown = [p for p in providers if p not in self.impls]
+        if not unknown:
+            return
+        names = ", ".join(repr(u) for u in unknown)
+        registered = ", ".join(self.impls)
+        if in_force:
+            raise ValueError(
+                f"op {self.name!r}: provider(s) {names} named by the open set_priority block "
+                f"{list(providers)} were unregistered after the block began; registered "
+                f"providers now: {registered}. Leave the block, or register the provider again"
+            )
+        raise ValueError(
+            f"op {self.name!r}: {source} names unknown provider(s) {names}; registered "
+            f"providers: {registered}"
+        )
 
     def explain(self, *args: Any, **kwargs: Any):
         """Which provider runs for these arguments, and why each other one does not
@@ -449,9 +537,16 @@ class IrOp:
         return fn
 
     def validate(self, *args: Any, **kwargs: Any) -> None:
-        """Run the op's validator (no-op when it has none)."""
+        """Run the op's validator (no-op when it has none). Arguments that do not fit the
+        op's parameters raise a ``TypeError`` naming the op."""
         if self._validator is not None:
-            self._validator(*args, **kwargs)
+            try:
+                self._validator(*args, **kwargs)
+            except TypeError:
+                self._check_arity(args, kwargs)
+                raise
+        else:
+            self._check_arity(args, kwargs)
 
     # ------------------------------------------------------------------ test metadata
     def sample_inputs(
@@ -574,14 +669,22 @@ def _cloning_wrapper(fn: Callable, indices: tuple[int, ...], names: tuple[str, .
     return functional
 
 
-def _log_dispatch(op: IrOp, impl: Impl, args: tuple, kwargs: Mapping[str, Any]) -> None:
+def _override_in(frames: tuple, name: str) -> tuple[str, ...] | None:
+    """The providers of the innermost `set_priority` block of op ``name`` in ``frames``."""
+    for frame in reversed(frames):
+        if frame.kind == "ir_priority" and frame.value[0] == name:
+            return frame.value[1]
+    return None
+
+
+def _log_dispatch(op: IrOp, chain: tuple[Impl, ...], impl: Impl, args: tuple, kwargs: Mapping[str, Any]) -> None:
     shapes = [
         f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
         if isinstance(a, torch.Tensor)
         else repr(a)
         for a in (*args, *kwargs.values())
     ]
-    skipped = [p.provider for p in op._chain[: op._chain.index(impl)]]
+    skipped = [p.provider for p in chain[: chain.index(impl)]]
     dispatch_logger.info(
         "%s(%s) -> %s%s",
         op.name,

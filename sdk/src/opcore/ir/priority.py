@@ -2,9 +2,10 @@
 
 Merge rule (DESIGN §3), for op ``o`` under config ``c`` on the current platform ``p``:
 
-1. the user list: ``o.set_priority([...])`` inside its block, else
-   ``c.kernel.ir_op_priority[o]`` (which includes ``OPCORE_IR_OP_PRIORITY``);
-   a name that is not a registered provider is a ``ValueError`` listing the registered ones;
+1. the user list: ``o.set_priority([...])`` inside its block (the innermost one open in
+   this thread or asyncio task), else ``c.kernel.ir_op_priority[o]`` (which includes
+   ``OPCORE_IR_OP_PRIORITY``); a name that is not a registered provider is a
+   ``ValueError`` listing the registered ones;
 2. then ``p.get_default_ir_op_priority(c)[o]``, minus names already listed; a name that is
    not registered or not supported here is skipped and warned about once;
 3. providers not supported here are dropped (a user-named one is warned about once);
@@ -12,8 +13,10 @@ Merge rule (DESIGN §3), for op ``o`` under config ``c`` on the current platform
    (``supports_args is None``); if there is none, ``native`` is appended, with a warning
    when the user's list was the reason.
 
-Kernels are loaded once, lazily, before the first decision: ``p.import_kernels()``, then
-``p.import_ir_kernels()``, then the general plugins.
+Kernels are loaded once, lazily, before the first decision and before any provider name
+is checked (`set_priority`, `explain`, `effective_priority`, the config's list):
+``p.import_kernels()``, then ``p.import_ir_kernels()``, then the general plugins. So
+whether a name is known never depends on whether something was dispatched before.
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ class PriorityWarning(UserWarning):
 
 
 _warned: set[tuple] = set()
-# (config generation, registry generation) at which unknown op names were last checked
-LAST_OPS_CHECK: list[tuple[int, int] | None] = [None]
+# (config, registry generation) for which unknown op names were last checked
+_last_ops_check: list[tuple[Any, int] | None] = [None]
 _warn_lock = threading.Lock()
 
 
@@ -111,6 +114,18 @@ def log_dispatch_enabled() -> bool:
     return enabled
 
 
+def check_ops_named(config: Any, generation: int) -> None:
+    """`warn_unknown_ops` for ``config`` on the current platform, once per config object
+    and registry generation."""
+    last = _last_ops_check[0]
+    if last is not None and last[0] is config and last[1] == generation:
+        return
+    from opcore.platforms import get_current_platform
+
+    warn_unknown_ops(config, get_current_platform())
+    _last_ops_check[0] = (config, generation)
+
+
 def warn_unknown_ops(config: Any, platform: Any) -> None:
     """Warn once about priority entries for ops that are not registered (a typo such as
     ``rms_nrom=triton`` would otherwise be ignored)."""
@@ -155,21 +170,31 @@ def _current_config() -> Any:
     return get_current_config()
 
 
-def decide(op: IrOp, config: Any = None, platform: Any = None) -> Decision:
+_CURRENT = object()
+
+
+def decide(op: IrOp, config: Any = None, platform: Any = None, *, override: Any = _CURRENT) -> Decision:
     """The chain of ``op`` under ``config`` (default: current) on ``platform`` (default:
-    current); raises ``ValueError`` when the user list names an unknown provider."""
+    current), with ``override`` as the `set_priority` list (default: the block open in
+    this thread or task; ``None``: none). Loads the platform's kernels first. Raises
+    ``ValueError`` when the user list names an unknown provider."""
+    ensure_kernels_loaded()
+    if override is _CURRENT:
+        override = op.priority_override()
     if config is None:
         config = _current_config()
     if platform is None:
         from opcore.platforms import get_current_platform
 
         platform = get_current_platform()
-    if op._priority_override is not None:
-        user, source = list(op._priority_override), "set_priority"
+    if override is not None:
+        user, source = list(override), "set_priority"
+        # set_priority checked the names when its block began: a missing one was removed since
+        op._check_known(user, source=source, in_force=True)
     else:
         user = list(config.kernel.ir_op_priority.get(op.name, []))
         source = "config.kernel.ir_op_priority / OPCORE_IR_OP_PRIORITY"
-    op._check_known(user, source=source)
+        op._check_known(user, source=source)
     defaults: Mapping[str, list[str]] = platform.get_default_ir_op_priority(config) or {}
     platform_list = list(defaults.get(op.name, []))
 
@@ -275,8 +300,7 @@ class Explanation:
 
 
 def explain(op: IrOp, args: tuple, kwargs: Mapping[str, Any]) -> Explanation:
-    op.effective_priority()  # refresh the cache
-    decision: Decision = op._decision
+    decision: Decision = op.decision()  # loads the kernels first
     rows: dict[str, dict[str, str]] = {}
     selected = None
     if args or kwargs:
