@@ -17,6 +17,9 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 FLOAT_SET = frozenset(FLOAT_DTYPES)
 INDEX_DTYPES = (torch.int32, torch.int64)
 INDEX_SET = frozenset(INDEX_DTYPES)
+# ``0.0 <= eps < EPS_BOUND`` is False for a negative, NaN or infinite epsilon (the validators'
+# fast paths use this one comparison; `check_eps` gives the message).
+EPS_BOUND = float("inf")
 _is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 # OPCORE_IR_CHECK_VALUES=1 reads positions on every device (a device sync per call). Read
@@ -72,8 +75,12 @@ def check_positive_int(op: str, arg: str, value: object) -> None:
 
 
 def check_eps(op: str, arg: str, eps: object) -> None:
+    """A finite number >= 0 (a negative or NaN epsilon makes every output NaN, an infinite
+    one every output 0). A symbolic float's value is not known here and is not checked."""
     if isinstance(eps, bool) or not isinstance(eps, (float, int, torch.SymFloat)):
         raise TypeError(f"opcore.ir.ops.{op}: argument {arg!r}: expected a float, got {type(eps).__name__}")
+    if not isinstance(eps, torch.SymFloat) and not 0.0 <= eps < EPS_BOUND:
+        fail(op, arg, f"is {eps!r}; expected a finite number >= 0")
 
 
 def values_readable(t: torch.Tensor) -> bool:

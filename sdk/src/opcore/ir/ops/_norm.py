@@ -16,6 +16,7 @@ from opcore.ir.ops import _checks as c
 from opcore.ir.samples import SampleInput, randn
 
 _FLOAT = c.FLOAT_SET
+_EPS_BOUND = c.EPS_BOUND
 _NORM_TOLERANCES = {torch.float16: (1e-2, 2e-3), torch.bfloat16: (2e-2, 1.6e-2)}
 
 
@@ -69,7 +70,7 @@ def _validate_rms_norm(x, weight, epsilon, variance_size=None):
     # Fast path: a valid common call costs a few attribute reads (this runs on every
     # eager call); anything else takes the full checks, which raise naming the argument.
     try:
-        if variance_size is None and type(epsilon) is float:
+        if variance_size is None and type(epsilon) is float and 0.0 <= epsilon < _EPS_BOUND:
             if weight is not None:
                 dt = weight.dtype
                 if (
@@ -90,7 +91,7 @@ def _validate_rms_norm(x, weight, epsilon, variance_size=None):
 @fused_add_rms_norm.register_validator
 def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
     try:  # fast path for a valid call, as in rms_norm
-        if variance_size is None and type(epsilon) is float:
+        if variance_size is None and type(epsilon) is float and 0.0 <= epsilon < _EPS_BOUND:
             dt = x.dtype
             if (
                 dt in _FLOAT

@@ -70,6 +70,7 @@ def _validate(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_he
         if (
             type(is_neox) is bool
             and type(epsilon) is float
+            and 0.0 <= epsilon < c.EPS_BOUND
             and type(num_heads) is int
             and type(num_kv_heads) is int
             and type(head_size) is int

@@ -27,6 +27,8 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
 def rope_tokens(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int, is_neox: bool) -> torch.Tensor:
     """Rotate ``t`` (``[*lead, ...]`` with ``cos``/``sin`` ``[N, rot_dim//2]``, ``N`` tokens)."""
     n = cos.shape[0]
+    if n == 0:  # no tokens: reshape(0, -1, head_size) is ambiguous; the result is empty like t
+        return torch.empty_like(t, memory_format=torch.contiguous_format)
     tf = t.reshape(n, -1, head_size).to(cos.dtype)
     out = apply_rope(tf, cos[:, None, :], sin[:, None, :], is_neox)
     return out.to(t.dtype).reshape(t.shape)
