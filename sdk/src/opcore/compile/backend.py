@@ -22,11 +22,18 @@ Per graph Dynamo captures (``opcore_ir`` ops are single opaque nodes there):
    as Python (Dynamo-only, no code generation), for debugging and for platforms whose
    kernels are all providers.
 
-Compiled graphs check, on each call, whether the opcore configuration or provider registry
-changed since they were compiled (two integer compares); if the cache key moved, the graph
-is compiled again from Dynamo's capture. Compilation is for inference: a graph with
-``opcore_ir`` ops whose inputs require grad under grad mode is refused (the ops have no
-autograd formula).
+Compiled graphs check, on each call, whether what their cache key is made of may have
+changed since the last call (two compares: the identity of this thread or task's scope
+stack, `opcore.scopes.current_scopes()`, and the provider-registry generation). The
+graph compiles under the backend's own copy of the config, so `set_current_config` never
+changes its key; what can is a `set_priority` block or a registry change. When either
+compare fails, the `set_priority` lists in force are compared by value with those the key
+was computed for (no key is recomputed when they are equal and the registry did not
+change), then the key is computed and, if it moved, the graph compiled again from
+Dynamo's capture. The compiled variants are kept per key, so threads or blocks that
+alternate between priorities compile each one once. Compilation is for inference: a
+graph with ``opcore_ir`` ops whose inputs require grad under grad mode is refused (the ops
+have no autograd formula).
 """
 
 from __future__ import annotations
@@ -45,8 +52,9 @@ from opcore.compile import record as _record
 from opcore.compile.cache_key import cache_key
 from opcore.compile.passes import _graph, functionalize_inplace, run_post_aot
 from opcore.compile.record import CompileRecord
-from opcore.ir import op as _ir_op
 from opcore.ir import priority as _priority
+from opcore.ir.op import priority_overrides, registry_generation
+from opcore.scopes import current_scopes
 
 logger = logging.getLogger("opcore.compile")
 MODES = ("eager", "inductor")
@@ -54,12 +62,6 @@ MODES = ("eager", "inductor")
 
 class CompileError(RuntimeError):
     """The model cannot be compiled by opcore as asked (the message says why)."""
-
-
-def _stamp() -> tuple[int, int]:
-    from opcore.config import config_generation
-
-    return config_generation(), _ir_op._GENERATION
 
 
 class OpcoreBackend:
@@ -227,35 +229,79 @@ def _check_inference(gm: fx.GraphModule) -> None:
 
 class CompiledGraph:
     """What the backend returns to Dynamo for one graph: the compiled callable plus a
-    staleness check (config or provider registry changed -> cache key recomputed -> the
-    graph compiled again from Dynamo's capture if the key moved)."""
+    staleness guard (see the module docstring): set_priority lists or provider registry
+    changed -> cache key recomputed -> the graph compiled again from Dynamo's capture if
+    the key moved (or the variant compiled earlier for that key reused)."""
+
+    _MAX_VARIANTS = 8  # compiled variants kept per graph (one per cache key)
+    _MAX_KEYS = 64  # (registry generation, set_priority lists) -> cache key entries kept
 
     def __init__(self, backend: OpcoreBackend, gm: fx.GraphModule, example_inputs: list[Any]):
         self.backend = backend
         self._original = copy.deepcopy(gm)
         self._tracing_context = torch._guards.TracingContext.try_get()
-        self._key = backend.cache_key()
-        self._fn, self.record = backend.compile_graph(gm, example_inputs, self._key)
-        self._stamp = _stamp()
+        self._lock = threading.Lock()
+        scopes, gen = current_scopes(), registry_generation()
+        key = backend.cache_key()
+        fn, self.record = backend.compile_graph(gm, example_inputs, key)
+        # registry generation may have moved while compiling (kernels loaded): key on the new one
+        gen_after = registry_generation()
+        self._keys: dict[tuple, str] = {(gen, _overrides_key(scopes)): key}
+        self._variants: dict[str, tuple[Any, CompileRecord]] = {key: (fn, self.record)}
+        # (scope stack, registry generation, compiled callable, cache key): one tuple,
+        # replaced whole, so a call in another thread reads a consistent one.
+        self._state = (scopes, gen if gen == gen_after else -1, fn, key)
+
+    @property
+    def cache_key(self) -> str:
+        """The cache key of the variant the last call ran."""
+        return self._state[3]
 
     def __call__(self, *args: Any) -> Any:
         # Dynamo calls a backend's result with positional arguments, as AOTAutograd's
-        # wrappers (eager and Inductor) expect.
-        if self._stamp != _stamp():
-            self._refresh()
-        return self._fn(*args)
+        # wrappers (eager and Inductor) expect. The guard: two compares.
+        state = self._state
+        if state[0] is not current_scopes() or state[1] != registry_generation():
+            state = self._refresh()
+        return state[2](*args)
 
-    def _refresh(self) -> None:
-        stamp = _stamp()
-        key = self.backend.cache_key()
-        if key != self._key:
-            logger.info("opcore.compile: configuration or providers changed; recompiling graph %d", self.record.graph_id)
-            gm = copy.deepcopy(self._original)
-            fakes = [_graph.fake_value(n) for n in _graph.placeholders(gm.graph)]
-            ctx = self._tracing_context
-            if ctx is None:
-                raise CompileError("opcore.compile: cannot recompile a graph captured without a tracing context")
-            with torch._guards.tracing(ctx):
-                self._fn, self.record = self.backend.compile_graph(gm, fakes, key)
-            self._key = key
-        self._stamp = stamp
+    def _refresh(self) -> tuple:
+        with self._lock:
+            scopes, gen = current_scopes(), registry_generation()
+            lookup = (gen, _overrides_key(scopes))
+            key = self._keys.get(lookup)
+            if key is None:
+                key = self.backend.cache_key()
+                if len(self._keys) >= self._MAX_KEYS:
+                    self._keys.clear()
+                self._keys[lookup] = key
+            variant = self._variants.get(key)
+            if variant is None:
+                logger.info(
+                    "opcore.compile: configuration or providers changed; recompiling graph %d",
+                    self.record.graph_id,
+                )
+                variant = self._recompile(key)
+                if len(self._variants) >= self._MAX_VARIANTS:
+                    self._variants.pop(next(iter(self._variants)))
+                self._variants[key] = variant
+            fn, self.record = variant
+            state = (scopes, gen, fn, key)
+            self._state = state
+            return state
+
+    def _recompile(self, key: str) -> tuple[Any, CompileRecord]:
+        gm = copy.deepcopy(self._original)
+        fakes = [_graph.fake_value(n) for n in _graph.placeholders(gm.graph)]
+        ctx = self._tracing_context
+        if ctx is None:
+            raise CompileError("opcore.compile: cannot recompile a graph captured without a tracing context")
+        with torch._guards.tracing(ctx):
+            return self.backend.compile_graph(gm, fakes, key)
+
+
+def _overrides_key(scopes: tuple) -> tuple:
+    """The `set_priority` lists in force in ``scopes``, hashable and order-independent."""
+    if not scopes:
+        return ()
+    return tuple(sorted(priority_overrides(scopes).items()))

@@ -4,15 +4,20 @@
 fusion flag; the name and source of every fusion pass and of the opcore pass modules
 (the opaque-call module included); per
 op, the effective priority under the config (so a platform default, a user list or a
-``set_priority`` block all count) and the identity hash (source) of every registered
-provider. It is the ``uuid()`` of the pass Inductor runs, so Inductor's FX-graph and
-AOTAutograd caches miss when any of it changes, and the in-process check of a compiled
-graph (`opcore.compile.backend`) recompiles.
+``set_priority`` block open in this thread or task all count) and the identity hash
+(source) of every registered provider. It is the ``uuid()`` of the pass Inductor runs, so
+Inductor's FX-graph and AOTAutograd caches miss when any of it changes, and the in-process
+check of a compiled graph (`opcore.compile.backend`) recompiles.
+
+Source hashes are computed once per object (module or function) per process: the code a
+process runs does not change under it, and hashing the pipeline's sources is the costly
+part of a key (milliseconds).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import inspect
 import json
@@ -25,6 +30,7 @@ from opcore.ir import priority as _priority
 from opcore.ir.op import all_ops
 
 
+@functools.cache
 def _source_hash(obj: Any) -> str:
     try:
         text = inspect.getsource(obj)
@@ -44,9 +50,10 @@ def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
     cfg.compilation.mode = mode
     ops: dict[str, Any] = {}
     for name, op in all_ops().items():
+        # The effective priority is what lowering follows; a set_priority list that leaves
+        # it unchanged does not change the compiled code, so it is not part of the key.
         ops[name] = {
             "priority": list(_priority.decide(op, cfg).names),
-            "override": list(op._priority_override) if op._priority_override is not None else None,
             "providers": {p: impl.identity_hash() for p, impl in sorted(op.impls.items())},
         }
     return {

@@ -26,6 +26,7 @@ from opcore.compile.passes.fuse_add_rms_norm import fuse_add_rms_norm
 from opcore.compile.passes.fuse_split_qkv_rmsnorm_rope import fuse_split_qkv_rmsnorm_rope
 from opcore.compile.passes.lower import LoweringError, lower
 from opcore.compile.record import CompileRecord
+from opcore.ir.op import bump_generation
 
 FusionPass = Callable[[fx.Graph], int]
 
@@ -43,10 +44,12 @@ def register_fusion_pass(name: str, fn: FusionPass) -> None:
     if name in FUSION_PASSES:
         raise ValueError(f"fusion pass {name!r} is already registered")
     FUSION_PASSES[name] = fn
+    bump_generation()  # compiled graphs re-check their cache key on their next call
 
 
 def unregister_fusion_pass(name: str) -> None:
     del FUSION_PASSES[name]
+    bump_generation()
 
 
 def run_post_aot(graph: fx.Graph, record: CompileRecord, config) -> None:
