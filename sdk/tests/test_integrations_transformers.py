@@ -428,6 +428,27 @@ if not UNDER_TRITON_INTERPRETER:
             ops_seen = be.last_record.by_op()
             assert {"split_qkv_rmsnorm_rope", "fused_add_rms_norm", "rms_norm", "silu_and_mul"} <= set(ops_seen), ops_seen
 
+    def test_generate_through_hf_static_cache_compile_path():
+        # transformers compiles the decode forward itself when the cache is static; it does
+        # so only on accelerators unless told otherwise (`_compile_all_devices`, its switch).
+        model = make_model("qwen3-h96-d128-gqa2-tied")
+        ids = tokens(2, 9)
+        kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False)
+        compile_config = transformers.CompileConfig(backend="aot_eager", fullgraph=True)
+        compile_config._compile_all_devices = True
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        try:
+            with torch.no_grad():
+                want = model.generate(ids, **kw)
+                with oh.patched(model):
+                    got = model.generate(ids, cache_implementation="static", compile_config=compile_config, **kw)
+            graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        finally:
+            torch._dynamo.reset()
+        assert graphs >= 1  # the compiled path ran
+        assert torch.equal(got, want)
+
     def test_under_triton_interpreter_with_triton_first():
         rerun_under_triton_interpreter(__file__, env={"OMP_NUM_THREADS": "1", "OPCORE_LOG_DISPATCH": "1"})
 
