@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from opcore.testing import make_distribution
 
 
 def _run(args: list[str], cwd, code: str | None = None) -> subprocess.CompletedProcess:
@@ -46,9 +55,6 @@ def test_core_cli_explains_a_missing_suite(tmp_path):
 def test_a_terminated_run_keeps_the_records_of_the_cases_that_ran(tmp_path):
     # SIGTERM is what `timeout` and a cancelled CI job send: the run stops between cases,
     # the JSONL already holds every finished case, and the reports say the run is incomplete.
-    import signal
-    import time
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
     report_dir = tmp_path / "reports"
     proc = subprocess.Popen(
@@ -77,3 +83,239 @@ def test_a_terminated_run_keeps_the_records_of_the_cases_that_ran(tmp_path):
     assert f"after {len(cases)} of {foot['collected']} collected" in summary
     assert "interrupted by SIGTERM" in stderr
     assert (report_dir / "conformance-junit.xml").stat().st_size > 0
+    junit = (report_dir / "conformance-junit.xml").read_text()
+    assert 'interrupted="SIGTERM"' in junit and 'name="incomplete"' in junit
+
+
+# ---------------------------------------------------------------- stopped before any case
+
+# A general plugin that stalls (bounded) where PLANTED_SLOW_AT says: while it is loaded
+# (setup), or in its op's sample generator (collection). It says so on stderr, which is
+# the test's cue to interrupt.
+SLOW_PLUGIN = '''
+import os
+import sys
+import time
+
+import torch
+
+from opcore.ir import SampleInput, register_op
+
+WHERE = os.environ.get("PLANTED_SLOW_AT", "")
+
+
+def _stall(phase):
+    print(f"planted-slow: stalling in {phase}", file=sys.stderr, flush=True)
+    time.sleep(60)  # the test interrupts this long before
+
+
+def register():
+    if WHERE == "setup":
+        _stall("setup")
+
+    @register_op
+    def planted_slow_scale(x: torch.Tensor) -> torch.Tensor:
+        """2 * x."""
+        return x * 2
+
+    @planted_slow_scale.register_sample_inputs
+    def _samples(dtype, *, quick, generator):
+        if WHERE == "collection":
+            _stall("collection")
+        yield SampleInput("t2_h8", (torch.randn(2, 8, generator=generator).to(dtype),))
+'''
+
+
+def _drain(stream, sink: list[str]) -> None:
+    for line in stream:
+        sink.append(line)
+
+
+@pytest.mark.parametrize("phase", ["setup", "collection"])
+def test_sigint_in_setup_or_collection_exits_130_with_one_line_and_incomplete_reports(phase, tmp_path):
+    site = tmp_path / "site"
+    make_distribution(site, "opcore-planted-slow",
+                      entry_points={"opcore.general_plugins": {"planted_slow": "planted_slow:register"}},
+                      files={"planted_slow.py": SLOW_PLUGIN})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
+               PLANTED_SLOW_AT=phase)
+    report_dir = tmp_path / "reports"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "opcore", "conformance", "--platform", "cpu", "--ops", "rms_norm",
+         "--dtypes", "float32", "--checks", "numerics", "--no-progress", "--report-dir", str(report_dir)],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    err: list[str] = []
+    readers = [threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
+               threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True)]
+    for r in readers:
+        r.start()
+    cue = f"planted-slow: stalling in {phase}\n"
+    deadline = time.monotonic() + 90
+    while cue not in err and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert cue in err, f"the run never reached the stall: {''.join(err)[-2000:]}"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    for r in readers:
+        r.join(timeout=30)
+    ours = [line for line in err if line != cue]
+    assert proc.returncode == 130, "".join(err)[-3000:]
+    assert "Traceback" not in "".join(err) and "KeyboardInterrupt" not in "".join(err)
+    assert len(ours) == 1, ours
+    assert ours[0].startswith(f"opcore conformance: interrupted by SIGINT during {phase}, before any case ran")
+    assert str(report_dir) in ours[0]
+
+    lines = [json.loads(line) for line in (report_dir / "conformance.jsonl").read_text().splitlines()]
+    head, foot = lines[0], lines[-1]
+    assert len(lines) == 2 and head["type"] == "header" and foot["type"] == "footer"
+    assert head["platform"] == "cpu" and head["mode"] == "quick"
+    assert foot["interrupted"] == "SIGINT" and foot["stopped_in"] == phase
+    assert foot["collected"] is None and foot["total"] == 0 and foot["exit_status"] == 1
+    summary = (report_dir / "conformance.md").read_text()
+    assert summary.startswith("# opcore conformance: cpu — INCOMPLETE")
+    assert f"interrupted by SIGINT during {phase}, before any case ran" in summary
+    junit = ET.parse(report_dir / "conformance-junit.xml").getroot()
+    assert junit.get("interrupted") == "SIGINT"
+    error = junit.find("testsuite[@name='run']/testcase[@name='incomplete']/error")
+    assert error is not None and f"during {phase}" in error.get("message")
+    assert "INCOMPLETE" in "".join(out)
+
+
+# ---------------------------------------------------------------- unusable inputs: exit 2 first
+
+_SMALL = ["conformance", "--platform", "cpu", "--ops", "rms_norm", "--dtypes", "float32",
+          "--checks", "numerics", "--no-progress"]
+
+
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_a_missing_or_invalid_expectations_file_stops_the_run_before_any_case(tmp_path):
+    report_dir = tmp_path / "reports"
+    line = _one_line_error(_run([*_SMALL, "--report-dir", str(report_dir),
+                                 "--expectations", "nosuch.toml"], tmp_path))
+    assert line.startswith("opcore conformance: --expectations: ") and "nosuch.toml" in line
+    assert not report_dir.exists()  # nothing ran, nothing written, no empty directory left
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('version = 1\n[[expect]]\nmatch = "numerics[*]"\nstatus = "xfial"\nreason = "r"\n')
+    line = _one_line_error(_run([*_SMALL, "--report-dir", str(report_dir), "--expectations", str(bad)],
+                                tmp_path))
+    assert "bad.toml" in line and "xfial" in line
+    bad.write_text("version = [\n")  # not TOML at all
+    line = _one_line_error(_run([*_SMALL, "--expectations", str(bad)], tmp_path))
+    assert "bad.toml" in line
+    assert not (tmp_path / "opcore-reports").exists() or not any((tmp_path / "opcore-reports").iterdir())
+
+
+def test_an_unusable_report_dir_is_a_one_line_usage_error(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    line = _one_line_error(_run([*_SMALL, "--report-dir", str(a_file)], tmp_path))
+    assert line == f"opcore conformance: --report-dir {a_file} is not a directory"
+    line = _one_line_error(_run([*_SMALL, "--report-dir", str(a_file / "sub")], tmp_path))
+    assert line.startswith(f"opcore conformance: --report-dir {a_file / 'sub'}: cannot create it")
+    assert a_file.read_text() == "not a directory"
+
+
+# ---------------------------------------------------------------- never overwritten silently
+
+def test_the_default_report_dir_keeps_every_run_and_points_latest_at_the_last(tmp_path):
+    first = _run(_SMALL, tmp_path)
+    second = _run(_SMALL, tmp_path)
+    assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
+    base = tmp_path / "opcore-reports"
+    runs = sorted(p for p in base.iterdir() if not p.is_symlink())
+    assert len(runs) == 2 and all((r / "conformance.jsonl").is_file() for r in runs)
+    assert (base / "latest").resolve() == runs[1].resolve()
+    assert f"jsonl: {runs[1].relative_to(tmp_path) / 'conformance.jsonl'}" in second.stdout
+
+
+def test_an_explicit_report_dir_holding_reports_is_refused_unless_overwrite(tmp_path):
+    # An earlier run's reports (any one of the three files counts), and a file of the user's.
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    (report_dir / "conformance-junit.xml").write_text("<testsuites/>")
+    (report_dir / "notes.txt").write_text("mine")
+    line = _one_line_error(_run([*_SMALL, "--report-dir", str(report_dir), "--dtypes", "bfloat16"],
+                                tmp_path))
+    assert line == (f"opcore conformance: --report-dir {report_dir} already holds the reports of an "
+                    f"earlier run (conformance-junit.xml): pass --overwrite to replace them, or choose "
+                    f"another directory (without --report-dir each run writes its own directory "
+                    f"under opcore-reports/)")
+    assert (report_dir / "conformance-junit.xml").read_text() == "<testsuites/>"  # untouched
+    proc = _run([*_SMALL, "--report-dir", str(report_dir), "--dtypes", "bfloat16", "--overwrite"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(x) for x in (report_dir / "conformance.jsonl").read_text().splitlines()]
+    assert {r["dtype"] for r in records if r["type"] == "case"} == {"bfloat16"}
+    assert "bfloat16" in (report_dir / "conformance-junit.xml").read_text()
+    assert (report_dir / "notes.txt").read_text() == "mine"  # only report files are replaced
+    # --overwrite alone (no --report-dir) has nothing to overwrite: a usage error
+    assert "--overwrite needs --report-dir" in _one_line_error(_run([*_SMALL, "--overwrite"], tmp_path))
+
+
+# A provider that is wrong everywhere, so every numerics case has a rerun line.
+ZERO_PROVIDER = '''
+import torch
+
+from opcore.ir import ops
+
+
+def zeros(x, weight, epsilon, variance_size=None):
+    return torch.zeros_like(x)
+
+
+def register():
+    ops.rms_norm.register_impl("planted_zero")(zeros)
+'''
+
+
+def test_rerun_lines_carry_the_environment_and_a_report_dir_and_rerun_as_printed(tmp_path):
+    site = tmp_path / "site"
+    make_distribution(site, "opcore-planted-zero",
+                      entry_points={"opcore.general_plugins": {"planted_zero": "planted_zero:register"}},
+                      files={"planted_zero.py": ZERO_PROVIDER})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    run_env = {**env, "OPCORE_IR_OP_PRIORITY": "rms_norm=native"}  # a variable the run depends on
+    report_dir = tmp_path / "reports"
+    proc = subprocess.run(
+        [sys.executable, "-m", "opcore", "conformance", "--platform", "cpu", "--ops", "rms_norm",
+         "--providers", "planted_zero", "--dtypes", "float32", "--checks", "numerics", "--no-progress",
+         "--report-dir", str(report_dir)],
+        env=run_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    records = [json.loads(x) for x in (report_dir / "conformance.jsonl").read_text().splitlines()]
+    failed = [r for r in records if r["type"] == "case" and r["status"] == "fail"]
+    assert failed
+    repro = failed[0]["repro"]
+    rerun_dir = report_dir.resolve() / "rerun"
+    assert repro.startswith("OPCORE_IR_OP_PRIORITY=rms_norm=native opcore conformance --platform cpu ")
+    assert "OPCORE_PLATFORM" not in repro  # --platform says it
+    assert repro.endswith(f"--report-dir {rerun_dir} --overwrite")
+    assert f"rerun: {repro}" in proc.stdout
+
+    # Pasted into a shell without the run's variables, from elsewhere, over an earlier
+    # rerun's reports: the same case, and the run's own reports untouched.
+    before = (report_dir / "conformance.jsonl").read_text()
+    rerun_dir.mkdir()
+    (rerun_dir / "conformance.jsonl").write_text("an earlier rerun's\n")
+    again = subprocess.run(["bash", "-c", repro], env=env, cwd=site, capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 1, again.stderr[-2000:]
+    rerun = [json.loads(x) for x in (rerun_dir / "conformance.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rerun if r["type"] == "case"] == [failed[0]["id"]]
+    assert rerun[0]["environment"]["OPCORE_IR_OP_PRIORITY"] == "rms_norm=native"
+    assert (report_dir / "conformance.jsonl").read_text() == before

@@ -41,8 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--full", dest="quick", action="store_false",
                       help="the whole grid of samples")
     parser.add_argument("--report-dir", metavar="DIR", default=None,
-                        help="where to write conformance.jsonl, conformance.md and "
-                             "conformance-junit.xml (default: ./opcore-reports)")
+                        help="write conformance.jsonl, conformance.md and conformance-junit.xml "
+                             "exactly here; refused when DIR already holds reports, unless "
+                             "--overwrite (default: a new directory per run, "
+                             "./opcore-reports/<UTC time>, with ./opcore-reports/latest "
+                             "pointing at the last)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let --report-dir replace the reports already in DIR")
     parser.add_argument("--expectations", metavar="FILE",
                         help="the expectations TOML file (default: the platform's own, from its "
                              "conformance_expectations attribute; 'none' to ignore it)")
@@ -53,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    from opcore_conformance.options import DEFAULT_REPORT_DIR, Options, parse_list
+    from opcore_conformance.options import Options, parse_list
 
     return Options(
         platform=args.platform,
@@ -64,21 +69,37 @@ def options_from_args(args: argparse.Namespace):
         cases=args.cases,
         imports=args.imports,
         quick=args.quick,
-        report_dir=args.report_dir or DEFAULT_REPORT_DIR,
+        report_dir=args.report_dir or None,
+        overwrite=args.overwrite,
         expectations=args.expectations,
         progress=args.progress,
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        options = options_from_args(args)
-    except ValueError as exc:
-        print(f"opcore conformance: {exc}", file=sys.stderr)
-        return 2
-    from opcore_conformance.runner import run as run_session
+    """Run the suite. SIGINT and SIGTERM are handled from here on (before torch is
+    imported): a stopped run exits 128 + the signal's number with one line, never a
+    traceback, and the reports it could write (`opcore_conformance.runner.run`)."""
+    from opcore_conformance.interrupt import Interrupted, Interruptions, exit_status
 
-    return run_session(options, list_only=args.list_only)
+    with Interruptions() as interruptions:
+        try:
+            try:
+                options = options_from_args(args)
+            except ValueError as exc:
+                print(f"opcore conformance: {exc}", file=sys.stderr)
+                return 2
+            if args.overwrite and args.report_dir is None:
+                print("opcore conformance: --overwrite needs --report-dir (without it each run "
+                      "writes a new directory and overwrites nothing)", file=sys.stderr)
+                return 2
+            from opcore_conformance.runner import run as run_session
+
+            return run_session(options, list_only=args.list_only, interruptions=interruptions)
+        except Interrupted as exc:  # while importing torch, before the runner took over
+            print(f"opcore conformance: interrupted by {exc.signal_name} before the run "
+                  f"started; no report written", file=sys.stderr)
+            return exit_status(exc.signal_name)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import torch
 
-DEFAULT_REPORT_DIR = "opcore-reports"
+from opcore_conformance.report.dirs import DEFAULT_BASE
+
+DEFAULT_REPORT_DIR = str(DEFAULT_BASE)  # the base of the per-run directories
 # The dtypes an op is checked in when it does not say otherwise (DESIGN §3).
 DEFAULT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -39,7 +41,10 @@ class Options:
     generators' quick sample sets (default) instead of the whole grid. ``imports``: modules
     imported before collection, for providers no plugin registers on this platform (e.g.
     ``opcore.kernels.triton`` under ``TRITON_INTERPRET=1`` on the CPU). ``expectations``: a
-    TOML file, ``"none"`` to ignore the platform's, or ``None`` for the platform's own."""
+    TOML file, ``"none"`` to ignore the platform's, or ``None`` for the platform's own.
+    ``report_dir``: where the reports go, exactly (refused when it holds a report, unless
+    ``overwrite``); ``None``: a new directory per run under ``opcore-reports/``
+    (`opcore_conformance.report.dirs` states the policy)."""
 
     platform: str | None = None
     ops: list[str] | None = None
@@ -49,12 +54,14 @@ class Options:
     cases: list[str] | None = None
     quick: bool = True
     imports: list[str] | None = None
-    report_dir: Path = Path(DEFAULT_REPORT_DIR)
+    report_dir: Path | None = None
+    overwrite: bool = False
     expectations: str | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
-        self.report_dir = Path(self.report_dir)
+        if self.report_dir is not None:
+            self.report_dir = Path(self.report_dir)
         for name in self.dtypes or ():
             dtype_from_name(name)
 

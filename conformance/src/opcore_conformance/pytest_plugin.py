@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 
 _ACTIVATING = ("opcore_platform", "opcore_ops", "opcore_providers", "opcore_dtypes", "opcore_checks",
-               "opcore_cases", "opcore_imports", "opcore_full", "opcore_report_dir", "opcore_expectations")
+               "opcore_cases", "opcore_imports", "opcore_full", "opcore_report_dir", "opcore_expectations",
+               "opcore_overwrite")
 _KEY = pytest.StashKey["Any"]()
+_DIR_KEY = pytest.StashKey["Any"]()  # the claimed report directory (report.dirs.ReportDir)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,7 +41,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="import MODULE before collecting (providers no plugin registers here)")
     g.addoption("--opcore-quick", action="store_true", default=False, help="quick sample sets (default)")
     g.addoption("--opcore-full", action="store_true", default=False, help="the whole grid")
-    g.addoption("--opcore-report-dir", metavar="DIR", help="report directory (default ./opcore-reports)")
+    g.addoption("--opcore-report-dir", metavar="DIR",
+                help="write the reports exactly here, refused when DIR holds reports unless "
+                     "--opcore-overwrite (default: a new ./opcore-reports/<UTC time> per run)")
+    g.addoption("--opcore-overwrite", action="store_true", default=False,
+                help="let --opcore-report-dir replace the reports already there")
     g.addoption("--opcore-expectations", metavar="FILE",
                 help="expectations TOML (default: the platform's own; 'none' to ignore it)")
 
@@ -55,7 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if config.getoption("opcore_quick") and config.getoption("opcore_full"):
         raise pytest.UsageError("--opcore-quick and --opcore-full exclude each other")
-    from opcore_conformance.options import DEFAULT_REPORT_DIR, Options, parse_list
+    from opcore_conformance.options import Options, parse_list
+    from opcore_conformance.report import dirs
     from opcore_conformance.session import ConformanceSession, SetupError
 
     try:
@@ -68,14 +75,24 @@ def pytest_configure(config: pytest.Config) -> None:
             cases=config.getoption("opcore_cases"),
             imports=config.getoption("opcore_imports"),
             quick=not config.getoption("opcore_full"),
-            report_dir=config.getoption("opcore_report_dir") or DEFAULT_REPORT_DIR,
+            report_dir=config.getoption("opcore_report_dir") or None,
+            overwrite=config.getoption("opcore_overwrite"),
             expectations=config.getoption("opcore_expectations"),
             progress=False,
         )
+        # The directory first (cheap), as the command line does: an unusable one, or one
+        # holding an earlier run's reports, stops pytest before anything runs.
+        rd = dirs.claim(options.report_dir, overwrite=options.overwrite)
+    except ValueError as exc:  # ReportDirError is a ValueError
+        raise pytest.UsageError(f"opcore conformance: {exc}") from None
+    try:
         session = ConformanceSession(options)
+        session.report_dir = rd.path
         session.setup()
     except (ValueError, SetupError) as exc:
+        dirs.release(rd)
         raise pytest.UsageError(f"opcore conformance: {exc}") from None
+    config.stash[_DIR_KEY] = rd
     config.stash[_KEY] = session
 
 
@@ -142,12 +159,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _KEY not in config.stash:
         return
     from opcore_conformance import report
+    from opcore_conformance.report import dirs
 
     conf = config.stash[_KEY]
     if not conf.results:
+        dirs.release(config.stash[_DIR_KEY])
         return
     records = [r.to_record() for r in conf.results]
-    conf.paths = report.write_all(conf.options.report_dir, conf.header(), records)
+    interrupted = "SIGINT" if exitstatus == pytest.ExitCode.INTERRUPTED else None
+    conf.paths = report.write_all(conf.report_dir, conf.header(), records,
+                                  collected=conf.collected, interrupted=interrupted)
+    dirs.mark_latest(config.stash[_DIR_KEY])
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -16,6 +16,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +35,8 @@ from opcore_conformance.case import (
 from opcore_conformance.options import Options
 
 REPORT_SCHEMA = 1
+# Variables outside OPCORE_* that change what a run does, carried by rerun commands.
+_RERUN_VARIABLES = ("TRITON_INTERPRET",)
 
 
 class SetupError(RuntimeError):
@@ -135,11 +138,22 @@ class ConformanceSession:
         self.meta_cases: list[Case] = []
         self.results: list[Result] = []
         self.started = time.time()
+        # The environment as the run found it: setup sets OPCORE_PLATFORM for --platform,
+        # and rerun commands must carry what the user had set, not what the run set.
+        self.environment = {k: v for k, v in os.environ.items()
+                            if k.startswith("OPCORE_") or k in _RERUN_VARIABLES}
+        # Where the reports go (`report.dirs.claim`'s answer), for rerun commands; None
+        # when nothing is written (--list).
+        self.report_dir: Path | None = None
+        self.collected: int | None = None  # how many cases `collect` returned
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> Context:
         from opcore_conformance import irapi
 
+        # A file named on the command line is read first: a typo or a malformed entry stops
+        # the run before the platform, let alone a case, is touched.
+        self._load_expectations_file()
         platform = select_platform(self.options.platform)
         irapi.load_kernels(platform)
         for module in self.options.imports or ():
@@ -154,16 +168,24 @@ class ConformanceSession:
         self._load_expectations(platform)
         return self.ctx
 
-    def _load_expectations(self, platform: Any) -> None:
+    def _load_expectations_file(self) -> None:
+        """``--expectations FILE``: a file that cannot be read or parsed is a usage error."""
         spec = self.options.expectations
+        if spec is None or spec.lower() == "none":
+            return
         try:
-            if spec is not None and spec.lower() == "none":
-                self.expectations = X.empty()
-            elif spec is not None:
-                self.expectations = X.load(spec)
-            else:
-                resource = getattr(type(platform), "conformance_expectations", None)
-                self.expectations = X.load_resource(resource) if resource else X.empty()
+            self.expectations = X.load(spec)
+        except X.ExpectationsError as exc:
+            raise SetupError(f"--expectations: {exc}") from None
+
+    def _load_expectations(self, platform: Any) -> None:
+        """The platform's own file when no --expectations was given. A broken one is the
+        plugin's defect, reported as the error case ``expectations[file]``."""
+        if self.options.expectations is not None:
+            return  # the file (or "none") was read by _load_expectations_file
+        try:
+            resource = getattr(type(platform), "conformance_expectations", None)
+            self.expectations = X.load_resource(resource) if resource else X.empty()
         except X.ExpectationsError as exc:
             self.expectations_error = str(exc)
             self.expectations = X.empty()
@@ -180,6 +202,7 @@ class ConformanceSession:
             if c.id in seen:
                 raise SetupError(f"duplicate case id {c.id!r}: two checks or samples share a name")
             seen.add(c.id)
+        self.collected = len(cases)
         return cases
 
     def _check_filters(self) -> None:
@@ -315,10 +338,13 @@ class ConformanceSession:
         return Result(case, status, outcome.status, message, outcome.metrics, tolerance_source=source)
 
     def repro(self, case: Case) -> str:
-        """A one-line command that reruns exactly this case."""
-        parts = []
-        if os.environ.get("TRITON_INTERPRET"):
-            parts.append(f"TRITON_INTERPRET={shlex.quote(os.environ['TRITON_INTERPRET'])}")
+        """A one-line command that reruns exactly this case, as this run ran it: the
+        variables the run found set (every ``OPCORE_*``, so a plugin's stand-in or opt-in
+        switch too; ``TRITON_INTERPRET``; the platform's device-visibility variable), the
+        platform, imports, mode and expectations file. Its reports go to ``rerun/`` inside
+        this run's report directory, replaced by each rerun (``--overwrite``): a rerun
+        never touches the run's own reports, and the line works as printed every time."""
+        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.rerun_environment().items())]
         parts += ["opcore", "conformance", "--platform", self.ctx.platform.name]
         for module in self.options.imports or ():
             parts += ["--import", shlex.quote(module)]
@@ -326,29 +352,37 @@ class ConformanceSession:
         if not self.options.quick:
             parts.append("--full")
         if self.options.expectations:
-            parts += ["--expectations", shlex.quote(str(self.options.expectations))]
+            parts += ["--expectations", shlex.quote(_absolute(self.options.expectations))]
+        if self.report_dir is not None:
+            parts += ["--report-dir", shlex.quote(str(Path(self.report_dir).resolve() / "rerun")),
+                      "--overwrite"]
         return " ".join(parts)
+
+    def rerun_environment(self) -> dict[str, str]:
+        """The variables a rerun must set: those the run found (not the OPCORE_PLATFORM
+        that --platform set, which the rerun's own --platform sets again)."""
+        env = {k: v for k, v in self.environment.items() if k != "OPCORE_PLATFORM"}
+        control = getattr(self.ctx.platform, "device_control_env_var", None) if self.ctx else None
+        if control and os.environ.get(control) is not None:
+            env[control] = os.environ[control]
+        return env
 
     # ------------------------------------------------------------------ reporting
     def header(self) -> dict[str, Any]:
+        """The JSONL header. Before setup has resolved the platform (a run stopped there)
+        it holds what is known without one: platform, device and seed are null."""
         from opcore_conformance import __version__, irapi
 
-        p = self.ctx.platform
-        try:
-            device_name = p.get_device_name(0)
-        except Exception as exc:  # reported by platform.device_queries as well
-            device_name = f"<get_device_name failed: {exc}>"
-        dist = _distribution_of(type(p).__module__)
-        return {
+        head: dict[str, Any] = {
             "type": "header",
             "schema": REPORT_SCHEMA,
             "suite": f"opcore-conformance@{__version__}",
-            "platform": p.name,
-            "platform_class": f"{type(p).__module__}.{type(p).__qualname__}",
-            "platform_distribution": dist,
-            "device": str(self.ctx.device),
-            "device_type": p.device_type,
-            "device_name": device_name,
+            "platform": self.options.platform,
+            "platform_class": None,
+            "platform_distribution": None,
+            "device": None,
+            "device_type": None,
+            "device_name": None,
             "versions": {
                 "opcore": _version("opcore"),
                 "opcore-conformance": __version__,
@@ -356,8 +390,8 @@ class ConformanceSession:
                 "triton": _version("triton"),
                 "python": _pyplatform.python_version(),
             },
-            "providers": irapi.provider_table(),
-            "seed": self.ctx.seed,
+            "providers": {},
+            "seed": None,
             "mode": self.options.mode,
             "filters": {
                 "ops": self.options.ops, "providers": self.options.providers,
@@ -366,14 +400,37 @@ class ConformanceSession:
             },
             "expectations": self.expectations.source,
             "environment": {k: v for k, v in os.environ.items()
-                            if k.startswith("OPCORE_") or k == "TRITON_INTERPRET"},
+                            if k.startswith("OPCORE_") or k in _RERUN_VARIABLES},
             "reference": {"device": "cpu", "dtype": "float64"},
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "argv": sys.argv,
         }
+        if self.ctx is None:
+            return head
+        p = self.ctx.platform
+        try:
+            device_name = p.get_device_name(0)
+        except Exception as exc:  # reported by platform.device_queries as well
+            device_name = f"<get_device_name failed: {exc}>"
+        head.update({
+            "platform": p.name,
+            "platform_class": f"{type(p).__module__}.{type(p).__qualname__}",
+            "platform_distribution": _distribution_of(type(p).__module__),
+            "device": str(self.ctx.device),
+            "device_type": p.device_type,
+            "device_name": device_name,
+            "providers": irapi.provider_table(),
+            "seed": self.ctx.seed,
+        })
+        return head
 
     def exit_code(self) -> int:
         return 1 if any(S.is_red(r.status) for r in self.results) else 0
+
+
+def _absolute(path: str) -> str:
+    # "none" is a keyword, not a path
+    return path if path.lower() == "none" else str(Path(path).resolve())
 
 
 def _version(dist: str) -> str | None:

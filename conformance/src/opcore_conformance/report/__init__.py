@@ -24,10 +24,12 @@ def paths_in(report_dir: Path) -> dict[str, Path]:
     }
 
 
-def write_all(report_dir: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Path]:
-    """Write the JSONL, then derive the Markdown and JUnit files from what was written."""
+def write_all(report_dir: Path, header: dict[str, Any], records: list[dict[str, Any]], *,
+              collected: int | None = None, interrupted: str | None = None) -> dict[str, Path]:
+    """Write the JSONL, then derive the Markdown and JUnit files from what was written.
+    ``interrupted`` (a signal's name) with ``collected`` marks a run stopped early."""
     paths = paths_in(report_dir)
-    jsonl.write(paths["jsonl"], header, records)
+    jsonl.write(paths["jsonl"], header, records, collected=collected, interrupted=interrupted)
     derive(paths)
     return paths
 
@@ -36,6 +38,11 @@ def open_stream(report_dir: Path, header: dict[str, Any]) -> tuple[jsonl.Stream,
     """Start the JSONL now (header first; records are added as cases end); call `derive`
     once the stream is closed."""
     paths = paths_in(report_dir)
+    # The Markdown and JUnit files exist only next to the JSONL they were derived from: an
+    # earlier run's (replaced with --overwrite) go now, not when this run ends, which a
+    # killed run never reaches.
+    paths["markdown"].unlink(missing_ok=True)
+    paths["junit"].unlink(missing_ok=True)
     return jsonl.Stream(paths["jsonl"], header), paths
 
 
@@ -44,4 +51,4 @@ def derive(paths: dict[str, Path]) -> None:
     header_back, records_back = jsonl.read(paths["jsonl"])
     foot = jsonl.read_footer(paths["jsonl"])
     paths["markdown"].write_text(markdown.render(header_back, records_back, foot), encoding="utf-8")
-    junit.write(paths["junit"], header_back, records_back)
+    junit.write(paths["junit"], header_back, records_back, foot)

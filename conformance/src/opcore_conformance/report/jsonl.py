@@ -1,6 +1,7 @@
 """JSON Lines: one header record (``"type": "header"``), one record per case
 (``"type": "case"``), one footer (``"type": "footer"``: counts by status, exit status, how
-many cases were collected, and what interrupted the run, if anything).
+many cases were collected (null when the run stopped before collection ended), what
+interrupted the run, if anything, and in which phase: ``stopped_in``).
 
 The command line writes the file as it goes (`Stream`): each case's record is flushed when
 the case ends, so a run stopped by a signal or a time limit still leaves its records. A file
@@ -59,16 +60,25 @@ class Stream:
         self._records.append(record)
         self._line(record)
 
-    def close(self, *, collected: int, interrupted: str | None = None) -> dict[str, Any]:
+    def close(self, *, collected: int | None, interrupted: str | None = None,
+              stopped_in: str | None = None) -> dict[str, Any]:
+        """Write the footer. ``collected`` None: the run stopped before collection ended.
+        ``stopped_in``: the phase a signal stopped (``setup``, ``collection``, ``cases``)."""
         foot = footer(self._records, collected=collected, interrupted=interrupted)
+        foot["collected"] = collected
+        foot["stopped_in"] = stopped_in if interrupted else None
         self._line(foot)
         self._f.close()
         return foot
 
 
-def write(path: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
+def write(path: Path, header: dict[str, Any], records: list[dict[str, Any]], *,
+          collected: int | None = None, interrupted: str | None = None) -> None:
+    """The whole file at once (the pytest plugin, at session end)."""
+    foot = footer(records, collected=collected, interrupted=interrupted)
+    foot["stopped_in"] = "cases" if interrupted else None
     with open(path, "w", encoding="utf-8") as f:
-        for rec in [header, *records, footer(records)]:
+        for rec in [header, *records, foot]:
             f.write(json.dumps(_clean(rec), default=str, sort_keys=False) + "\n")
 
 

@@ -1,6 +1,11 @@
 """JUnit XML for CI front ends, generated from the JSONL records: one ``testsuite`` per
 check, one ``testcase`` per case. fail and xpass are ``failure``, error is ``error``; skip,
-unsupported, not_applicable and xfail are ``skipped`` with the status in the message."""
+unsupported, not_applicable and xfail are ``skipped`` with the status in the message.
+
+An interrupted run (its footer names the signal) says so twice, for readers of either
+kind: an ``interrupted`` attribute on ``testsuites``, and a suite ``run`` whose one case,
+``incomplete``, is an ``error`` saying how far the run got, so a CI front end shows the run
+red even when every case that ran passed."""
 
 from __future__ import annotations
 
@@ -10,10 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from opcore_conformance import status as S
+from opcore_conformance.report.markdown import incomplete_note
 
 
-def build(header: dict[str, Any], records: list[dict[str, Any]]) -> ET.Element:
+def build(header: dict[str, Any], records: list[dict[str, Any]],
+          foot: dict[str, Any] | None = None) -> ET.Element:
+    """``foot``: the footer read back from the JSONL (None: none written)."""
     root = ET.Element("testsuites", name=f"opcore-conformance {header.get('platform')}")
+    if foot is not None and foot.get("interrupted"):
+        root.set("interrupted", str(foot["interrupted"]))
+        suite = ET.SubElement(root, "testsuite", name="run", tests="1", failures="0",
+                              errors="1", skipped="0")
+        tc = ET.SubElement(suite, "testcase", classname="opcore.conformance.run", name="incomplete",
+                           time="0")
+        note = incomplete_note(foot, records)
+        ET.SubElement(tc, "error", message=f"INCOMPLETE: {note}", type="interrupted").text = (
+            f"{note}; the cases below are those that ran")
     by_check: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for rec in records:
         by_check[rec["check"]].append(rec)
@@ -46,7 +63,8 @@ def build(header: dict[str, Any], records: list[dict[str, Any]]) -> ET.Element:
     return root
 
 
-def write(path: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    tree = ET.ElementTree(build(header, records))
+def write(path: Path, header: dict[str, Any], records: list[dict[str, Any]],
+          foot: dict[str, Any] | None = None) -> None:
+    tree = ET.ElementTree(build(header, records, foot))
     ET.indent(tree)
     tree.write(path, encoding="utf-8", xml_declaration=True)

@@ -28,6 +28,9 @@ def incomplete_note(foot: dict[str, Any] | None, records: list[dict[str, Any]]) 
     if foot is None:
         return f"the report has no footer: the run ended after {len(records)} case(s) without finishing"
     if foot.get("interrupted"):
+        if foot.get("collected") is None:  # stopped in setup or collection: no case ran
+            return (f"interrupted by {foot['interrupted']} during {foot.get('stopped_in') or 'setup'}, "
+                    f"before any case ran")
         return (f"interrupted by {foot['interrupted']} after {foot['total']} of "
                 f"{foot.get('collected')} collected case(s)")
     return None
