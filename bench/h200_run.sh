@@ -40,13 +40,13 @@ for step in $STEPS; do
     conformance)
       echo "== opcore conformance --platform cuda"
       timeout "${CONF_TIMEOUT:-180}" python3 -c "import sys; from opcore.cli import main; sys.exit(main())" conformance --platform cuda --no-progress \
-        --report-dir "$OUT/raw/conformance" ${CONF_ARGS:-}
+        --report-dir "$OUT/raw/conformance" --overwrite ${CONF_ARGS:-}
       echo "conformance rc=$?"
       cp "$OUT/raw/conformance/conformance.md" "$OUT/conformance.md" 2>/dev/null ;;
     conformance-full)
       echo "== opcore conformance --platform cuda --full ${CONF_FULL_ARGS:-}"
       timeout "${CONF_FULL_TIMEOUT:-300}" python3 -c "import sys; from opcore.cli import main; sys.exit(main())" conformance --platform cuda --no-progress \
-        --full --report-dir "$OUT/raw/conformance-full" ${CONF_FULL_ARGS:-}
+        --full --report-dir "$OUT/raw/conformance-full" --overwrite ${CONF_FULL_ARGS:-}
       echo "conformance-full rc=$?"
       cp "$OUT/raw/conformance-full/conformance.md" "$OUT/conformance-full.md" 2>/dev/null ;;
     ascend)

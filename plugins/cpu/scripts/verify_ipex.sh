@@ -34,7 +34,7 @@ cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
 start=$(date -u +"%Y-%m-%d %H:%M UTC")
 set +e
 "$VENV/bin/opcore" conformance --platform cpu --providers ipex "$MODE" \
-    --report-dir "$RAW" --no-progress > "$RAW.log" 2>&1
+    --report-dir "$RAW" --overwrite --no-progress > "$RAW.log" 2>&1
 rc=$?
 set -e
 summary=$(grep -E "^total:" "$RAW.log" || echo "total: (no summary; see log)")

@@ -37,7 +37,7 @@ except Exception:
 print(f'python {platform.python_version()}, torch {torch.__version__}, torch_xla {torch_xla.__version__}, jax {j}, opcore {opcore.__version__}')
 " 2>/dev/null)
 t0=$SECONDS
-"$VENV/bin/opcore" conformance --quick --report-dir "$WORK/conformance" --no-progress \
+"$VENV/bin/opcore" conformance --quick --report-dir "$WORK/conformance" --overwrite --no-progress \
     > "$WORK/conformance.log" 2>&1
 rc_conf=$?
 t_conf=$((SECONDS - t0))
