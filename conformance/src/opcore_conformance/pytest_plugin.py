@@ -82,7 +82,8 @@ def pytest_configure(config: pytest.Config) -> None:
         )
         # The directory first (cheap), as the command line does: an unusable one, or one
         # holding an earlier run's reports, stops pytest before anything runs.
-        rd = dirs.claim(options.report_dir, overwrite=options.overwrite)
+        rd = dirs.claim(options.report_dir, overwrite=options.overwrite,
+                        options=("--opcore-report-dir", "--opcore-overwrite"))
     except ValueError as exc:  # ReportDirError is a ValueError
         raise pytest.UsageError(f"opcore conformance: {exc}") from None
     try:

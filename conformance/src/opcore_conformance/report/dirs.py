@@ -46,12 +46,14 @@ def existing_reports(path: Path) -> list[str]:
 
 
 def claim(report_dir: Path | str | None, *, overwrite: bool = False,
-          base: Path | str = DEFAULT_BASE) -> ReportDir:
+          base: Path | str = DEFAULT_BASE, options: tuple[str, str] = ("--report-dir", "--overwrite"),
+          ) -> ReportDir:
     """Make the directory this run writes to, or raise `ReportDirError`.
 
     ``report_dir`` None: a new directory under ``base`` named by the UTC start time.
     Otherwise that directory (created with its parents): refused when it already holds a
-    report unless ``overwrite``."""
+    report unless ``overwrite``. ``options``: the front end's names for the two options,
+    used in messages (the pytest plugin's are ``--opcore-report-dir``, ``--opcore-overwrite``)."""
     if report_dir is None:
         base = Path(base)
         _make(base, f"the default report directory {base}")
@@ -68,7 +70,7 @@ def claim(report_dir: Path | str | None, *, overwrite: bool = False,
             return ReportDir(path, per_run=True, created=True)
         raise ReportDirError(f"{base}: too many runs started in the second {stamp}")
     path = Path(report_dir)
-    label = f"--report-dir {path}"
+    label = f"{options[0]} {path}"
     created = not path.exists()
     _make(path, label)
     _check_writable(path, label)
@@ -76,7 +78,7 @@ def claim(report_dir: Path | str | None, *, overwrite: bool = False,
     if held and not overwrite:
         raise ReportDirError(
             f"{label} already holds the reports of an earlier run ({', '.join(held)}): pass "
-            f"--overwrite to replace them, or choose another directory (without --report-dir "
+            f"{options[1]} to replace them, or choose another directory (without {options[0]} "
             f"each run writes its own directory under {DEFAULT_BASE}/)")
     return ReportDir(path, per_run=False, created=created)
 
