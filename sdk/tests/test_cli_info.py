@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from opcore.plugins import PLATFORM_PLUGINS_GROUP
+from opcore.plugins import GENERAL_PLUGINS_GROUP, PLATFORM_PLUGINS_GROUP
 from opcore.testing import make_distribution, run_python
 
 
@@ -219,3 +219,18 @@ def test_allow_list_that_matches_nothing_lists_the_installed_plugins():
     assert "OPCORE_PLUGINS names 'nosuch', but no installed opcore plugin has that name" in (
         proc.stderr
     )
+
+
+def test_strict_general_plugin_failure_keeps_the_decision(tmp_path):
+    make_distribution(
+        tmp_path,
+        "opcore-extras-broken",
+        entry_points={GENERAL_PLUGINS_GROUP: {"broken_extras": "broken_extras:register"}},
+        files={"broken_extras.py": "def register():\n    raise RuntimeError('bad registration')\n"},
+    )
+    proc = info("--json", site=tmp_path, env={"OPCORE_STRICT_PLUGINS": "1"})
+    assert_one_line_failure(proc, 1, "'broken_extras'", "bad registration")
+    data = json.loads(proc.stdout)
+    assert set(data) == TOP_LEVEL_FIELDS and data["error_kind"] == "plugin"
+    assert data["platform"]["name"] == "cpu"  # resolution had succeeded
+    assert data["general_plugins"] is None and data["ops"] is None

@@ -3,6 +3,11 @@
 Each subcommand is a module here exposing ``add_parser(subparsers)`` and ``run(args) -> int``.
 Subcommand modules import their optional dependencies (the conformance suite, cookiecutter)
 only when run, and then say what to install if one is missing.
+
+A configuration problem a subcommand leaves to this module (a malformed ``OPCORE_*`` value
+or option, a platform that cannot be resolved, a plugin failure under strict mode) is one
+line on stderr and exit status 2, never a traceback. `opcore info` handles its own and
+documents its exit statuses (docs/cli-info.md).
 """
 
 from __future__ import annotations
