@@ -40,6 +40,9 @@ class VirtualDevice:
         self.device_type = config.device_type
         self.memory = Memory(config.device_type, config.devices, config.memory_bytes)
         self.current_index = 0
+        # aten overload -> times the device ran it: what ran on the device, for tests and
+        # for a vendor checking that a kernel really computes there
+        self.op_counts: dict[str, int] = {}
 
     def check_dtype(self, dtype: torch.dtype, op: str) -> None:
         """Raise for a floating or complex dtype this device does not compute."""

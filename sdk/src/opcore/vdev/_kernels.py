@@ -132,13 +132,13 @@ class VirtualKernels:
 
     def __init__(self, device: VirtualDevice) -> None:
         self.device = device
-        self.calls: dict[str, int] = {}  # aten overload -> times run (tests, debugging)
 
     # ------------------------------------------------------------------ entry
     def __call__(self, op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
         name = op.name()
         packet = op._schema.name
-        self.calls[name] = self.calls.get(name, 0) + 1
+        counts = self.device.op_counts
+        counts[name] = counts.get(name, 0) + 1
         if not is_supported(packet):
             raise UnsupportedOpError(
                 f"{name} is not supported by the virtual device {self.device.device_type!r} "
