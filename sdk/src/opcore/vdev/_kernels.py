@@ -20,10 +20,10 @@ below) lands in `VirtualKernels.__call__`, which
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils import _pytree as pytree
 
 from opcore.vdev._memory import _CPU_KEYS, restride
 
@@ -103,6 +103,22 @@ class UnsupportedOpError(NotImplementedError):
     """An aten op the virtual device has no kernel for."""
 
 
+# An aten op's arguments are flat: a value, or a list of values (Tensor[], Tensor?[]). These
+# two walk exactly that, much cheaper than a general pytree on every call.
+def _map(fn, value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return type(value)(fn(v) for v in value)
+    return fn(value)
+
+
+def _leaves(args: tuple, kwargs: dict) -> Iterator[Any]:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (list, tuple)):
+            yield from value
+        else:
+            yield value
+
+
 def _numbers_as_tensors(op, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Python numbers back into tensors where the schema takes a ``Tensor``: torch hands
     a boxed fallback its wrapped-number arguments (``t % 16``) as plain numbers, which the
@@ -170,10 +186,12 @@ class VirtualKernels:
                 return torch.device("cpu")
             return x
 
-        h_args, h_kwargs = pytree.tree_map(to_host, _numbers_as_tensors(op, args, kwargs))
+        args, kwargs = _numbers_as_tensors(op, args, kwargs)
+        h_args = tuple(_map(to_host, a) for a in args)
+        h_kwargs = {k: _map(to_host, v) for k, v in kwargs.items()}
         h_storages = {
             id(x): x.untyped_storage().data_ptr()
-            for x in pytree.tree_leaves((h_args, h_kwargs))
+            for x in _leaves(h_args, h_kwargs)
             if isinstance(x, torch.Tensor)
         }
         result = op(*h_args, **h_kwargs)
@@ -184,7 +202,7 @@ class VirtualKernels:
         ``device=`` argument's, else the current device."""
         dev = self.device
         found: torch.device | None = None
-        for x in pytree.tree_leaves((args, kwargs)):
+        for x in _leaves(args, kwargs):
             if not isinstance(x, torch.Tensor):
                 continue
             if x.device.type == dev.device_type:
