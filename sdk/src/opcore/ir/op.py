@@ -20,8 +20,10 @@ call goes through ``torch.ops.opcore_ir.<name>`` instead, so the trace holds one
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -48,7 +50,8 @@ _registry_lock = threading.RLock()
 _GENERATION = 0
 # The open set_priority blocks of this thread / asyncio task; a frame's value is
 # (op name, providers tuple).
-_PRIORITY_SCOPES = ScopeKind("ir_priority")
+PRIORITY_SCOPE = "ir_priority"  # the `opcore.scopes.Frame.kind` of set_priority blocks
+_PRIORITY_SCOPES = ScopeKind(PRIORITY_SCOPE)
 _NO_CACHE = (None, -1, None, None, False)
 
 # Bound once: these run on every eager call. Dynamo folds is_dynamo_compiling() to True
@@ -63,12 +66,12 @@ def bump_generation() -> None:
     _GENERATION += 1
 
 
-def registry_generation() -> int:
-    """A counter bumped whenever registered ops or providers change (kernels loaded,
-    `invalidate_caches()` included): what a dispatch decision depends on besides the
-    config and the `set_priority` scopes."""
-    return _GENERATION
-
+# registry_generation(): a counter bumped whenever registered ops or providers change
+# (kernels loaded, `invalidate_caches()` included): what a dispatch decision depends on
+# besides the config and the `set_priority` scopes. A C-level callable (no Python frame):
+# compiled graphs call it on every call, where Dynamo's frame hook makes each Python frame
+# cost about a microsecond.
+registry_generation = functools.partial(getattr, sys.modules[__name__], "_GENERATION")
 
 def priority_overrides(frames: tuple | None = None) -> dict[str, tuple[str, ...]]:
     """``{op name: providers}`` of the `set_priority` blocks open in this thread or task
@@ -290,6 +293,8 @@ class IrOp:
         c = self._cache
         if c[0] is not current_scopes() or c[1] != _GENERATION:
             c = self._refresh()
+        if c[2] is not None:  # the first provider takes every argument
+            return c[2]
         try:
             return self._select(c, args, kwargs)
         except TypeError:
@@ -672,7 +677,7 @@ def _cloning_wrapper(fn: Callable, indices: tuple[int, ...], names: tuple[str, .
 def _override_in(frames: tuple, name: str) -> tuple[str, ...] | None:
     """The providers of the innermost `set_priority` block of op ``name`` in ``frames``."""
     for frame in reversed(frames):
-        if frame.kind == "ir_priority" and frame.value[0] == name:
+        if frame.kind == PRIORITY_SCOPE and frame.value[0] == name:
             return frame.value[1]
     return None
 
