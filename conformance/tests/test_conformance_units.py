@@ -9,13 +9,22 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
+from opcore_conformance import budgets as B
 from opcore_conformance import expectations as X
 from opcore_conformance import status as S
+from opcore_conformance.budgets import budget_for
 from opcore_conformance.case import Tolerance
 from opcore_conformance.report import write_all
 from opcore_conformance.report.jsonl import read, read_footer
 from opcore_conformance.report.markdown import render
-from opcore_conformance.tensors import compare, to_device
+from opcore_conformance.tensors import (
+    ULP_MAGNITUDE_FLOOR,
+    compare,
+    to_device,
+    ulp_error,
+    ulp_of,
+    ulp_summary,
+)
 
 
 def entry_text(**kw) -> str:
@@ -133,3 +142,127 @@ def test_markdown_and_junit_are_generated_from_the_jsonl(tmp_path):
     root = ET.parse(paths["junit"]).getroot()
     suites = {s.get("name"): s for s in root.iter("testsuite")}
     assert suites["numerics"].get("failures") == "1" and suites["platform.members"].get("skipped") == "1"
+
+
+# ----------------------------------------------------------------------------- ULP metrics
+
+def test_ulp_of_is_the_dtype_spacing_at_the_value():
+    got = ulp_of(torch.tensor([1.0, 1.5, 2.0, -3.0, 0.0]), torch.bfloat16)
+    assert got.tolist()[:4] == [2.0**-7, 2.0**-7, 2.0**-6, 2.0**-6]
+    info = torch.finfo(torch.bfloat16)
+    assert got[4] == info.smallest_normal * info.eps  # the subnormal spacing at zero
+
+
+def test_ulp_error_tells_correct_from_faithful_from_lost_precision():
+    ref = torch.linspace(1.0, 1.99, 1001, dtype=torch.float64)  # one binade: one ULP size
+    nearest = ref.to(torch.bfloat16)
+    truncated = (ref.float().view(torch.int32) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
+    assert float(ulp_error(nearest, ref, torch.bfloat16).max()) <= 0.5
+    trunc = ulp_error(truncated, ref, torch.bfloat16)
+    assert 0.5 < float(trunc.max()) < 1.0
+    off = ulp_error(nearest.double() + 1.5 * 2.0**-7, ref, torch.bfloat16)
+    assert float(off.min()) >= 1.0
+    s = ulp_summary(off)
+    assert s["peak_ulp"] == pytest.approx(float(off.max())) and s["over_1ulp"] > 0.9
+
+
+def test_ulp_error_measures_tiny_results_at_a_fraction_of_the_outputs_scale():
+    ref = torch.tensor([1.0, -1.0, 1.0, 1e-6], dtype=torch.float64)
+    out = ref.clone()
+    out[3] += 2.0**-10  # a tiny result off by a rounding of terms of magnitude 1
+    e = ulp_error(out, ref, torch.bfloat16)
+    floor = ULP_MAGNITUDE_FLOOR * float(ref.pow(2).mean().sqrt())
+    assert float(e[3]) == pytest.approx(2.0**-10 / float(ulp_of(torch.tensor([floor]), torch.bfloat16)[0]))
+    assert float(e[3]) < 10
+
+
+def test_ulp_error_of_non_finite_values():
+    ref = torch.tensor([float("nan"), float("inf"), 1.0], dtype=torch.float64)
+    assert ulp_error(torch.tensor([float("nan"), float("inf"), 1.0]), ref, torch.float32).tolist() == [0, 0, 0]
+    assert math.isinf(float(ulp_error(torch.tensor([0.0, float("inf"), 1.0]), ref, torch.float32)[0]))
+    assert ulp_summary(torch.zeros(0)) == {"peak_ulp": 0.0, "p99_ulp": 0.0, "over_1ulp": 0.0}
+
+
+# ------------------------------------------------------------------------------ budgets
+
+def test_budget_defaults_floor_and_factor():
+    from opcore.ir import ops
+
+    b = budget_for(ops.rms_norm, "bfloat16")
+    assert (b.factor, b.floor_ulps, b.source) == (B.DEFAULT_FACTOR, B.DEFAULT_FLOOR_ULPS["bfloat16"], "default")
+    assert b.allowed(0.0) == b.floor_ulps  # native exact: the floor, not zero
+    assert b.allowed(10.0) == 10.0 * b.factor
+
+
+def test_budget_precedence_op_declaration_then_suite_table(monkeypatch):
+    from opcore.ir import ops
+
+    monkeypatch.setitem(B.OP_BUDGETS, "rms_norm", {"factor": 3.0, "floor_ulps": {"float16": 2.0}})
+    assert budget_for(ops.rms_norm, "float16") == B.Budget(3.0, 2.0, "suite")
+    assert budget_for(ops.rms_norm, "bfloat16").floor_ulps == B.DEFAULT_FLOOR_ULPS["bfloat16"]
+    monkeypatch.setattr(ops.rms_norm, "error_budget",
+                        lambda dtype: (4.0, 1.5) if dtype == torch.float16 else None, raising=False)
+    assert budget_for(ops.rms_norm, "float16") == B.Budget(4.0, 1.5, "op")
+    assert budget_for(ops.rms_norm, "bfloat16").source == "suite"
+    monkeypatch.setattr(ops.rms_norm, "error_budget", lambda dtype: (0.5, 1.0), raising=False)
+    with pytest.raises(ValueError, match="factor must be a finite number >= 1"):
+        budget_for(ops.rms_norm, "float16")
+
+
+# ------------------------------------------------------------------------------ seeding
+
+def test_sample_seed_is_a_stable_hash_of_op_and_name():
+    from opcore.ir.samples import sample_seed
+
+    # pinned: a change here changes every sample of every op (and every recorded result)
+    assert sample_seed("rms_norm", "t1_h8") == 7405804835865728807
+    assert sample_seed("rms_norm", "t1_h8") != sample_seed("rms_norm", "t1_h9")
+    assert sample_seed("rms_norm", "t1_h8") != sample_seed("fused_add_rms_norm", "t1_h8")
+
+
+def test_a_sample_is_the_same_whatever_precedes_it():
+    from opcore.ir.samples import SampleInput, randn, seeded_samples
+
+    def gen(dtype, *, quick, generator):
+        names = ["a", "b"] if quick else ["c", "b", "x", "a"]
+        for name in names:
+            yield SampleInput(name, (randn((3, 5), dtype, generator),))
+
+    quick = {s.name: s.args[0] for s in seeded_samples("op", gen, torch.float32, quick=True)}
+    full = {s.name: s.args[0] for s in seeded_samples("op", gen, torch.float32, quick=False)}
+    assert torch.equal(quick["a"], full["a"]) and torch.equal(quick["b"], full["b"])
+    assert not torch.equal(full["a"], full["b"])
+    half = {s.name: s.args[0] for s in seeded_samples("op", gen, torch.bfloat16, quick=True)}
+    assert torch.equal(half["a"], quick["a"].to(torch.bfloat16))  # one draw, cast per dtype
+
+
+def test_sample_names_that_depend_on_the_values_are_refused():
+    from opcore.ir.samples import SampleInput, seeded_samples
+
+    def gen(dtype, *, quick, generator):
+        x = torch.rand(1, generator=generator)
+        yield SampleInput(f"s{int(x * 1e6)}", (x,))
+
+    with pytest.raises(RuntimeError, match="must not depend on the values drawn"):
+        list(seeded_samples("op", gen, torch.float32, quick=True))
+
+
+def test_one_case_id_names_the_same_inputs_in_quick_and_full_mode():
+    # through the suite's own sample cache, for every op the suite checks
+    from opcore_conformance import irapi
+
+    cache = irapi.SampleCache()
+    checked = 0
+    for name in irapi.op_names():
+        op = irapi.get_op(name)
+        quick = {s.name: s for s in cache.samples(op, "float16", True)}
+        full = {s.name: s for s in cache.samples(op, "float16", False)}
+        assert set(quick) <= set(full), name
+        for sample_name, sample in quick.items():
+            other = full[sample_name]
+            pairs = list(zip(sample.tensors(), other.tensors(), strict=True))
+            assert pairs, sample_name
+            for (key, a), (_, b) in pairs:
+                assert torch.equal(a, b) and a.stride() == b.stride(), f"{name} {sample_name} {key}"
+            checked += 1
+    assert checked > 100
