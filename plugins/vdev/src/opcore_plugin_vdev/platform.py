@@ -60,12 +60,8 @@ class VdevPlatform(Platform):
         return torch.vdev.get_device_name(index)
 
     def get_device_total_memory(self, index: int = 0) -> int:
-        total = torch.vdev.get_device_properties(index).total_memory
-        if total is None:  # unbounded: the host's memory is the real limit
-            import os
-
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return total
+        # OPCORE_VDEV_MEMORY, or the host's memory when the device is unbounded
+        return torch.vdev.get_device_properties(index).total_memory
 
     def synchronize(self) -> None:
         torch.vdev.synchronize()

@@ -27,8 +27,15 @@ class DeviceProperties:
     """What ``torch.<device_type>.get_device_properties(i)`` answers."""
 
     name: str
-    total_memory: int | None
+    total_memory: int  # bytes: the configured memory size, or the host's memory when unbounded
     index: int
+
+
+def host_memory_bytes() -> int:
+    """The host's physical memory: what bounds an unbounded virtual device."""
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class VirtualDevice:
@@ -142,7 +149,8 @@ class DeviceModule:
     def get_device_properties(self, device: int | str | torch.device | None = None) -> DeviceProperties:
         index = self._index(device)
         self._device.check_index(index, "get_device_properties")
-        return DeviceProperties(self._device.config.name, self._device.config.memory_bytes, index)
+        total = self._device.config.memory_bytes
+        return DeviceProperties(self._device.config.name, host_memory_bytes() if total is None else total, index)
 
     def get_device_capability(self, device: int | str | torch.device | None = None) -> tuple[int, int]:
         return (0, 0)
@@ -160,9 +168,7 @@ class DeviceModule:
 
     def mem_get_info(self, device: int | str | torch.device | None = None) -> tuple[int, int]:
         index = self._index(device)
-        total = self._device.config.memory_bytes
-        if total is None:
-            raise RuntimeError(f"{self._device.device_type}: no memory size configured (unbounded)")
+        total = self.get_device_properties(index).total_memory
         return total - self._device.memory.used[index], total
 
     def empty_cache(self) -> None:
