@@ -83,6 +83,76 @@ def _attend_tile(
 
 
 @triton.jit
+def _attend_range(
+    q, m_i, l_i, acc, begin, hi, lo, q_pos, seq, kv_head, d, d_ok,
+    K, V, block_table, qk_scale,
+    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+    block_size, window,
+    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """`_attend_tile` over the tiles starting at ``begin, begin + BLOCK_N, ...`` below
+    ``hi``. Returns the updated ``(m_i, l_i, acc)``."""
+    # Loads feeding tl.dot in a `for` loop are software-pipelined on GPUs. The
+    # interpreter cannot take a tensor loop bound under numpy >= 2.4 (triton-lang/triton
+    # #9171), so it runs the same tile step in a `while` loop.
+    if INTERPRET:
+        start = begin
+        while start < hi:
+            m_i, l_i, acc = _attend_tile(
+                q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
+                K, V, block_table, qk_scale,
+                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+                block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
+            )
+            start += BLOCK_N
+    else:
+        for start in range(begin, hi, BLOCK_N):
+            m_i, l_i, acc = _attend_tile(
+                q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
+                K, V, block_table, qk_scale,
+                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+                block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
+            )
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _query_span(query_start_loc, seq):
+    """First token of sequence ``seq`` in the packed query, and its query length."""
+    q_begin = tl.load(query_start_loc + seq)
+    q_len = tl.load(query_start_loc + seq + 1) - q_begin
+    return q_begin, q_len
+
+
+@triton.jit
+def _load_q(Q, tok, stride_qt, head, stride_qh, d, mask, INTERPRET: tl.constexpr):
+    """Query rows at token offset ``tok`` (one per row, or one for all), heads ``head``,
+    columns ``d``."""
+    q = tl.load(Q + tok * stride_qt + head[:, None] * stride_qh + d[None, :], mask=mask, other=0.0)
+    if INTERPRET:
+        # The interpreter computes on numpy, which has no bf16: do the math in fp32.
+        q = q.to(tl.float32)
+    return q
+
+
+@triton.jit
+def _normalised(acc, l_i):
+    """``acc / l_i`` per row; a row that saw no key (``l_i`` and ``acc`` 0) gives zeros."""
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    return acc / l_safe[:, None]
+
+
+@triton.jit
+def _store_out(Out, tok, stride_ot, head, stride_oh, d, mask, out):
+    """Store ``out`` in ``Out``'s dtype at the rows `_load_q` addresses."""
+    tl.store(
+        Out + tok * stride_ot + head[:, None] * stride_oh + d[None, :],
+        out.to(Out.dtype.element_ty),
+        mask=mask,
+    )
+
+
+@triton.jit
 def paged_attention_kernel(
     Q, K, V, Out,
     query_start_loc, seq_lens, block_table,
@@ -101,8 +171,7 @@ def paged_attention_kernel(
     seq = tl.program_id(0)
     qblock = tl.program_id(1)
     kv_head = tl.program_id(2)
-    q_begin = tl.load(query_start_loc + seq)
-    q_len = tl.load(query_start_loc + seq + 1) - q_begin
+    q_begin, q_len = _query_span(query_start_loc, seq)
     if qblock * BLOCK_Q >= q_len:
         return
     ctx = tl.load(seq_lens + seq)
@@ -114,13 +183,9 @@ def paged_attention_kernel(
     head = kv_head * GROUP + g
     d = tl.arange(0, HEAD_PAD)
     d_ok = d < HEAD
-    q = tl.load(
-        Q + (q_begin + tok).to(tl.int64)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
-    )
-    if INTERPRET:
-        q = q.to(tl.float32)
+    io_mask = row_ok[:, None] & d_ok[None, :]
+    q_tok = (q_begin + tok).to(tl.int64)[:, None]
+    q = _load_q(Q, q_tok, stride_qt, head, stride_qh, d, io_mask, INTERPRET)
     q_pos = ctx - q_len + tok  # absolute position of each row's token
 
     first_pos = ctx - q_len + qblock * BLOCK_Q
@@ -136,35 +201,14 @@ def paged_attention_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
-    # Loads feeding tl.dot in a `for` loop are software-pipelined on GPUs. The
-    # interpreter cannot take a tensor loop bound under numpy >= 2.4 (triton-lang/triton
-    # #9171), so it runs the same tile step in a `while` loop.
-    if INTERPRET:
-        start = lo
-        while start < hi:
-            m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
-                K, V, block_table, qk_scale,
-                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
-            )
-            start += BLOCK_N
-    else:
-        for start in range(lo, hi, BLOCK_N):
-            m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
-                K, V, block_table, qk_scale,
-                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
-            )
-
-    l_i = tl.where(l_i == 0.0, 1.0, l_i)
-    out = acc / l_i[:, None]
-    tl.store(
-        Out + (q_begin + tok).to(tl.int64)[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
-        out.to(Out.dtype.element_ty),
-        mask=row_ok[:, None] & d_ok[None, :],
+    m_i, l_i, acc = _attend_range(
+        q, m_i, l_i, acc, lo, hi, lo, q_pos, seq, kv_head, d, d_ok,
+        K, V, block_table, qk_scale,
+        stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+        block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
     )
+    out = _normalised(acc, l_i)
+    _store_out(Out, q_tok, stride_ot, head, stride_oh, d, io_mask, out)
 
 
 @triton.jit(do_not_specialize=["num_splits"])
@@ -190,8 +234,7 @@ def paged_decode_kernel(
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    q_begin = tl.load(query_start_loc + seq)
-    q_len = tl.load(query_start_loc + seq + 1) - q_begin
+    q_begin, q_len = _query_span(query_start_loc, seq)
     if q_len == 0:
         return
     ctx = tl.load(seq_lens + seq)
@@ -201,13 +244,9 @@ def paged_decode_kernel(
     head = kv_head * GROUP + g
     d = tl.arange(0, HEAD_PAD)
     d_ok = d < HEAD
-    q = tl.load(
-        Q + q_begin.to(tl.int64) * stride_qt + head[:, None] * stride_qh + d[None, :],
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
-    )
-    if INTERPRET:
-        q = q.to(tl.float32)
+    io_mask = row_ok[:, None] & d_ok[None, :]
+    q_tok = q_begin.to(tl.int64)
+    q = _load_q(Q, q_tok, stride_qt, head, stride_qh, d, io_mask, INTERPRET)
 
     lo = tl.maximum(0, ctx - window)
     # Each split takes a whole number of tiles of [lo, ctx).
@@ -220,32 +259,15 @@ def paged_decode_kernel(
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_PAD], tl.float32)
     q_pos = tl.zeros([BLOCK_H], tl.int32) + ctx - 1
-    if INTERPRET:  # see paged_attention_kernel
-        start = s_lo
-        while start < s_hi:
-            m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, s_hi, lo, q_pos, seq, kv_head, d, d_ok,
-                K, V, block_table, qk_scale,
-                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                block_size, window, BLOCK_N, True, SOFTCAP, INTERPRET,
-            )
-            start += BLOCK_N
-    else:
-        for start in range(s_lo, s_hi, BLOCK_N):
-            m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, s_hi, lo, q_pos, seq, kv_head, d, d_ok,
-                K, V, block_table, qk_scale,
-                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                block_size, window, BLOCK_N, True, SOFTCAP, INTERPRET,
-            )
+    m_i, l_i, acc = _attend_range(
+        q, m_i, l_i, acc, s_lo, s_hi, lo, q_pos, seq, kv_head, d, d_ok,
+        K, V, block_table, qk_scale,
+        stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
+        block_size, window, BLOCK_N, True, SOFTCAP, INTERPRET,
+    )
 
     if not SPLIT:
-        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-        tl.store(
-            Out + q_begin.to(tl.int64) * stride_ot + head[:, None] * stride_oh + d[None, :],
-            (acc / l_safe[:, None]).to(Out.dtype.element_ty),
-            mask=row_ok[:, None] & d_ok[None, :],
-        )
+        _store_out(Out, q_tok, stride_ot, head, stride_oh, d, io_mask, _normalised(acc, l_i))
     else:
         tl.store(
             Part_acc + seq * stride_pa_s + head[:, None] * stride_pa_h + split * stride_pa_p + d[None, :],
@@ -268,8 +290,7 @@ def paged_decode_reduce_kernel(
     """Merge the splits of one (sequence, head): grid (num_seqs, num_heads)."""
     seq = tl.program_id(0)
     head = tl.program_id(1)
-    q_begin = tl.load(query_start_loc + seq)
-    q_len = tl.load(query_start_loc + seq + 1) - q_begin
+    q_begin, q_len = _query_span(query_start_loc, seq)
     if q_len == 0:
         return
     sp = tl.arange(0, SPLITS_PAD)

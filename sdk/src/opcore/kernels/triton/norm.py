@@ -23,6 +23,46 @@ from opcore.kernels.triton._support import row_stride
 
 
 @triton.jit
+def _chunk(c, BLOCK_N: tl.constexpr, row_mask, n_cols):
+    """Columns of chunk ``c`` of the program's rows, and their load/store mask."""
+    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    return cols, row_mask & (cols < n_cols)[None, :]
+
+
+@triton.jit
+def _load_f32(rows, cols, mask):
+    return tl.load(rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _norm_input(x_rows, r_rows, res_rows, cols, mask, HAS_RESIDUAL: tl.constexpr):
+    """The values to normalise, in fp32: ``x``; with a residual, ``x + r`` rounded to the
+    residual's dtype, which is stored (it is an output) and normalised as rounded."""
+    x = _load_f32(x_rows, cols, mask)
+    if HAS_RESIDUAL:
+        r = _load_f32(r_rows, cols, mask)
+        s = (x + r).to(res_rows.dtype.element_ty)
+        tl.store(res_rows + cols[None, :], s, mask=mask)
+        x = s.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _squares(x, cols, var_size):
+    """``x * x`` over the first ``var_size`` columns, 0 past them."""
+    return tl.where((cols < var_size)[None, :], x * x, 0.0)
+
+
+@triton.jit
+def _store_scaled(y, w_ptr, out_rows, cols, n_cols, mask, HAS_WEIGHT: tl.constexpr):
+    """Store ``y`` (fp32) times the weight when there is one, cast once to the output dtype."""
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        y = y * w[None, :]
+    tl.store(out_rows + cols[None, :], y.to(out_rows.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _rms_norm_kernel(
     x_ptr, x_stride,
     r_ptr, r_stride,
@@ -46,47 +86,25 @@ def _rms_norm_kernel(
     res_rows = res_ptr + rows[:, None] * res_stride
     inv_n = 1.0 / tl.cast(var_size, tl.float32)
     if SINGLE_PASS:
-        cols = tl.arange(0, BLOCK_N)
-        mask = row_mask & (cols < n_cols)[None, :]
-        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        if HAS_RESIDUAL:
-            r = tl.load(r_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            s = (x + r).to(res_ptr.dtype.element_ty)
-            tl.store(res_rows + cols[None, :], s, mask=mask)
-            x = s.to(tl.float32)
-        sq = tl.where((cols < var_size)[None, :], x * x, 0.0)
-        rstd = tl.rsqrt(tl.sum(sq, axis=1) * inv_n + eps)
-        y = x * rstd[:, None]
-        if HAS_WEIGHT:
-            w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-            y = y * w[None, :]
-        tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+        cols, mask = _chunk(0, BLOCK_N, row_mask, n_cols)
+        x = _norm_input(x_rows, r_rows, res_rows, cols, mask, HAS_RESIDUAL)
+        rstd = tl.rsqrt(tl.sum(_squares(x, cols, var_size), axis=1) * inv_n + eps)
+        _store_scaled(x * rstd[:, None], w_ptr, out_rows, cols, n_cols, mask, HAS_WEIGHT)
     else:
         acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
         for c in range(N_CHUNKS):
-            cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-            mask = row_mask & (cols < n_cols)[None, :]
-            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            if HAS_RESIDUAL:
-                r = tl.load(r_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                s = (x + r).to(res_ptr.dtype.element_ty)
-                tl.store(res_rows + cols[None, :], s, mask=mask)
-                x = s.to(tl.float32)
-            acc += tl.where((cols < var_size)[None, :], x * x, 0.0)
+            cols, mask = _chunk(c, BLOCK_N, row_mask, n_cols)
+            x = _norm_input(x_rows, r_rows, res_rows, cols, mask, HAS_RESIDUAL)
+            acc += _squares(x, cols, var_size)
         rstd = tl.rsqrt(tl.sum(acc, axis=1) * inv_n + eps)
         for c in range(N_CHUNKS):
-            cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-            mask = row_mask & (cols < n_cols)[None, :]
+            cols, mask = _chunk(c, BLOCK_N, row_mask, n_cols)
             # Re-read the normalised input: the residual this program just wrote, or x.
             if HAS_RESIDUAL:
-                x = tl.load(res_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                x = _load_f32(res_rows, cols, mask)
             else:
-                x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = x * rstd[:, None]
-            if HAS_WEIGHT:
-                w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-                y = y * w[None, :]
-            tl.store(out_rows + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+                x = _load_f32(x_rows, cols, mask)
+            _store_scaled(x * rstd[:, None], w_ptr, out_rows, cols, n_cols, mask, HAS_WEIGHT)
 
 
 def _launch_norm(x, r, weight, out, res, epsilon, variance_size, x_stride, r_stride, out_stride, res_stride):

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from opcore.kernels.triton import _launch
 from opcore.kernels.triton._support import row_stride
-from opcore.kernels.triton.rotary import load_cos_sin, pair_offsets
+from opcore.kernels.triton.rotary import load_cos_sin, load_pairs, pair_offsets, store_rotated
 
 
 @triton.jit
@@ -31,9 +31,7 @@ def _norm_rope_heads(
 ):
     src = src_row + heads[:, None] * head_size
     dst = dst_row + heads[:, None] * head_size
-    m = head_mask[:, None] & pair_mask[None, :]
-    a = tl.load(src + off_a[None, :], mask=m, other=0.0).to(tl.float32)
-    b = tl.load(src + off_b[None, :], mask=m, other=0.0).to(tl.float32)
+    a, b, m = load_pairs(src, off_a, off_b, head_mask, pair_mask)
     ss = tl.sum(a * a, axis=1) + tl.sum(b * b, axis=1)
     if HAS_TAIL:
         t = rot + tl.arange(0, TAIL_PAD)
@@ -47,10 +45,7 @@ def _norm_rope_heads(
     if HAS_WEIGHT:
         a = a * tl.load(w_ptr + off_a, mask=pair_mask, other=0.0).to(tl.float32)[None, :]
         b = b * tl.load(w_ptr + off_b, mask=pair_mask, other=0.0).to(tl.float32)[None, :]
-    c = cos[None, :]
-    s = sin[None, :]
-    tl.store(dst + off_a[None, :], (a * c - b * s).to(dst_row.dtype.element_ty), mask=m)
-    tl.store(dst + off_b[None, :], (b * c + a * s).to(dst_row.dtype.element_ty), mask=m)
+    store_rotated(dst, a, b, cos, sin, off_a, off_b, m)
     if HAS_TAIL:
         tail = tail * rstd
         if HAS_WEIGHT:

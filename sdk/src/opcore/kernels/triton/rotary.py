@@ -48,6 +48,25 @@ def load_cos_sin(cache_ptr, cache_stride, pos, half, HALF_PAD: tl.constexpr):
 
 
 @triton.jit
+def load_pairs(src, off_a, off_b, head_mask, pair_mask):
+    """The two members ``(a, b)`` of each rotated pair of heads ``src`` (a ``[heads, 1]``
+    block of row pointers), in fp32, and their mask."""
+    m = head_mask[:, None] & pair_mask[None, :]
+    a = tl.load(src + off_a[None, :], mask=m, other=0.0).to(tl.float32)
+    b = tl.load(src + off_b[None, :], mask=m, other=0.0).to(tl.float32)
+    return a, b, m
+
+
+@triton.jit
+def store_rotated(dst, a, b, cos, sin, off_a, off_b, m):
+    """Store the rotated pairs ``a cos - b sin`` and ``b cos + a sin`` in ``dst``'s dtype."""
+    c = cos[None, :]
+    s = sin[None, :]
+    tl.store(dst + off_a[None, :], (a * c - b * s).to(dst.dtype.element_ty), mask=m)
+    tl.store(dst + off_b[None, :], (b * c + a * s).to(dst.dtype.element_ty), mask=m)
+
+
+@triton.jit
 def rope_heads(
     in_ptr, in_tok, in_head, out_ptr, out_tok, out_head, tok, heads, head_mask,
     cos, sin, off_a, off_b, pair_mask, rot, head_size,
@@ -56,13 +75,8 @@ def rope_heads(
     """Rotate ``heads`` of token ``tok``; copy the unrotated tail when ``COPY_TAIL``."""
     src = in_ptr + tok * in_tok + heads[:, None] * in_head
     dst = out_ptr + tok * out_tok + heads[:, None] * out_head
-    m = head_mask[:, None] & pair_mask[None, :]
-    a = tl.load(src + off_a[None, :], mask=m, other=0.0).to(tl.float32)
-    b = tl.load(src + off_b[None, :], mask=m, other=0.0).to(tl.float32)
-    c = cos[None, :]
-    s = sin[None, :]
-    tl.store(dst + off_a[None, :], (a * c - b * s).to(out_ptr.dtype.element_ty), mask=m)
-    tl.store(dst + off_b[None, :], (b * c + a * s).to(out_ptr.dtype.element_ty), mask=m)
+    a, b, m = load_pairs(src, off_a, off_b, head_mask, pair_mask)
+    store_rotated(dst, a, b, cos, sin, off_a, off_b, m)
     if COPY_TAIL:
         t = rot + tl.arange(0, TAIL_PAD)
         tm = head_mask[:, None] & (t < head_size)[None, :]
