@@ -82,6 +82,20 @@ def row_stride(t: torch.Tensor) -> int | None:
     return None if lay is None else lay[2]
 
 
+def require_row_stride(t: torch.Tensor, what: str) -> int:
+    """`row_stride` of ``t``, or a ValueError naming ``what`` (e.g. ``"rms_norm: x"``).
+
+    The providers' ``supports_args`` keep such tensors away from the kernels; this is the
+    clear error for a direct caller of a launcher."""
+    s = row_stride(t)
+    if s is None:
+        raise ValueError(
+            f"{what} of shape {tuple(t.shape)} and strides {t.stride()} cannot be addressed "
+            f"as rows with one stride and a contiguous last dim"
+        )
+    return s
+
+
 def _collapsed_stride(shape: tuple[int, ...], stride: tuple[int, ...], default: int) -> int | None:
     dims = [(s, st) for s, st in zip(shape, stride, strict=True) if s != 1]
     if not dims:

@@ -12,10 +12,11 @@ import triton
 import triton.language as tl
 
 from opcore.kernels.triton import _launch
-from opcore.kernels.triton._support import row_stride
+from opcore.kernels.triton._support import require_row_stride
 
-# Activation kinds (constexpr selector).
+# Activation kinds (constexpr selector), and the op each one serves.
 SILU, GELU_ERF, GELU_TANH = 0, 1, 2
+_OP_NAMES = {SILU: "silu_and_mul", GELU_ERF: "gelu_and_mul", GELU_TANH: "gelu_and_mul"}
 
 
 @triton.jit
@@ -48,12 +49,7 @@ def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:
     n_rows = out.numel() // d if d else 0
     if n_rows == 0:
         return out
-    stride = row_stride(x)
-    if stride is None:
-        raise ValueError(
-            f"triton kernel: input of shape {tuple(x.shape)} and strides {x.stride()} cannot "
-            f"be addressed as rows with one stride and a contiguous last dim"
-        )
+    stride = require_row_stride(x, f"{_OP_NAMES[act]}: x")
     block_c, rows, warps = _launch.elementwise_params(n_rows, d)
     grid = (_launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c))
     _act_and_mul_kernel[grid](

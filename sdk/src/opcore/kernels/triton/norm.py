@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from opcore.kernels.triton import _launch
-from opcore.kernels.triton._support import row_stride
+from opcore.kernels.triton._support import require_row_stride
 
 
 @triton.jit
@@ -132,21 +132,12 @@ def _launch_norm(x, r, weight, out, res, epsilon, variance_size, x_stride, r_str
     )
 
 
-def _stride(t: torch.Tensor) -> int:
-    s = row_stride(t)
-    if s is None:  # supports_args keeps such inputs away; direct callers get a clear error
-        raise ValueError(
-            f"triton kernel: tensor of shape {tuple(t.shape)} and strides {t.stride()} cannot "
-            f"be addressed as rows with one stride and a contiguous last dim"
-        )
-    return s
-
-
 def rms_norm(x, weight, epsilon, variance_size=None):
     """`rms_norm` on a Triton device: a new tensor shaped and typed like ``x``."""
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     n = x.shape[-1]
-    _launch_norm(x, None, weight, out, None, epsilon, variance_size, _stride(x), 0, n, 0)
+    sx = require_row_stride(x, "rms_norm: x")
+    _launch_norm(x, None, weight, out, None, epsilon, variance_size, sx, 0, n, 0)
     return out
 
 
@@ -155,14 +146,16 @@ def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     n = x.shape[-1]
-    _launch_norm(x, x_residual, weight, out, res, epsilon, variance_size,
-                 _stride(x), _stride(x_residual), n, n)
+    sx = require_row_stride(x, "fused_add_rms_norm: x")
+    sr = require_row_stride(x_residual, "fused_add_rms_norm: x_residual")
+    _launch_norm(x, x_residual, weight, out, res, epsilon, variance_size, sx, sr, n, n)
     return out, res
 
 
 def fused_add_rms_norm_inplace(x, x_residual, weight, epsilon, variance_size=None):
     """In-place `fused_add_rms_norm`: ``x`` receives the normalised output and
     ``x_residual`` the sum; returns ``(x, x_residual)``."""
-    sx, sr = _stride(x), _stride(x_residual)
+    sx = require_row_stride(x, "fused_add_rms_norm: x")
+    sr = require_row_stride(x_residual, "fused_add_rms_norm: x_residual")
     _launch_norm(x, x_residual, weight, x, x_residual, epsilon, variance_size, sx, sr, sx, sr)
     return x, x_residual

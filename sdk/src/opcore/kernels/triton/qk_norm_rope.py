@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from opcore.kernels.triton import _launch
-from opcore.kernels.triton._support import row_stride
+from opcore.kernels.triton._support import require_row_stride
 from opcore.kernels.triton.rotary import load_cos_sin, load_pairs, pair_offsets, store_rotated
 
 
@@ -98,12 +98,7 @@ def split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_sin_
     n_tokens = positions.numel()
     if n_tokens == 0:
         return q, k, v
-    stride = row_stride(qkv)
-    if stride is None:
-        raise ValueError(
-            f"split_qkv_rmsnorm_rope: qkv of shape {tuple(qkv.shape)} and strides "
-            f"{qkv.stride()} cannot be addressed as rows with one stride"
-        )
+    stride = require_row_stride(qkv, "split_qkv_rmsnorm_rope: qkv")
     rot = cos_sin_cache.shape[-1]
     half = rot // 2
     half_pad = _launch.next_pow2(half)
