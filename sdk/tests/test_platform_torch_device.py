@@ -1,14 +1,17 @@
 """`TorchDevicePlatform`: device queries answered by ``torch.get_device_module(device_type)``.
 
 The default path runs against torch's real ``torch.cpu`` module (it has ``device_count``
-and ``synchronize`` but no name, property, seed or cache queries) and against a device type
-torch has no module for. The full answering path needs an accelerator's module, which this
-machine lacks: those tests hand the base a stand-in module through its `device_module`
-hook and say so in their names.
+and ``synchronize`` but no name, property, seed or cache queries), against a device type
+torch has no module for, and, in a fresh interpreter, against `opcore.vdev`: a Python
+backend registered with torch like an accelerator's (PrivateUse1 renamed, a device module
+found by ``torch.get_device_module``). Shapes of answers no real module gives here are
+checked by handing the base a stand-in module through its `device_module` hook; those
+tests say so in their names.
 """
 
 from __future__ import annotations
 
+import json
 import types
 
 import numpy as np
@@ -16,6 +19,7 @@ import pytest
 import torch
 
 from opcore.platforms.torch_device import DeviceQueryError, TorchDevicePlatform
+from opcore.testing import run_python
 
 
 class HostPlatform(TorchDevicePlatform):
@@ -239,3 +243,46 @@ def test_a_query_the_platform_overrides_wins_over_the_module():
             return None
 
     assert NoCapability().get_device_capability(0) is None
+
+
+_VDEV_SCRIPT = """
+import json
+import torch
+from opcore import vdev
+from opcore.platforms.torch_device import TorchDevicePlatform
+
+class TdqPlatform(TorchDevicePlatform):
+    name = "tdq"
+    device_name = "tdq"
+    device_type = "tdq"
+
+vdev.install("tdq", devices=2, memory_bytes=3 << 30, name="tdq accelerator")
+p = TdqPlatform()
+torch.manual_seed(1)
+p.manual_seed_all(11)
+p.synchronize()
+p.empty_cache()
+print(json.dumps({
+    "module": p.device_module() is torch.get_device_module("tdq"),
+    "count": p.device_count(),
+    "name": p.get_device_name(1),
+    "memory": p.get_device_total_memory(1),
+    "capability": p.get_device_capability(0),
+    "seed": torch.initial_seed(),
+    "summary": p.device_summary(),
+}))
+"""
+
+
+def test_every_query_answers_from_a_python_backends_registered_device_module():
+    proc = run_python(_VDEV_SCRIPT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["module"] is True
+    assert got["count"] == 2
+    assert got["name"] == "tdq accelerator"
+    assert got["memory"] == 3 << 30
+    assert got["capability"] == [0, 0]
+    assert got["seed"] == 11
+    assert got["summary"]["count"] == 2
+    assert [d["index"] for d in got["summary"]["devices"]] == [0, 1]
