@@ -18,12 +18,13 @@ The metrics carry both sides: the provider's ``max_ratio`` (err/tol), ``peak_ulp
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 
 from opcore_conformance.budgets import Budget, budget_for
-from opcore_conformance.case import CheckFailed, Tolerance
+from opcore_conformance.case import CheckFailed, Tolerance, case_id
 from opcore_conformance.checks._op_grid import call, device_sample, forced, grid
 from opcore_conformance.tensors import (
     compare,
@@ -59,20 +60,46 @@ def _body(op_name: str, provider: str, dtype: str, sample_name: str):
         op, sample, args, kwargs = device_sample(ctx, op_name, dtype, sample_name)
         expected = op.native(*sample.args, **dict(sample.kwargs))  # shapes and dtypes
         ref, ref_dtype = reference(op, sample)
-        with forced(op, provider, args, kwargs):
-            out = call(f"{op_name} with provider {provider!r}", op, *args, **kwargs)
-        if provider == NATIVE:
-            native_out = out
-        else:
-            # native on the same inputs and device: what the reference math gives here
-            n_args, n_kwargs = to_device((sample.args, dict(sample.kwargs)), ctx.device)
-            with forced(op, NATIVE, n_args, n_kwargs):
-                native_out = op(*n_args, **n_kwargs)
-        ctx.platform.synchronize()
-        return check_outputs(ctx, out, expected, ref, tol, ref_dtype=ref_dtype,
-                             native=native_out, budget=budget_for(op, dtype), provider=provider)
+        # native on the same inputs and device: what the reference math gives here
+        n_args, n_kwargs = to_device((sample.args, dict(sample.kwargs)), ctx.device)
+        with forced(op, NATIVE, n_args, n_kwargs):
+            native_out = op(*n_args, **n_kwargs)
+        budget = budget_for(op, dtype)
+        dump = _dumper(ctx, op_name, provider, dtype, sample, ref, native_out, tol, budget)
+        out = None
+        try:
+            with forced(op, provider, args, kwargs):
+                out = call(f"{op_name} with provider {provider!r}", op, *args, **kwargs)
+            ctx.platform.synchronize()
+            metrics = check_outputs(ctx, out, expected, ref, tol, ref_dtype=ref_dtype,
+                                    native=native_out, budget=budget, provider=provider)
+        except CheckFailed as exc:
+            dump(out, "fail", str(exc), exc.metrics)
+            raise
+        dump(out, "pass", "", metrics)
+        return metrics
 
     return body
+
+
+def _dumper(ctx, op_name: str, provider: str, dtype: str, sample: Any, ref: Any, native_out: Any,
+            tol: Tolerance, budget: Budget):
+    """``dump(output, status, message, metrics)``: writes the case's dump folder when the
+    run asked for one (``--dump DIR``), else does nothing."""
+    base = getattr(ctx.options, "dump", None)
+
+    def dump(out: Any, status: str, message: str, metrics: dict[str, Any]) -> None:
+        if base is None:
+            return
+        from opcore_conformance import dump as D
+
+        env = {k: v for k, v in os.environ.items() if k.startswith("OPCORE_") or k == "TRITON_INTERPRET"}
+        D.write(base, case_id=case_id(CHECK, op_name, provider, dtype, sample.name), op=op_name,
+                provider=provider, dtype=dtype, device=str(ctx.device), sample=sample, reference=ref,
+                output=out, native=native_out, tolerance=tol, budget=budget, status=status,
+                message=message, metrics=metrics, environment=env)
+
+    return dump
 
 
 def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref_dtype: str,
