@@ -125,8 +125,10 @@ def test_traced_code_that_differs_from_eager_fails(compile_run):
     assert got and {r["status"] for r in got.values()} == {"fail"}, got
     rec = got["t1_h8"]
     assert "compiled (eager) vs eager" in rec["message"] and "differs" in rec["message"]
-    assert rec["repro"].endswith("--case 'compile.matches_eager[rms_norm-compile_fake_differs-float32-t1_h8-eager]' "
-                                 "--expectations none")
+    # the run depended on OPCORE_IR_OP_PRIORITY: the rerun line sets it again
+    assert rec["repro"].startswith(f"OPCORE_IR_OP_PRIORITY='{PRIORITY}' opcore conformance --platform cpu")
+    assert ("--case 'compile.matches_eager[rms_norm-compile_fake_differs-float32-t1_h8-eager]' "
+            "--expectations none --report-dir ") in rec["repro"]
 
 
 def test_untraceable_provider_is_lowered_opaquely_and_passes(compile_run):
