@@ -35,6 +35,8 @@ def device_type_problem(platform: Any, distribution: str | None = None) -> str |
             return None
         missing = f"torch knows the name but has no device module torch.{device_type}"
     name = getattr(platform, "name", "?")
+    if distribution is None:
+        distribution = _distribution_of(name)
     owner = f" ({distribution})" if distribution else ""
     return (
         f"platform {name!r}{owner} uses device type {device_type!r}, but {missing}: install "
@@ -42,3 +44,19 @@ def device_type_problem(platform: Any, distribution: str | None = None) -> str |
         f"plugin made by `opcore new-plugin`, switch on its stand-in ({standin_env(name)}=1), "
         f"which runs it on opcore's virtual device renamed to {device_type!r}"
     )
+
+
+def _distribution_of(platform_name: str) -> str | None:
+    """The installed distribution that provides platform ``platform_name``, when this
+    process has resolved its platform (never resolves by itself)."""
+    import opcore.platforms as P
+
+    if not P.is_resolved():
+        return None
+    try:
+        for cand in P.explain().candidates:
+            if cand.name == platform_name:
+                return cand.distribution
+    except Exception:  # a failed resolution: the name alone still says which plugin
+        return None
+    return None
