@@ -263,6 +263,8 @@ class VirtualKernels:
                 return restride(base, x.dtype, x.shape, x.stride(), x.storage_offset())
             if x.device.type != "cpu":
                 return x
+            if x.dtype.is_floating_point or x.dtype.is_complex:
+                dev.check_dtype(x.dtype, name)  # a result the device could not hold
             fresh = dev.memory.adopt(x.untyped_storage(), index)
             return restride(fresh, x.dtype, x.shape, x.stride(), x.storage_offset())
 
