@@ -206,3 +206,33 @@ def test_install_rejects_bad_settings_before_touching_torch(kwargs, needle):
     with pytest.raises(vdev.VirtualDeviceError, match=needle):
         vdev.install(**kwargs)
     assert vdev.installed() is None
+
+
+def test_resize_out_set_and_cross_device_copies():
+    out = _run(
+        """
+        import json, torch
+        from opcore import vdev
+        vdev.install(devices=2)
+        a, b = torch.arange(6.0).to("vdev"), torch.ones(6).to("vdev")
+        grown = torch.arange(3.0).to("vdev")
+        grown.resize_(2, 4)                                  # new memory, old values kept
+        out = torch.empty(0, device="vdev")
+        res = torch.add(a, b, out=out)                       # out= resized by the kernel
+        t = torch.empty(0, device="vdev")
+        t.set_(a)                                            # shares a's storage
+        t.mul_(10)
+        on1 = a.to("vdev:1")
+        back = torch.zeros(6, device="vdev:0").copy_(on1)   # device to device
+        print(json.dumps({
+            "grown": [list(grown.shape), grown.reshape(-1)[:3].cpu().tolist()],
+            "out": [res is out, list(out.shape), out.cpu().tolist()],
+            "set": [t.untyped_storage().data_ptr() == a.untyped_storage().data_ptr(), a.cpu().tolist()],
+            "copy": [str(on1.device), str(back.device), back.cpu().tolist()],
+        }))
+        """
+    )
+    assert out["grown"] == [[2, 4], [0.0, 1.0, 2.0]]
+    assert out["out"] == [True, [6], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]]
+    assert out["set"] == [True, [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]]
+    assert out["copy"] == ["vdev:1", "vdev:0", [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]]
