@@ -349,7 +349,8 @@ def create_config(
 _default_lock = threading.RLock()
 _default: OpcoreConfig | None = None
 # The open set_current_config blocks of this thread / asyncio task (see opcore.scopes).
-_scopes = ScopeKind("config")
+CONFIG_SCOPE = "config"  # their `opcore.scopes.Frame.kind`
+_scopes = ScopeKind(CONFIG_SCOPE)
 _generation = 0
 
 

@@ -52,6 +52,7 @@ _GENERATION = 0
 # (op name, providers tuple).
 PRIORITY_SCOPE = "ir_priority"  # the `opcore.scopes.Frame.kind` of set_priority blocks
 _PRIORITY_SCOPES = ScopeKind(PRIORITY_SCOPE)
+_CONFIG_SCOPE = _config.CONFIG_SCOPE
 _NO_CACHE = (None, -1, None, None, False)
 
 # Bound once: these run on every eager call. Dynamo folds is_dynamo_compiling() to True
@@ -328,18 +329,31 @@ class IrOp:
         return _override_in(current_scopes(), self.name)
 
     def _refresh(self) -> tuple:
-        """Rebuild the dispatch cache for this context; returns the new cache tuple."""
-        from opcore.ir import priority
+        """Rebuild the dispatch cache for this context; returns the new cache tuple.
 
-        priority.ensure_kernels_loaded()
+        Runs whenever a block is entered or left, so the common case (a decision made
+        before for this config and list) stays in this frame: every Python call costs,
+        and more so under Dynamo's frame hook (a compiled graph's opaque op kernel)."""
         # Read the keys before deciding: a change racing with the decision then only
         # costs one more refresh, never a stale chain.
         scopes, gen = current_scopes(), _GENERATION
-        config = _config.get_current_config()
-        override = _override_in(scopes, self.name)
+        config = override = None
+        for frame in reversed(scopes):  # the innermost block of each kind wins
+            kind = frame.kind
+            if kind == _CONFIG_SCOPE:
+                if config is None:
+                    config = frame.value
+            elif kind == PRIORITY_SCOPE and override is None and frame.value[0] == self.name:
+                override = frame.value[1]
+        if config is None:
+            config = _config.get_current_config()
         key = (id(config), override)
         entry = self._decisions.get(key)
         if entry is None or entry[0] is not config or entry[1] != gen:
+            from opcore.ir import priority
+
+            priority.ensure_kernels_loaded()
+            gen = _GENERATION  # loading the kernels moves it
             priority.check_ops_named(config, gen)
             decision = priority.decide(self, config, override=override)
             entry = (config, gen, decision, priority.log_dispatch_enabled())
