@@ -96,13 +96,19 @@ class SplitMLPMixin:
 
 
 class RotaryMixin:
-    """``forward(x, position_ids) -> (cos_sin_cache, position_ids)``.
+    """``forward(x, position_ids) -> (cos_sin_cache, positions)``, positions one per token
+    of ``x``.
 
     The cache (``[max_position_embeddings, rotary_dim]``, fp32: cos then sin of
     ``position * inv_freq``, times the rope type's ``attention_scaling``) is a
     non-persistent buffer built once by `build_cache`; the patched attention reads it."""
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
+        # `x` is the layers' input [batch, seq, hidden]; the ops want one position per
+        # token, so a [1, seq] position_ids is expanded here once, not in every layer.
+        lead = x.shape[:-1]
+        if position_ids.shape != lead:
+            position_ids = position_ids.expand(lead).contiguous()
         return self._opcore_cos_sin_cache, position_ids
 
 

@@ -242,11 +242,11 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                 problems.append(f"rotary dim {rot_dim} differs from head_dim {bad[0]} (partial rotary is not what these classes compute)")
     if not counts["fused_add_rms_norm"] and not any(isinstance(m, classes["DecoderLayer"]) for m in model.modules()):
         problems.append(f"no {classes['DecoderLayer'].__name__} found in {type(model).__name__}")
-    for step in steps:
-        for p in step.module.parameters(recurse=False):
-            if p.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-                problems.append(f"a {type(step.module).__name__} parameter has dtype {p.dtype} (fp16, bf16 or fp32 only)")
-                break
+    # One float dtype for everything patched: the ops take weights in the activations'
+    # dtype, and transformers would promote a mixed norm to fp32 where the ops cannot.
+    dtypes = {p.dtype for step in steps for p in step.module.parameters()}
+    if len(dtypes) > 1 or not dtypes <= {torch.float16, torch.bfloat16, torch.float32}:
+        problems.append(f"the patched modules' parameters have dtypes {sorted(map(str, dtypes))}; one of float16, bfloat16, float32 is needed")
     if problems:
         return list(dict.fromkeys(problems))
     return Plan(arch, steps, _routes(arch, counts, reasons, gelu))
