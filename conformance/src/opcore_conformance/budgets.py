@@ -34,8 +34,14 @@ DEFAULT_FLOOR_ULPS = {"float16": 1.1, "bfloat16": 1.1, "float32": 256.0, "float6
 FALLBACK_FLOOR_ULPS = 1.1  # a floating dtype not named above
 
 # The suite's per-op table: {op name: {"factor": f, "floor_ulps": {dtype: u}}}; every key
-# optional. Empty: every op the suite knows meets the defaults with its first-party providers.
-OP_BUDGETS: dict[str, dict[str, Any]] = {}
+# optional, the defaults fill the rest.
+OP_BUDGETS: dict[str, dict[str, Any]] = {
+    # The op rounds the residual to the input dtype before normalising it; the float64
+    # reference does not. A faithful rounding of that residual (< 1 ULP of it, up to 2 ULPs
+    # of the output where the two sit at opposite ends of their binades) plus a faithful
+    # rounding of the output stays under 3 ULPs; native's own error there is up to 1.5.
+    "fused_add_rms_norm": {"floor_ulps": {"float16": 3.1, "bfloat16": 3.1}},
+}
 
 
 @dataclasses.dataclass(frozen=True)
