@@ -319,3 +319,32 @@ def test_rerun_lines_carry_the_environment_and_a_report_dir_and_rerun_as_printed
     assert [r["id"] for r in rerun if r["type"] == "case"] == [failed[0]["id"]]
     assert rerun[0]["environment"]["OPCORE_IR_OP_PRIORITY"] == "rms_norm=native"
     assert (report_dir / "conformance.jsonl").read_text() == before
+
+
+BROKEN_DEVICE_PLATFORM = '''
+from opcore_plugin_cpu.platform import CpuPlatform
+
+
+class BrokenDevicePlatform(CpuPlatform):
+    name = "brokendev"
+    device_type = "brokendev"  # torch knows no such device type: device(0) raises
+
+
+def probe():
+    return "brokendev_platform.BrokenDevicePlatform"
+'''
+
+
+def test_a_platform_whose_device_fails_stops_the_run_in_one_line(tmp_path):
+    site = tmp_path / "site"
+    make_distribution(site, "opcore-plugin-brokendev",
+                      entry_points={"opcore.platform_plugins": {"brokendev": "brokendev_platform:probe"}},
+                      files={"brokendev_platform.py": BROKEN_DEVICE_PLATFORM})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "-m", "opcore", "conformance", "--platform", "brokendev",
+                           "--ops", "rms_norm", "--report-dir", str(tmp_path / "r")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    line = _one_line_error(proc)
+    assert line.startswith("opcore conformance: platform 'brokendev': device(0) failed: RuntimeError")
+    assert not (tmp_path / "r").exists()

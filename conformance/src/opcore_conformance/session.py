@@ -161,9 +161,13 @@ class ConformanceSession:
                 importlib.import_module(module)
             except Exception as exc:
                 raise SetupError(f"--import {module}: {type(exc).__name__}: {exc}") from exc
+        try:
+            device = platform.device(0)
+        except Exception as exc:  # every case runs there: the run cannot start without it
+            raise SetupError(f"platform {platform.name!r}: device(0) failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
         self.ctx = Context(
-            options=self.options, platform=platform, device=platform.device(0),
-            seed=irapi.sample_seed(),
+            options=self.options, platform=platform, device=device, seed=irapi.sample_seed(),
         )
         self._load_expectations(platform)
         return self.ctx
