@@ -142,9 +142,25 @@ def test_a_device_type_without_a_torch_module_raises_naming_the_platform():
     with pytest.raises(DeviceQueryError) as info:
         XlaTypedPlatform().device_count()
     message = str(info.value)
+    assert "\n" not in message
     assert "platform 'xla_probe'" in message
     assert "no device module for device type 'xla'" in message
     assert "XlaTypedPlatform.device_module()" in message
+
+
+def test_a_device_type_torch_does_not_know_raises_one_line_with_the_remedy():
+    class GhostPlatform(TorchDevicePlatform):
+        name = "ghostq"
+        device_name = "ghostq"
+        device_type = "ghostq"  # nothing renames PrivateUse1 to it in this process
+
+    with pytest.raises(DeviceQueryError) as info:
+        GhostPlatform().get_device_name(0)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "platform 'ghostq'" in message and "device type 'ghostq'" in message
+    assert "torch extension" in message and "GhostPlatform.device_module()" in message
+    assert "Expected one of" not in message  # not torch's list of every device type
 
 
 def test_every_query_routes_to_a_stand_in_device_module():

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from opcore.platforms.device_check import device_type_problem
 from opcore.platforms.interface import Platform
 
 
@@ -59,16 +60,23 @@ class TorchDevicePlatform(Platform):
         """The torch device module of ``device_type`` (``torch.get_device_module``).
 
         Raises:
-            DeviceQueryError: torch has no module for this device type (its runtime is not
-                imported, or the type is unknown to torch).
+            DeviceQueryError: torch does not know the device type in this process (its
+                runtime is not installed or not imported), or has no module for it; one
+                line naming the platform and the remedy.
         """
+        problem = device_type_problem(self)
+        if problem is not None:  # torch's own error here is a list of every device type
+            raise DeviceQueryError(
+                f"{problem} (a runtime the plugin installs but imports later belongs in "
+                f"{type(self).__name__}.device_module(), before super().device_module())"
+            )
         try:
             return torch.get_device_module(self.device_type)
         except Exception as exc:  # torch raises RuntimeError; any failure means "no module"
             raise DeviceQueryError(
                 f"platform {self.name!r}: torch has no device module for device type "
-                f"{self.device_type!r} ({type(exc).__name__}: {exc}); import the runtime "
-                f"that registers it in {type(self).__name__}.device_module()"
+                f"{self.device_type!r} ({exc}); override {type(self).__name__}.device_module() "
+                f"or the queries"
             ) from exc
 
     def _device_function(self, query: str, function: str) -> Any:
