@@ -167,8 +167,12 @@ def run_child(args) -> dict:
             return StaticCache(config=model.config, max_cache_len=length)
         return DynamicCache(config=model.config)
 
+    graphed = args.config in GRAPHED and device.type == "cuda"
+
     def forward(ids, cache, start):
         pos = torch.arange(start, start + ids.shape[1], device=device)[None].expand(ids.shape[0], -1)
+        if graphed:  # a new step for Inductor's CUDA graph trees (as transformers' generate does)
+            torch.compiler.cudagraph_mark_step_begin()
         return fwd(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1, **{kw: cache}).logits
 
     with torch.inference_mode():

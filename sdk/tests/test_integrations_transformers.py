@@ -169,6 +169,21 @@ if not UNDER_TRITON_INTERPRETER:
         assert want.shape == (2, 9 + 32)
         assert torch.equal(got, want), (got, want)
 
+    def test_positions_reach_the_ops_contiguous_one_per_token():
+        # A decode step's position_ids expanded to the batch flatten to a stride-0 view;
+        # the Triton kernels read positions as contiguous, so on the H200 such a step read
+        # past the tensor (illegal memory access). The patched rotary hands the layers
+        # contiguous positions of the hidden states' [batch, seq] shape.
+        model = make_model("qwen3-h96-d128-gqa2-tied")
+        x = torch.zeros(4, 1, 96)
+        with oh.patched(model):
+            for pos in (torch.tensor([[7]]).expand(4, -1), torch.tensor([[7]]), torch.arange(4)[:, None]):
+                cache, positions = model.model.rotary_emb(x, pos)
+                assert positions.shape == (4, 1) and positions.is_contiguous(), pos.stride()
+                assert positions.reshape(-1).stride() == (1,)
+                assert torch.equal(positions, pos.expand(4, 1))
+            assert cache.shape == (128, 128) and cache.dtype == torch.float32
+
     def test_revert_restores_classes_buffers_and_exact_logits():
         model = make_model("qwen3-h96-d128-gqa2-tied")
         ids = tokens()
@@ -485,4 +500,17 @@ else:
         expected = {"rms_norm", "fused_add_rms_norm", "silu_and_mul"}
         expected.add("split_qkv_rmsnorm_rope" if variant.startswith("qwen3") else "rotary_embedding")
         assert {op for op, provider in chosen.items() if provider.startswith("triton")} == expected, chosen
+        torch.testing.assert_close(got, ref, atol=1e-4 * float(ref.abs().max()), rtol=1e-4)
+
+    def test_triton_first_decode_with_expanded_positions():
+        # batch 2, one token each, position_ids a stride-0 expansion (as a decode loop
+        # passes them): the Triton kernels must see each sequence's position
+        model = make_model("qwen3-h96-d128-gqa2-tied", num_hidden_layers=1)
+        ids = tokens(2, 1)
+        pos = torch.tensor([[37]]).expand(2, -1)
+        ref = logits(model, ids, position_ids=pos)
+        with oh.patched(model), contextlib.ExitStack() as stack:
+            for name in USED:
+                stack.enter_context(getattr(ops, name).set_priority(["triton", "native"]))
+            got = logits(model, ids, position_ids=pos)
         torch.testing.assert_close(got, ref, atol=1e-4 * float(ref.abs().max()), rtol=1e-4)

@@ -105,10 +105,14 @@ class RotaryMixin:
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
         # `x` is the layers' input [batch, seq, hidden]; the ops want one position per
-        # token, so a [1, seq] position_ids is expanded here once, not in every layer.
+        # token, so a [1, seq] position_ids is expanded here once, not in every layer, and
+        # made contiguous: an expanded [batch, 1] flattens to a stride-0 view, which the
+        # Triton kernels read as if contiguous (past its one element).
         lead = x.shape[:-1]
         if position_ids.shape != lead:
-            position_ids = position_ids.expand(lead).contiguous()
+            position_ids = position_ids.expand(lead)
+        if not position_ids.is_contiguous():
+            position_ids = position_ids.contiguous()
         return self._opcore_cos_sin_cache, position_ids
 
 
