@@ -13,15 +13,20 @@ import textwrap
 
 import pytest
 
+from opcore import PLUGIN_API_VERSION
 from opcore.plugins import INTREE_PLATFORM_PLUGINS_GROUP, PLATFORM_PLUGINS_GROUP
 from opcore.testing import make_distribution, run_python
 
 OOT = PLATFORM_PLUGINS_GROUP
 INTREE = INTREE_PLATFORM_PLUGINS_GROUP
+# The plugin-API range a plugin written for this core declares, and one for the next major.
+_MAJOR = int(PLUGIN_API_VERSION.split(".")[0])
+API_RANGE = (f"{_MAJOR}.0", f"{_MAJOR + 1}.0")
+NEXT_RANGE = (f"{_MAJOR + 1}.0", f"{_MAJOR + 2}.0")
 
 
 def plugin_module(
-    name: str, *, probe_body: str = "", plugin_api=("1.0", "2.0"), top: str = ""
+    name: str, *, probe_body: str = "", plugin_api=API_RANGE, top: str = ""
 ) -> str:
     """Source of a plugin module: a counting probe and a Platform subclass."""
     body = textwrap.indent(textwrap.dedent(probe_body), "    ") if probe_body else ""
@@ -322,15 +327,17 @@ def test_first_caller_stack_is_recorded(site):
 
 
 def test_incompatible_plugin_api_is_refused_naming_both_versions(site):
-    site.add("vendor", OOT, plugin_api=("2.0", "3.0"))
+    site.add("vendor", OOT, plugin_api=NEXT_RANGE)
+    written_for = f"plugin API >={NEXT_RANGE[0]},<{NEXT_RANGE[1]}"
+    provided = f"provides plugin API {PLUGIN_API_VERSION}"
     proc = site.run(RESOLVE)
     data = resolved(proc)
     assert data["platform"]["name"] == "cpu"
     err = by_name(data)["vendor"]["error"]
-    assert "plugin API >=2.0,<3.0" in err and "provides plugin API 1.0" in err
-    assert "plugin API >=2.0,<3.0" in proc.stderr  # warned, not silent
+    assert written_for in err and provided in err
+    assert written_for in proc.stderr  # warned, not silent
     proc = site.run(RESOLVE, env={"OPCORE_PLATFORM": "vendor"})
-    assert proc.returncode != 0 and "provides plugin API 1.0" in proc.stderr
+    assert proc.returncode != 0 and provided in proc.stderr
 
 
 def test_probe_returning_a_non_platform_class_is_an_error(site):

@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 
+from opcore import PLUGIN_API_VERSION
 from opcore.plugins import (
     GENERAL_PLUGINS_GROUP,
     INTREE_PLATFORM_PLUGINS_GROUP,
@@ -28,6 +29,9 @@ OOT = PLATFORM_PLUGINS_GROUP
 INTREE = INTREE_PLATFORM_PLUGINS_GROUP
 # A hang shows as subprocess.TimeoutExpired; a healthy run takes a few seconds.
 TIMEOUT = 60
+# The plugin-API range a well-formed plugin of this core declares.
+_MAJOR = int(PLUGIN_API_VERSION.split(".")[0])
+API_RANGE = (f"{_MAJOR}.0", f"{_MAJOR + 1}.0")
 
 
 def _block(code: str, indent: str) -> str:
@@ -42,7 +46,7 @@ def platform_source(
     top: str = "",
     probe: str = "",
     init: str = "",
-    plugin_api: object = ("1.0", "2.0"),
+    plugin_api: object = API_RANGE,
 ) -> str:
     """A plugin module: ``probe`` (its body, then the class path) and its Platform class."""
     return f'''
@@ -321,8 +325,9 @@ def test_a_plugin_name_belongs_to_one_distribution(site):
 
 # --------------------------------------------------------------------------- item 10
 def test_broken_plugins_are_named_and_never_take_resolution_down(site):
-    for name, api in [("apinone", None), ("apishort", ("1.0",)), ("apistr", "1.0"),
-                      ("apibad", ("x", "2.0"))]:
+    low, high = API_RANGE
+    for name, api in [("apinone", None), ("apishort", (low,)), ("apistr", low),
+                      ("apibad", ("x", high))]:
         site.platform(name, OOT, plugin_api=api)
     site.platform("initraise", OOT, init="raise RuntimeError('no firmware')")
     site.platform("exitprobe", OOT, probe="sys.exit(3)")
@@ -341,9 +346,10 @@ def test_broken_plugins_are_named_and_never_take_resolution_down(site):
     assert process["platform"] == "cpu" and process["rule"] == "6"
     errors = {c["name"]: c["error"] for c in process["candidates"]}
     assert "malformed plugin_api None" in errors["apinone"]
-    assert "malformed plugin_api ('1.0',)" in errors["apishort"]
-    assert "malformed plugin_api '1.0'" in errors["apistr"]
-    assert "malformed plugin_api ('x', '2.0')" in errors["apibad"] and "'x'" in errors["apibad"]
+    assert f"malformed plugin_api ({low!r},)" in errors["apishort"]
+    assert f"malformed plugin_api {low!r}" in errors["apistr"]
+    assert f"malformed plugin_api ('x', {high!r})" in errors["apibad"]
+    assert "version 'x' is not of the form" in errors["apibad"]
     assert errors["initraise"] == "RuntimeError: no firmware"
     assert errors["exitprobe"] == "SystemExit: 3"
     assert errors["exittop"] == "SystemExit: 5"

@@ -286,7 +286,7 @@ def _fail(
 
 @dataclasses.dataclass
 class _ProbeRun:
-    """What one plugin's probing did; filled in by its worker thread."""
+    """What one plugin's probing did; filled in by the worker thread."""
 
     failure: str = "failed to load its entry point"  # what failed, if it fails now
     running: str = "loading its entry point"  # what runs now, if the budget ends now
@@ -295,10 +295,15 @@ class _ProbeRun:
     present: bool = False
     cls: object = None
     error: BaseException | None = None
+    start: float = 0.0
+    seconds: float = 0.0
+    timed_out: bool = False
+    started: threading.Event = dataclasses.field(default_factory=threading.Event)
+    finished: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
 def _run_probe(plugin: _plugins.DiscoveredPlugin, run: _ProbeRun) -> None:
-    """The plugin's code, in its own thread: load the entry point, probe, import the class."""
+    """The plugin's code, in the worker thread: load the entry point, probe, import the class."""
     with _Guard(plugin.name), plugin_output_to_stderr():
         try:
             probe = plugin.load()
@@ -314,33 +319,84 @@ def _run_probe(plugin: _plugins.DiscoveredPlugin, run: _ProbeRun) -> None:
             run.error = exc
 
 
-def _probe(
+def _probe_in_order(
+    jobs: list[tuple[_plugins.DiscoveredPlugin, _ProbeRun]], stop: threading.Event
+) -> None:
+    """The worker: each plugin's probing in turn, until done or told to stop."""
+    for plugin, run in jobs:
+        if stop.is_set():
+            return
+        run.start = time.perf_counter()
+        run.started.set()
+        _run_probe(plugin, run)
+        run.seconds = time.perf_counter() - run.start
+        run.finished.set()
+
+
+def _finished_in_time(run: _ProbeRun, budget: float) -> bool:
+    # The previous plugin has finished, so this one starts at once: both waits are bounded.
+    if not run.started.wait(budget):
+        return False
+    return run.finished.wait(max(budget - (time.perf_counter() - run.start), 0.0))
+
+
+def _probe_all(
+    pairs: list[tuple[_plugins.DiscoveredPlugin, Candidate]],
+    *,
+    authoritative: bool,
+    budget: float,
+) -> dict[int, type[Platform]]:
+    """Probe each plugin once, in order; fill its candidate. Returns the activated
+    candidates' classes by ``id(candidate)``.
+
+    The plugins' code runs in a daemon worker thread, so a probe that never returns costs
+    ``budget`` seconds instead of forever (and cannot keep the process alive). One worker
+    takes the plugins in turn without waiting for this thread in between (a thread per
+    plugin would pay a wake-up of this thread per plugin, which a loaded machine makes
+    slow); a plugin over budget is abandoned with its worker, and a new worker takes the
+    plugins after it.
+    """
+    runs = [_ProbeRun() for _ in pairs]
+    classes: dict[int, type[Platform]] = {}
+    stop: threading.Event | None = None
+    try:
+        for index, ((plugin, cand), run) in enumerate(zip(pairs, runs, strict=True)):
+            if stop is None:
+                stop = threading.Event()
+                jobs = [(p, r) for (p, _), r in zip(pairs[index:], runs[index:], strict=True)]
+                threading.Thread(
+                    target=_probe_in_order, args=(jobs, stop), name="opcore-probe", daemon=True
+                ).start()
+            if not _finished_in_time(run, budget):
+                run.timed_out = True
+                stop.set()  # the worker is stuck in this plugin: leave both behind
+                stop = None
+            cls = _conclude(plugin, cand, run, authoritative=authoritative, budget=budget)
+            if cls is not None:
+                classes[id(cand)] = cls
+    finally:
+        if stop is not None:
+            stop.set()  # a fatal failure: probe no further
+    return classes
+
+
+def _conclude(
     plugin: _plugins.DiscoveredPlugin,
     cand: Candidate,
+    run: _ProbeRun,
     *,
     authoritative: bool,
     budget: float,
 ) -> type[Platform] | None:
-    """Load the entry point, call its probe once and import its platform class, in a daemon
-    thread given ``budget`` seconds; then check the class. Fills ``cand`` and returns the
-    class when activated. Failures are recorded, warned about, or raised when authoritative
-    or strict."""
+    """Fill ``cand`` from a finished (or timed-out) run and check the class; returns it
+    when activated. Failures are recorded, warned about, or raised when authoritative or
+    strict."""
 
     def fail(what: str, exc: BaseException) -> None:
         _fail(plugin, cand, what, exc, authoritative=authoritative)
 
-    run = _ProbeRun()
-    # A thread, so that a probe that never returns costs this process `budget` seconds
-    # instead of forever; it is a daemon so that it cannot keep the process alive.
-    worker = threading.Thread(
-        target=_run_probe, args=(plugin, run), name=f"opcore-probe-{plugin.name}", daemon=True
-    )
-    start = time.perf_counter()
-    worker.start()
-    worker.join(budget)
-    elapsed = time.perf_counter() - start
     cand.probed = run.probed
-    if worker.is_alive():
+    if run.timed_out:
         return fail(
             "did not answer in time",
             TimeoutError(
@@ -348,6 +404,7 @@ def _probe(
                 f"(abandoned; it keeps running in a background thread)"
             ),
         )
+    elapsed = run.seconds
     if elapsed > SLOW_PROBE_S:
         warnings.warn(
             f"opcore plugin {plugin.name!r} ({plugin.group}, from {plugin.where()}): its "
@@ -519,17 +576,12 @@ def resolve(first_caller_stack: str = "") -> Decision:
     )
     _, refused = _plugins.split_duplicates(discovered)
     refusals = {id(p): exc for p, exc in refused}
-    entries: list[tuple[_plugins.DiscoveredPlugin, Candidate]] = []
-    classes: dict[int, type[Platform]] = {}
-    for plugin in discovered:
-        if id(plugin) in refusals:
-            cand = _refuse(plugin, refusals[id(plugin)])
-        else:
-            cand = _candidate(plugin)
-            cls = _probe(plugin, cand, authoritative=False, budget=budget)
-            if cls is not None:
-                classes[id(cand)] = cls
-        entries.append((plugin, cand))
+    entries = [
+        (p, _refuse(p, refusals[id(p)]) if id(p) in refusals else _candidate(p))
+        for p in discovered
+    ]
+    to_probe = [(p, c) for p, c in entries if id(p) not in refusals]
+    classes = _probe_all(to_probe, authoritative=False, budget=budget)
     cands = [c for _, c in entries]
 
     # A winner whose class fails to construct is dropped (its candidate carries the error)
@@ -590,7 +642,7 @@ def _resolve_explicit(chosen: str, decide, budget: float) -> Decision:
     (found,), refused = _plugins.split_duplicates(named)
     others = [_refuse(plugin, exc) for plugin, exc in refused]
     cand = _candidate(found)
-    cls = _probe(found, cand, authoritative=True, budget=budget)
+    cls = _probe_all([(found, cand)], authoritative=True, budget=budget).get(id(cand))
     if cls is None:
         raise PlatformResolutionError(
             f"OPCORE_PLATFORM={chosen}: the probe of plugin {chosen!r} "
