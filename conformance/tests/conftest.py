@@ -84,7 +84,7 @@ def _layers():
 
     @RMSNorm.register_oot
     class PlantedRMSNorm(RMSNorm):
-        def forward_cpu(self, x, residual=None):
+        def forward_oot(self, x, residual=None):
             # DEFECT: ignores the learned weight.
             if residual is not None:
                 return ops.fused_add_rms_norm(x, residual, None, self.variance_epsilon)
@@ -92,7 +92,7 @@ def _layers():
 
     @RotaryEmbedding.register_oot
     class PlantedRotary(RotaryEmbedding):
-        def forward_cpu(self, positions, query, key=None):  # correct
+        def forward_oot(self, positions, query, key=None):  # correct
             return ops.rotary_embedding(positions, query, key, self.head_size, self.cos_sin_cache,
                                         self.is_neox)
 

@@ -44,3 +44,43 @@ def test_sound_parts_of_the_contract_pass(platform_run):
                 "platform.priorities[eager]", "platform.kernels"):
         assert records[cid]["status"] == "pass", records[cid]
     assert records["platform.members"]["id"] == "platform.members"
+
+
+# --------------------------------------------------------------------------- plugin API 2.0
+# The resolver refuses a 1.x platform before the suite could run on it, so the suite's own
+# checks of the same rules are exercised directly on real platform instances here.
+def _contract_ctx(cls):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(platform=cls())
+
+
+def test_removed_forward_chain_member_is_flagged_with_the_migration():
+    from opcore_conformance.case import CheckFailed
+    from opcore_conformance.checks import platform_contract as pc
+    from opcore_plugin_cpu.platform import CpuPlatform
+
+    class LegacyPlatform(CpuPlatform):
+        custom_op_forward_chain = ("forward_cpu", "forward_native")
+
+    with pytest.raises(CheckFailed) as info:
+        pc._overrides(_contract_ctx(LegacyPlatform), None)
+    message = str(info.value)
+    assert "LegacyPlatform.custom_op_forward_chain: removed in plugin API 2.0" in message
+    assert "docs/design.md#plugin-api-2-0" in message
+
+
+def test_identity_requires_a_plugin_api_range_covering_the_core():
+    from opcore_conformance.case import CheckFailed
+    from opcore_conformance.checks import platform_contract as pc
+    from opcore_plugin_cpu.platform import CpuPlatform
+
+    class OldPlatform(CpuPlatform):
+        plugin_api = ("1.0", "2.0")
+
+    with pytest.raises(CheckFailed) as info:
+        pc._identity(_contract_ctx(OldPlatform), None)
+    message = str(info.value)
+    assert "plugin API 2.0 is outside plugin_api" in message
+    assert "written for plugin API 1.x" in message and "opcore.ir providers" in message
+    assert pc._identity(_contract_ctx(CpuPlatform), None) == {}

@@ -24,7 +24,7 @@ def probe():
 class ZvendorPlatform(Platform):
     name = "zvendor"
     device_type = "cpu"
-    plugin_api = ("1.0", "2.0")
+    plugin_api = ("2.0", "3.0")
     def device_count(self): return 1
     def get_device_name(self, index=0): return "zvendor device"
     def get_device_total_memory(self, index=0): return 1 << 30

@@ -1,5 +1,5 @@
-"""CustomOp binding (platform forward chain x custom_ops rules), register_oot keyed by op
-name, PluggableLayer, binding_info."""
+"""CustomOp binding (forward_native, or a register_oot replacement's forward_oot, under the
+custom_ops rules), register_oot keyed by op name, PluggableLayer, binding_info and routes."""
 
 from __future__ import annotations
 
@@ -21,17 +21,19 @@ def custom_ops(items, mode="eager"):
 
 @pytest.fixture
 def layer_cls():
+    """A registered layer whose register_oot replacement defines forward_oot; yields the
+    in-tree class (constructing it builds the replacement)."""
+
     @CustomOp.register("layers_test_op")
     class LayersTestOp(CustomOp):
         def forward_native(self, x):
             return "native"
 
-        def forward_cpu(self, x):
-            return "cpu"
+    class LayersTestOpOot(LayersTestOp):
+        def forward_oot(self, x):
+            return "oot"
 
-        def forward_cuda(self, x):
-            return "cuda"
-
+    LayersTestOp.register_oot(LayersTestOpOot)
     yield LayersTestOp
     CustomOp.unregister("layers_test_op")
 
@@ -58,10 +60,10 @@ TRUTH_TABLE = [
 def test_custom_ops_truth_table(layer_cls, items, mode, enabled):
     with custom_ops(items, mode):
         layer = layer_cls()
-    # the cpu platform's chain is (forward_cpu, forward_native): forward_cuda is never chosen
-    assert layer.bound_method == ("forward_cpu" if enabled else "forward_native")
-    assert layer(torch.ones(1)) == ("cpu" if enabled else "native")
-    record = binding_info()["bindings"][f"{layer_cls.__module__}.{layer_cls.__qualname__}"]
+    assert type(layer).__name__ == "LayersTestOpOot"  # replaced whether enabled or not
+    assert layer.bound_method == ("forward_oot" if enabled else "forward_native")
+    assert layer(torch.ones(1)) == ("oot" if enabled else "native")
+    record = binding_info()["bindings"][f"{layer_cls.__module__}.{type(layer).__qualname__}"]
     assert record["enabled"] is enabled and record["method"] == layer.bound_method
 
 
@@ -78,30 +80,67 @@ def test_conflicting_custom_ops_are_errors(layer_cls, items):
 def test_env_custom_ops(layer_cls):
     config = create_config(env={"OPCORE_CUSTOM_OPS": "none,+layers_test_op"})
     with set_current_config(config):
-        assert layer_cls().bound_method == "forward_cpu"
+        assert layer_cls().bound_method == "forward_oot"
     with set_current_config(create_config(env={"OPCORE_CUSTOM_OPS": "all,-layers_test_op"})):
         assert layer_cls().bound_method == "forward_native"
 
 
 def test_enforce_enable(layer_cls):
     with custom_ops(["none"]):
-        assert layer_cls(enforce_enable=True).bound_method == "forward_cpu"
+        assert layer_cls(enforce_enable=True).bound_method == "forward_oot"
 
 
-def test_class_without_a_chain_method_binds_native():
-    @CustomOp.register("layers_test_cuda_only")
-    class CudaOnly(CustomOp):
+@pytest.mark.parametrize("method", ["forward_cuda", "forward_npu", "forward_vendor"])
+def test_vendor_forward_method_is_refused_at_class_creation(method):
+    # Plugin API 1.x picked forward_<vendor> methods by a platform chain; 2.0 never calls
+    # them, so a class that still has one must not lose its kernel in silence.
+    body = {"forward_native": lambda self, x: "native", method: lambda self, x: "vendor"}
+    with pytest.raises(TypeError) as info:
+        type("LegacyLayer", (CustomOp,), body)
+    message = str(info.value)
+    assert f"defines {method}:" in message and "opcore.ir provider" in message
+    assert "docs/design.md#plugin-api-2-0" in message
+
+
+def test_static_forward_helpers_are_allowed():
+    class WithHelper(CustomOp):
+        @staticmethod
+        def forward_static(x):
+            return x + 1
+
+        def forward_native(self, x):
+            return self.forward_static(x)
+
+    assert WithHelper()(1) == 2
+
+
+def test_forward_oot_outside_a_replacement_is_ignored_and_said(caplog):
+    @CustomOp.register("layers_test_unregistered_oot")
+    class InTree(CustomOp):
         def forward_native(self, x):
             return "native"
 
-        def forward_cuda(self, x):
-            return "cuda"
+        def forward_oot(self, x):
+            return "oot"
 
     try:
-        layer = CudaOnly()
+        with caplog.at_level(logging.WARNING, logger="opcore.layers"):
+            layer = InTree()
         assert layer.bound_method == "forward_native" and layer(None) == "native"
+        assert any("not a register_oot replacement" in r.getMessage() for r in caplog.records)
+        why = binding_info()["registry"]["layers_test_unregistered_oot"]["why"]
+        assert "forward_oot ignored" in why
     finally:
-        CustomOp.unregister("layers_test_cuda_only")
+        CustomOp.unregister("layers_test_unregistered_oot")
+
+
+def test_reference_layer_route_names_its_ops():
+    RMSNorm(8)
+    entry = binding_info()["registry"]["rms_norm"]
+    assert entry["bound"] == "forward_native" and entry["replacement"] is None
+    assert entry["route"] == (
+        "forward_native -> op rms_norm, fused_add_rms_norm (priority picks the kernel)"
+    )
 
 
 def test_duplicate_layer_name_rejected(layer_cls):
@@ -112,7 +151,7 @@ def test_duplicate_layer_name_rejected(layer_cls):
 
 
 class VendorRMSNorm(RMSNorm):
-    def forward_cpu(self, x, residual=None):
+    def forward_oot(self, x, residual=None):
         return ("vendor", x)
 
 
@@ -126,17 +165,25 @@ def vendor_rms_norm():
 def test_register_oot_replacement_reached(vendor_rms_norm):
     layer = RMSNorm(8, eps=1e-5)
     assert type(layer) is VendorRMSNorm and layer.variance_epsilon == 1e-5  # __init__ ran
-    assert layer.bound_method == "forward_cpu" and layer(torch.ones(8))[0] == "vendor"
+    assert layer.bound_method == "forward_oot" and layer(torch.ones(8))[0] == "vendor"
     info = binding_info()
     assert info["registry"]["rms_norm"]["replacement"].endswith("VendorRMSNorm")
+    assert info["registry"]["rms_norm"]["route"] == (
+        "register_oot: VendorRMSNorm (whole-layer replacement), forward_oot"
+    )
     record = info["bindings"][f"{VendorRMSNorm.__module__}.VendorRMSNorm"]
     assert record["replaces"] == "opcore.layers.norm.RMSNorm" and record["op"] == "rms_norm"
+    assert record["route"] == info["registry"]["rms_norm"]["route"]
 
 
 def test_register_oot_still_switched_off_by_minus_op_name(vendor_rms_norm):
     with custom_ops(["all", "-rms_norm"]):
         layer = RMSNorm(8)
     assert type(layer) is VendorRMSNorm and layer.bound_method == "forward_native"
+    assert binding_info()["bindings"][f"{VendorRMSNorm.__module__}.VendorRMSNorm"]["route"] == (
+        "register_oot: VendorRMSNorm (whole-layer replacement), "
+        "forward_native -> op rms_norm, fused_add_rms_norm (priority picks the kernel)"
+    )
     x = torch.randn(2, 8)
     torch.testing.assert_close(layer(x), RMSNorm.forward_native(layer, x))
 
@@ -180,7 +227,10 @@ def test_subclass_of_registered_layer_is_not_replaced(vendor_rms_norm):
 def test_binding_is_logged(layer_cls, caplog):
     with caplog.at_level(logging.DEBUG, logger="opcore.layers"):
         layer_cls()
-    assert any("layers_test_op" in r.getMessage() and "forward_cpu" in r.getMessage() for r in caplog.records)
+    assert any(
+        "layers_test_op" in r.getMessage() and "forward_oot" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_pluggable_layer_replacement():
@@ -204,7 +254,11 @@ def test_pluggable_layer_replacement():
         assert type(layer) is VendorAttn and layer.heads == 4 and layer(None) == "vendor"
         with custom_ops(["none"]):  # custom_ops does not apply to whole-module replacement
             assert type(Attn(4)) is VendorAttn
-        record = binding_info()["bindings"][f"{VendorAttn.__module__}.{VendorAttn.__qualname__}"]
+        info = binding_info()
+        record = info["bindings"][f"{VendorAttn.__module__}.{VendorAttn.__qualname__}"]
         assert record["replaces"].endswith("Attn")
+        assert record["route"].startswith("register_oot: ")
+        assert "VendorAttn (whole-layer replacement), forward" in record["route"]
+        assert info["registry"]["layers_test_attention"]["route"] == record["route"]
     finally:
         PluggableLayer.unregister("layers_test_attention")

@@ -21,7 +21,7 @@ import types
 import pytest
 import torch
 
-from opcore.platforms import FORWARD_METHODS, Absent
+from opcore.platforms import Absent
 from opcore_plugin_ascend import detect
 from opcore_plugin_ascend.platform import AscendPlatform
 
@@ -96,8 +96,8 @@ def test_ascend_platform_identity_and_defaults():
     p = AscendPlatform()
     assert (p.name, p.device_type, p.dispatch_key) == ("ascend", "npu", "PrivateUse1")
     assert (p.dist_backend, p.device_control_env_var) == ("hccl", "ASCEND_RT_VISIBLE_DEVICES")
-    assert p.custom_op_forward_chain == ("forward_oot", "forward_native")
-    assert set(p.custom_op_forward_chain) <= set(FORWARD_METHODS)
+    assert "plugin_api" in vars(type(p)) and p.plugin_api == ("2.0", "3.0")  # declared, API 2.0
+    assert not hasattr(p, "custom_op_forward_chain")  # removed in plugin API 2.0
     priority = p.get_default_ir_op_priority(None)
     assert priority["rms_norm"] == ["npu"] and priority["split_qkv_rmsnorm_rope"] == ["ascend_triton"]
     assert p.get_attn_backend_candidates(None) == ["ASCEND", "TORCH_NATIVE"]
@@ -109,15 +109,15 @@ def test_ascend_attention_backend_registered_by_name_and_explains_absence():
 
     p = AscendPlatform()
     assert p.get_attn_backend_cls("ASCEND", None) == "opcore_plugin_ascend.attention.AscendBackend"
-    from opcore.layers import RMSNorm
+    from opcore.layers import RMSNorm, registered_layers
     from opcore.layers.attention import Attention
 
     p.import_kernels()  # what the core calls once the platform is active
     try:
         assert backend_class_path("ASCEND") == "opcore_plugin_ascend.attention.AscendBackend"
+        assert registered_layers()["rms_norm"] == (RMSNorm, None)  # kernels are providers
     finally:
         clear_override("ASCEND")
-        RMSNorm.unregister_oot()
         Attention.unregister_oot()
     cls = load_backend_class("opcore_plugin_ascend.attention.AscendBackend")
     cfg = AttentionSelectorConfig(head_size=128, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16,
@@ -168,13 +168,13 @@ norm = RMSNorm(64, eps=1e-6)
 x = torch.randn(3, 64)
 out = norm(x)
 ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-from opcore.config import create_config, set_current_config
-with set_current_config(create_config(custom_ops=["-rms_norm"])):
-    off = RMSNorm(64, eps=1e-6)
+from opcore.layers import binding_info
 print(json.dumps({
-    "off_class": type(off).__name__, "off_method": off.bound_method,
     "platform": platform.name, "rule": decision.rule, "overridden": decision.overridden,
     "class": type(norm).__name__, "method": norm.bound_method,
+    "route": binding_info()["registry"]["rms_norm"]["route"],
+    "provider": __import__("opcore.ir", fromlist=["ops"]).ops.rms_norm.dispatch(
+        x, norm.weight, 1e-6).provider,
     "close": bool(torch.allclose(out, ref, atol=1e-5)),
     "attention_oot": Attention.__new__(Attention).__class__.__name__,
 }))
@@ -195,13 +195,13 @@ def test_ascend_simulated_active_wins_out_of_tree_and_replaces_layers(tmp_path):
     got = _run_active(tmp_path)
     assert got["platform"] == "ascend"
     assert got["rule"] == "4" and "cpu" in got["overridden"]
-    assert got["class"] == "AscendRMSNorm"
-    assert got["method"] == "forward_oot"
-    assert got["close"]  # CPU tensors: forward_oot declines torch_npu and runs native
+    # RMSNorm is not replaced: its forward_native reaches the npu provider by priority,
+    # which declines CPU tensors (the simulated torch_npu has no kernels), so native runs.
+    assert got["class"] == "RMSNorm" and got["method"] == "forward_native"
+    assert got["route"].startswith("forward_native -> op rms_norm")
+    assert got["provider"] == "native"
+    assert got["close"]
     assert got["attention_oot"] == "AscendAttention"
-    # custom_ops "-rms_norm" still reaches the replacement, and switches it to native.
-    assert got["off_class"] == "AscendRMSNorm"
-    assert got["off_method"] == "forward_native"
 
 
 _QUERIES_SCRIPT = r"""

@@ -107,7 +107,8 @@ def test_platform_identity():
     assert p.name == "cuda" and p.device_type == "cuda" and p.dispatch_key == "CUDA"
     assert p.dist_backend == "nccl"
     assert p.device_control_env_var == "CUDA_VISIBLE_DEVICES"
-    assert p.custom_op_forward_chain == ("forward_cuda", "forward_native")
+    assert "plugin_api" in vars(type(p)) and p.plugin_api == ("2.0", "3.0")  # declared, API 2.0
+    assert not hasattr(p, "custom_op_forward_chain")  # removed in plugin API 2.0
     assert p.get_attn_backend_candidates(None) == ["TRITON_PAGED", "TORCH_NATIVE"]
     assert p.get_default_ir_op_priority(None) == {op: ["triton", "native"] for op in TRITON_OPS}
     assert set(TRITON_OPS) == {

@@ -11,7 +11,7 @@ import importlib.metadata as md
 import pytest
 import torch
 
-from opcore.platforms import FORWARD_METHODS, Absent
+from opcore.platforms import Absent
 from opcore_plugin_xpu import detect, probe
 from opcore_plugin_xpu import platform as xpu_platform
 from opcore_plugin_xpu.platform import XpuPlatform
@@ -50,8 +50,8 @@ def test_xpu_platform_identity():
     assert (p.name, p.device_type, p.dispatch_key) == ("xpu", "xpu", "XPU")
     assert p.dist_backend == "xccl"
     assert p.device_control_env_var == "ZE_AFFINITY_MASK"
-    assert p.custom_op_forward_chain == ("forward_xpu", "forward_native")
-    assert set(p.custom_op_forward_chain) <= set(FORWARD_METHODS)
+    assert "plugin_api" in vars(type(p)) and p.plugin_api == ("2.0", "3.0")  # declared, API 2.0
+    assert not hasattr(p, "custom_op_forward_chain")  # removed in plugin API 2.0
 
 
 def test_xpu_defaults_name_only_usable_providers():

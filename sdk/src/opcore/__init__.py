@@ -2,10 +2,11 @@
 
 ``PLUGIN_API_VERSION`` is the version of the contract between the core and platform
 plugins (the `Platform` interface, entry-point groups, hooks). A platform class declares the
-range it was written for in ``Platform.plugin_api``.
+range it was written for in ``Platform.plugin_api``; what changed between major versions
+is in `opcore.platforms.api_version`.
 """
 
 __version__ = "0.1.0"
-PLUGIN_API_VERSION = "1.0"
+PLUGIN_API_VERSION = "2.0"
 
 __all__ = ["PLUGIN_API_VERSION", "__version__"]

@@ -2,13 +2,16 @@
 
 ``layers.binding[<op>]``: constructing the registered layer (which builds the ``register_oot``
 replacement when a plugin registered one) under an explicit config with ``custom_ops=["all"]``
-binds ``forward`` to the first method of the platform's ``custom_op_forward_chain`` that the
-class defines; with ``["none"]`` it binds ``forward_native``; and the class built is the
-registered replacement when there is one.
+binds ``forward`` to the replacement's ``forward_oot`` when it defines one and to
+``forward_native`` otherwise (plugin API 2.0: kernels reach ``forward_native`` as
+`opcore.ir` providers, the platform never picks a layer method); with ``["none"]`` it binds
+``forward_native``; and the class built is the registered replacement when there is one.
 
-``layers.agree[<op>-<dtype>]``: the bound forward (the platform's ``forward_*``, or the
-replacement's) agrees with the in-tree class's ``forward_native`` on the device, within the
-op's tolerance, for every call form of the layer (e.g. RMSNorm with and without residual).
+``layers.agree[<op>-<dtype>]``: the bound forward agrees with the in-tree class's
+``forward_native`` on the device, within the op's tolerance, for every call form of the layer
+(e.g. RMSNorm with and without residual). Both sides dispatch ops by the platform's
+priority, so the check has teeth for a replacement's ``forward_oot`` and for a replacement
+that changes the layer's state; providers themselves are checked op by op by ``numerics``.
 
 Layers are built from the examples below, keyed by the stable op name. A layer registered
 by a plugin under a new name gets a ``not_applicable`` case until it has an example.
@@ -126,15 +129,18 @@ def _config(custom_ops: list[str]):
     return cfg
 
 
-def _expected_method(cls: type, chain: tuple[str, ...]) -> str:
+def _expected_method(entry) -> str:
+    """The binding rule of plugin API 2.0, restated: a registered replacement's
+    ``forward_oot`` when it defines one (below `CustomOp`), else ``forward_native``."""
     from opcore.layers import CustomOp
 
-    for method in chain:
-        for klass in cls.__mro__:
-            if klass is CustomOp:
-                break
-            if method in vars(klass):
-                return method
+    if entry.oot is None:
+        return "forward_native"
+    for klass in entry.oot.__mro__:
+        if klass is CustomOp:
+            break
+        if "forward_oot" in vars(klass):
+            return "forward_oot"
     return "forward_native"
 
 
@@ -151,17 +157,18 @@ def _build(name: str, build, dtype: torch.dtype, custom_ops: list[str]):
 def _binding_body(name: str, build):
     def body(ctx, _tol) -> dict[str, Any]:
         entry = _registry()[name]
-        chain = tuple(ctx.platform.custom_op_forward_chain)
         layer = _build(name, build, torch.float32, ["all"])
         problems = []
         want_cls = entry.oot or entry.base
         if type(layer) is not want_cls:
             problems.append(f"constructing {entry.base.__qualname__} built {type(layer).__qualname__}, "
                             f"expected the registered {want_cls.__qualname__}")
-        expected = _expected_method(type(layer), chain)
+        expected = _expected_method(entry)
         if layer.bound_method != expected:
-            problems.append(f"{type(layer).__qualname__} bound {layer.bound_method}, but platform "
-                            f"{ctx.platform.name!r} chain {list(chain)} says {expected}")
+            why = ("the registered replacement defines forward_oot" if expected == "forward_oot"
+                   else "no registered replacement defines forward_oot")
+            problems.append(f"{type(layer).__qualname__} bound {layer.bound_method}, expected "
+                            f"{expected} ({why})")
         off = _build(name, build, torch.float32, ["none"])
         if off.bound_method != "forward_native":
             problems.append(f"with custom_ops=['none'] {type(off).__qualname__} bound "

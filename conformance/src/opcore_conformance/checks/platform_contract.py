@@ -3,8 +3,10 @@
 Check ids:
   ``platform.members``         every declared member present with its declared kind
   ``platform.signatures[<m>]`` each overridden method accepts every call the core makes
-  ``platform.overrides``       no misspelled or stale members (names the core never calls)
-  ``platform.identity``        identity attributes have the right types and values
+  ``platform.overrides``       no misspelled or stale members (names the core never calls,
+                               members a plugin-API version removed)
+  ``platform.identity``        identity attributes have the right types and values;
+                               ``plugin_api`` covers the core's `opcore.PLUGIN_API_VERSION`
   ``platform.device_queries``  device queries answer with the right types
   ``platform.dtype[<dtype>]``  each claimed dtype really computes on the device
   ``platform.kernels``         ``import_kernels`` / ``import_ir_kernels`` run and are idempotent
@@ -53,6 +55,13 @@ STALE_MEMBERS = {
     "simple_compile_backend": "not part of the opcore interface",
     "ray_device_key": "not part of the opcore interface",
 }
+
+
+def _removed() -> dict[str, str]:
+    """Members a plugin-API version removed, each with what replaces it."""
+    from opcore.platforms.api_version import REMOVED_MEMBERS
+
+    return dict(REMOVED_MEMBERS)
 
 
 def _declared() -> dict[str, str]:
@@ -184,12 +193,15 @@ def _signature_body(name: str):
 
 
 def _overrides(ctx, _tol) -> dict[str, Any]:
-    declared = _declared()
+    declared, removed = _declared(), _removed()
     problems, extras = [], []
     for name, (klass, _value) in sorted(_own_members(type(ctx.platform)).items()):
         if name in declared:
             continue
         where = f"{klass.__qualname__}.{name}"
+        if name in removed:
+            problems.append(f"{where}: {removed[name]}")
+            continue
         if name in STALE_MEMBERS:
             problems.append(f"{where}: the core never calls it ({STALE_MEMBERS[name]})")
             continue
@@ -205,7 +217,9 @@ def _overrides(ctx, _tol) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- identity
 def _identity(ctx, _tol) -> dict[str, Any]:
-    from opcore.platforms.interface import FORWARD_METHODS
+    from opcore import PLUGIN_API_VERSION
+    from opcore.platforms.api_version import refusal_reason
+    from opcore.platforms.resolution import api_compatible, parse_plugin_api
 
     p = ctx.platform
     problems = []
@@ -228,19 +242,21 @@ def _identity(ctx, _tol) -> dict[str, Any]:
         problems.append(f"supported_quantization must be a tuple of str, got {q!r}")
     if p.fp8_dtype is not None and not isinstance(p.fp8_dtype, torch.dtype):
         problems.append(f"fp8_dtype must be None or a torch.dtype, got {p.fp8_dtype!r}")
-    chain = p.custom_op_forward_chain
-    if not isinstance(chain, tuple) or not chain or chain[-1] != "forward_native":
-        problems.append(f"custom_op_forward_chain must be a tuple ending in 'forward_native', got {chain!r}")
-    else:
-        unknown = [m for m in chain if m not in FORWARD_METHODS]
-        if unknown:
-            problems.append(f"custom_op_forward_chain names unknown methods {unknown} "
-                            f"(known: {', '.join(FORWARD_METHODS)})")
-        if len(set(chain)) != len(chain):
-            problems.append(f"custom_op_forward_chain repeats a method: {chain!r}")
     api = p.plugin_api
     if not (isinstance(api, tuple) and len(api) == 2 and all(isinstance(v, str) for v in api)):
         problems.append(f"plugin_api must be a (min, max) tuple of version strings, got {api!r}")
+    else:
+        try:
+            compatible = api_compatible(parse_plugin_api(api))
+        except ValueError as exc:
+            problems.append(str(exc))
+        else:
+            # The resolver refuses such a class; a suite run on it directly says the same.
+            if not compatible:
+                cls = type(p)
+                problems.append(f"plugin API {PLUGIN_API_VERSION} is outside plugin_api: " +
+                                refusal_reason(f"{cls.__module__}.{cls.__qualname__}", api,
+                                               p.name or cls.__module__))
     if problems:
         raise CheckFailed("; ".join(problems))
     return {}

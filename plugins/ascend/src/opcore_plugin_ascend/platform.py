@@ -7,8 +7,9 @@ Mapping onto opcore:
 * providers (`import_ir_kernels`): ``npu`` (torch_npu kernels) on rms_norm,
   fused_add_rms_norm, silu_and_mul and rotary_embedding; ``ascend_triton`` (the NPU-tiled
   Triton kernel) on split_qkv_rmsnorm_rope;
-* layers (`import_kernels`): `AscendRMSNorm` replaces ``RMSNorm`` and `AscendAttention`
-  replaces ``Attention`` (both ``register_oot``), only once this platform is active;
+* layers (`import_kernels`): `AscendAttention` replaces ``Attention`` (``register_oot``),
+  only once this platform is active; the other layers reach the ``npu`` providers through
+  their ``forward_native``;
 * attention: ``ASCEND`` first, ``TORCH_NATIVE`` as the fallback candidate; the name
   ``ASCEND`` is registered in the attention registry by `import_kernels` and mapped by
   `get_attn_backend_cls`.
@@ -44,7 +45,7 @@ class AscendPlatform(TorchDevicePlatform):
     device_control_env_var = "ASCEND_RT_VISIBLE_DEVICES"
     supported_dtypes = (torch.float32, torch.float16, torch.bfloat16)
     supported_quantization = ()
-    custom_op_forward_chain = ("forward_oot", "forward_native")
+    plugin_api = ("2.0", "3.0")
     conformance_expectations = "opcore_plugin_ascend:expectations.toml"
 
     # ------------------------------------------------------------------ device queries

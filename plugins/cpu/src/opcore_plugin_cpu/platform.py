@@ -66,7 +66,7 @@ class CpuPlatform(Platform):
     dist_backend = "gloo"
     device_control_env_var = None
     supported_dtypes = (torch.float32, torch.bfloat16, torch.float16)
-    custom_op_forward_chain = ("forward_cpu", "forward_native")
+    plugin_api = ("2.0", "3.0")
 
     def device_count(self) -> int:
         return 1

@@ -52,8 +52,8 @@ _CAP = nvml_min_capability()
 
 class CudaPlatform(TorchDevicePlatform):
     """NVIDIA GPUs. Kernels: the portable Triton providers (`opcore.kernels.triton`),
-    preferred to native for the six ops; layers bind ``forward_cuda`` then
-    ``forward_native``; attention tries ``TRITON_PAGED`` then ``TORCH_NATIVE``."""
+    preferred to native for the six ops (reached by the layers' ``forward_native``);
+    attention tries ``TRITON_PAGED`` then ``TORCH_NATIVE``."""
 
     name = "cuda"
     device_name = "cuda"
@@ -64,7 +64,7 @@ class CudaPlatform(TorchDevicePlatform):
     supported_dtypes = dtypes_for_capability(_CAP)
     supported_quantization = ("fp8",) if fp8_for_capability(_CAP) is not None else ()
     fp8_dtype = fp8_for_capability(_CAP)
-    custom_op_forward_chain = ("forward_cuda", "forward_native")
+    plugin_api = ("2.0", "3.0")
 
     # ------------------------------------------------------------------ hooks
     def import_ir_kernels(self) -> None:

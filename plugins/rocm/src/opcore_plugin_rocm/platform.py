@@ -46,8 +46,8 @@ _ARCH = amdsmi_first_arch()
 
 
 class RocmPlatform(TorchDevicePlatform):
-    """AMD GPUs. Same portable Triton providers as the cuda platform; layers bind
-    ``forward_hip``, then ``forward_cuda``, then ``forward_native``; RCCL is reached through
+    """AMD GPUs. Same portable Triton providers as the cuda platform (reached by the
+    layers' ``forward_native``); RCCL is reached through
     torch's ``nccl`` backend name. Device queries: torch.cuda, which a ROCm build of torch
     backs with HIP (`TorchDevicePlatform`)."""
 
@@ -60,7 +60,7 @@ class RocmPlatform(TorchDevicePlatform):
     supported_dtypes = (torch.float32, torch.float16, torch.bfloat16)
     fp8_dtype = fp8_for_arch(_ARCH)
     supported_quantization = ("fp8",) if fp8_dtype is not None else ()
-    custom_op_forward_chain = ("forward_hip", "forward_cuda", "forward_native")
+    plugin_api = ("2.0", "3.0")
 
     def gcn_arch(self, index: int = 0) -> str:
         """The device's architecture name, e.g. ``"gfx942:sramecc+:xnack-"``."""

@@ -55,7 +55,7 @@ class TpuPlatform(Platform):
     dist_backend = "xla"
     device_control_env_var = "TPU_VISIBLE_CHIPS"
     supported_dtypes = (torch.float32, torch.bfloat16, torch.float16)
-    custom_op_forward_chain = ("forward_tpu", "forward_native")
+    plugin_api = ("2.0", "3.0")
     conformance_expectations = "opcore_plugin_tpu:expectations.toml"
 
     # ------------------------------------------------------------------ device queries

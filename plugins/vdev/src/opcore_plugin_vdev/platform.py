@@ -11,7 +11,7 @@ Mapping onto opcore:
   silu_and_mul, first in the default priority, native after it;
 * attention (`import_kernels`): ``VDEV`` (registered in the attention registry, mapped by
   `get_attn_backend_cls`) first, ``TORCH_NATIVE`` as the fallback candidate;
-* layers bind ``forward_oot`` then ``forward_native``, as an out-of-tree device's would.
+* layers: ``forward_native`` reaches the ``vdev`` providers through the priority above.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class VdevPlatform(Platform):
     dist_backend = "gloo"
     device_control_env_var = None
     supported_dtypes = tuple(_settings().get("dtypes", vdev.DEFAULT_DTYPES))
-    custom_op_forward_chain = ("forward_oot", "forward_native")
+    plugin_api = ("2.0", "3.0")
     conformance_expectations = "opcore_plugin_vdev:expectations.toml"
 
     def __init__(self) -> None:

@@ -35,7 +35,7 @@ class XpuPlatform(TorchDevicePlatform):
     dist_backend = "xccl"
     device_control_env_var = "ZE_AFFINITY_MASK"
     supported_dtypes = (torch.float32, torch.bfloat16, torch.float16)
-    custom_op_forward_chain = ("forward_xpu", "forward_native")
+    plugin_api = ("2.0", "3.0")
 
     # ------------------------------------------------------------------ device queries
     # torch.xpu answers the rest (`TorchDevicePlatform`).

@@ -3,10 +3,11 @@
 - ``@CustomOp.register("rms_norm")`` names a layer; ``@RMSNorm.register_oot`` (or
   ``CustomOp.register_oot(name="rms_norm")``) lets a plugin replace it, keyed by that name,
   so ``RMSNorm(...)`` builds the replacement and ``-rms_norm`` still applies to it.
-- Construction binds ``forward`` to the first method of the platform's
-  ``custom_op_forward_chain`` the class defines, unless ``custom_ops``
-  (``config.compilation.custom_ops`` / ``OPCORE_CUSTOM_OPS``) disables the op, in which case
-  ``forward_native`` runs. `binding_info()` reports each class's binding and why.
+- Kernels have one route: ``forward_native`` calls `opcore.ir` ops and the platform's
+  provider priority picks each op's kernel. Construction binds ``forward`` to a
+  ``register_oot`` replacement's ``forward_oot`` when it defines one and ``custom_ops``
+  (``config.compilation.custom_ops`` / ``OPCORE_CUSTOM_OPS``) enables the op, else to
+  ``forward_native``. `binding_info()` reports each class's binding, route and why.
 - `PluggableLayer`: whole-module replacement without ``forward_*`` dispatch.
 - Reference layers: `RMSNorm`, `SiluAndMul`, `GeluAndMul`, `RotaryEmbedding` (with
   `build_cos_sin_cache`), `QKNormRoPE`; their ``forward_native`` calls `opcore.ir.ops`.
@@ -20,6 +21,7 @@ from opcore.layers.custom_op import (
     PluggableLayer,
     binding_info,
     clear_binding_records,
+    describe_route,
     registered_layers,
     resolve_binding,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "binding_info",
     "build_cos_sin_cache",
     "clear_binding_records",
+    "describe_route",
     "registered_layers",
     "resolve_binding",
 ]

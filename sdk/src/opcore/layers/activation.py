@@ -12,6 +12,8 @@ from opcore.layers.custom_op import CustomOp
 class SiluAndMul(CustomOp):
     """``silu(x[..., :d]) * x[..., d:]`` with ``d = x.shape[-1] // 2``."""
 
+    ir_ops = ("silu_and_mul",)
+
     def forward_native(self, x: torch.Tensor) -> torch.Tensor:
         return ops.silu_and_mul(x)
 
@@ -20,6 +22,8 @@ class SiluAndMul(CustomOp):
 class GeluAndMul(CustomOp):
     """``gelu(x[..., :d], approximate) * x[..., d:]``; ``approximate`` is ``"none"`` or
     ``"tanh"``."""
+
+    ir_ops = ("gelu_and_mul",)
 
     def __init__(self, approximate: str = "none", *, enforce_enable: bool = False):
         super().__init__(enforce_enable=enforce_enable)

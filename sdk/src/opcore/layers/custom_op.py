@@ -15,10 +15,18 @@ The replacement must subclass the registered class (its ``__init__`` runs with t
 arguments). It keeps the op name, so ``custom_ops`` entries ``+rms_norm`` / ``-rms_norm``
 apply to it as well.
 
-`CustomOp` binds ``forward`` once, at construction: when the op is enabled by the
-``custom_ops`` rules, to the first method of the platform's ``custom_op_forward_chain``
-that the class defines (``forward_native`` ends every chain); when it is disabled, to
-``forward_native``. Every binding is logged on ``opcore.layers`` and recorded for
+Kernels reach a layer by one route only: ``forward_native`` calls `opcore.ir` ops, and the
+platform's provider priority picks each op's kernel. `CustomOp` binds ``forward`` once, at
+construction, to
+
+* ``forward_oot`` when the class built is a ``register_oot`` replacement (or a subclass of
+  one) that defines it and the ``custom_ops`` rules enable the op: a different structure
+  for the whole layer, not a different kernel for an op;
+* ``forward_native`` otherwise.
+
+No other ``forward_*`` method is ever called: a `CustomOp` subclass that defines one (the
+``forward_<vendor>`` methods of plugin API 1.x) is a `TypeError` when the class is created.
+Every binding is logged on ``opcore.layers`` and recorded, with its route, for
 `binding_info`. `PluggableLayer` is replaced the same way but has no ``forward_*``
 dispatch (and ``custom_ops`` does not apply to it).
 """
@@ -28,13 +36,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 import torch.nn as nn
 
 from opcore.config import get_current_config
 
 logger = logging.getLogger("opcore.layers")
+
+# The two forward methods the core binds; any other ``forward_*`` method on a CustomOp is
+# a kernel route plugin API 2.0 removed.
+BOUND_METHODS = ("forward_native", "forward_oot")
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -184,12 +196,45 @@ def _custom_ops_enabled(name: str, config: Any) -> tuple[bool, str]:
 
 
 class CustomOp(_Replaceable, nn.Module):
-    """A layer whose forward differs per platform. Subclasses implement
-    ``forward_native`` (pure PyTorch or `opcore.ir` ops) and may add ``forward_cuda``,
-    ``forward_hip``, ``forward_xpu``, ``forward_cpu``, ``forward_tpu``, ``forward_oot``.
+    """A layer with a pure-PyTorch reference forward that a plugin may replace whole.
 
-    ``enforce_enable=True`` binds by the forward chain even when ``custom_ops`` disables
-    the op."""
+    Subclasses implement ``forward_native``, written with `opcore.ir` ops (so each op's
+    kernel is chosen by the platform's provider priority) and list those ops in
+    ``ir_ops``. A ``register_oot`` replacement may add ``forward_oot``: it runs instead of
+    ``forward_native`` while ``custom_ops`` enables the op.
+
+    ``enforce_enable=True`` binds ``forward_oot`` (when the class has one) even when
+    ``custom_ops`` disables the op.
+
+    Raises:
+        TypeError: at class creation, when the class defines an instance method named
+            ``forward_*`` other than ``forward_native`` / ``forward_oot``.
+    """
+
+    # The `opcore.ir` ops ``forward_native`` dispatches, for `binding_info` and `opcore info`.
+    ir_ops: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        stale = sorted(
+            key
+            for key, value in vars(cls).items()
+            if key.startswith("forward_")
+            and key not in BOUND_METHODS
+            # static and class methods are helpers (e.g. a shared ``forward_static``),
+            # never a forward the core could have bound
+            and not isinstance(value, (staticmethod, classmethod))
+            and callable(value)
+        )
+        if stale:
+            from opcore.platforms.api_version import MIGRATION_DOC
+
+            raise TypeError(
+                f"{_qualname(cls)} defines {', '.join(stale)}: plugin API 2.0 binds only "
+                f"forward_native (ops dispatched by provider priority) and a register_oot "
+                f"replacement's forward_oot; register the kernel as an opcore.ir provider, or "
+                f"rename a helper method ({MIGRATION_DOC})"
+            )
 
     def __init__(self, *, enforce_enable: bool = False):
         super().__init__()
@@ -216,7 +261,7 @@ class CustomOp(_Replaceable, nn.Module):
         name = cls.op_name
         if name is None:
             logger.warning(
-                "%s is not registered with CustomOp.register; binding by the forward chain",
+                "%s is not registered with CustomOp.register; no custom_ops rule applies to it",
                 _qualname(cls),
             )
         method, enabled, reason = resolve_binding(
@@ -228,6 +273,7 @@ class CustomOp(_Replaceable, nn.Module):
             "method": method,
             "enabled": enabled,
             "reason": reason,
+            "route": describe_route(cls, method),
             "platform": platform.name,
             "replaces": _replaced_base(cls),
         }
@@ -239,15 +285,21 @@ class CustomOp(_Replaceable, nn.Module):
             )
             _bindings[key] = {**record, "instances": count}
         log = logger.info if previous is None or _differs(previous, record) else logger.debug
-        log("layer %s (%s) -> %s: %s", name, key, method, reason)
+        log("layer %s (%s) -> %s: %s", name, key, record["route"], reason)
         return getattr(self, method)
 
 
 def resolve_binding(
     cls: type, platform: Any, config: Any, enforce_enable: bool = False
 ) -> tuple[str, bool, str]:
-    """The ``forward_*`` method an instance of ``cls`` binds to on ``platform`` under
-    ``config``: ``(method, enabled, reason)``. Pure: constructs and records nothing."""
+    """The method an instance of ``cls`` binds to under ``config``: ``(method, enabled,
+    reason)``, where ``method`` is ``"forward_oot"`` or ``"forward_native"``. Pure:
+    constructs and records nothing. ``platform`` only names the platform in ``reason``: the
+    platform chooses kernels through provider priority, never the method.
+
+    Raises:
+        ValueError: ``config.compilation.custom_ops`` is contradictory.
+    """
     name = getattr(cls, "op_name", None)
     if name is None:
         enabled, why = True, "not registered with CustomOp.register: no custom_ops rule applies"
@@ -255,12 +307,47 @@ def resolve_binding(
         enabled, why = _custom_ops_enabled(name, config)
     if enforce_enable and not enabled:
         enabled, why = True, why + ", overridden by enforce_enable=True"
-    chain = tuple(platform.custom_op_forward_chain)
+    why = f"custom_ops: {why}"
+    has_oot = _defines(cls, "forward_oot")
+    replacement = _replacement_of(cls)
+    if has_oot and replacement is None:
+        # Only a registered replacement's forward_oot runs; say so rather than ignore it.
+        logger.warning(
+            "%s defines forward_oot but is not a register_oot replacement: forward_native runs",
+            _qualname(cls),
+        )
+        return "forward_native", enabled, f"{why}; forward_oot ignored: not a register_oot replacement"
     if not enabled:
-        return "forward_native", False, f"custom_ops: {why}"
-    method = next((m for m in chain if _defines(cls, m)), "forward_native")
-    reason = f"custom_ops: {why}; first of platform {platform.name!r} chain {list(chain)} defined by the class"
-    return method, True, reason
+        return "forward_native", False, why
+    if has_oot:
+        return "forward_oot", True, f"{why}; the replacement {_qualname(replacement)} defines forward_oot"
+    platform_name = getattr(platform, "name", platform)
+    return "forward_native", True, f"{why}; kernels from platform {platform_name!r} provider priority"
+
+
+def describe_route(cls: type, method: str) -> str:
+    """How a kernel reaches an instance of ``cls`` bound to ``method``, in one line:
+    ``"forward_native -> op rms_norm (priority picks the kernel)"`` or
+    ``"register_oot: AcmeRMSNorm (whole-layer replacement), forward_oot"``."""
+    if method == "forward_native":
+        ops = getattr(cls, "ir_ops", ())
+        tail = (
+            f"forward_native -> op {', '.join(ops)} (priority picks the kernel)"
+            if ops
+            else "forward_native (no opcore.ir op declared in ir_ops)"
+        )
+    else:
+        tail = method
+    if _replacement_of(cls) is not None:
+        return f"register_oot: {cls.__qualname__} (whole-layer replacement), {tail}"
+    return tail
+
+
+def _replacement_of(cls: type) -> type | None:
+    """The registered ``register_oot`` replacement ``cls`` is or derives from, if any."""
+    with _lock:
+        replacements = {e.oot for e in _registry.values() if e.oot is not None}
+    return next((k for k in cls.__mro__ if k in replacements), None)
 
 
 def _defines(cls: type, method: str) -> bool:
@@ -282,7 +369,7 @@ def _replaced_base(cls: type) -> str | None:
 
 
 def _differs(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return any(a.get(k) != b.get(k) for k in ("method", "reason", "platform"))
+    return any(a.get(k) != b.get(k) for k in ("method", "reason", "route", "platform"))
 
 
 class PluggableLayer(_Replaceable, nn.Module):
@@ -304,6 +391,7 @@ class PluggableLayer(_Replaceable, nn.Module):
                 "reason": "pluggable layer: replaced by register_oot"
                 if _replaced_base(cls)
                 else "pluggable layer: in-tree class",
+                "route": _pluggable_route(cls),
                 "platform": None,
                 "replaces": _replaced_base(cls),
                 "instances": 1 if previous is None else previous["instances"] + 1,
@@ -317,6 +405,12 @@ class PluggableLayer(_Replaceable, nn.Module):
             )
 
 
+def _pluggable_route(cls: type) -> str:
+    if _replacement_of(cls) is not None:
+        return f"register_oot: {cls.__qualname__} (whole-layer replacement), forward"
+    return "forward (in-tree class; kernels chosen by the layer, e.g. an attention backend)"
+
+
 def registered_layers() -> dict[str, tuple[type, type | None]]:
     """Every registered layer name with its in-tree class and its out-of-tree replacement
     (``None`` when not replaced); a snapshot, for the conformance suite and tools."""
@@ -325,10 +419,11 @@ def registered_layers() -> dict[str, tuple[type, type | None]]:
 
 
 def binding_info() -> dict[str, Any]:
-    """Per layer class constructed so far: op name, bound method, why, the platform, the
-    class it replaces (for out-of-tree replacements) and how many instances; plus the
-    registry: each op name with its in-tree class, replacement, and the method a new
-    instance would bind to here (``bound``) and why."""
+    """Per layer class constructed so far: op name, bound method, why, its route (how a
+    kernel reaches it, `describe_route`), the platform, the class it replaces (for
+    out-of-tree replacements) and how many instances; plus the registry: each op name with
+    its in-tree class, replacement, and the method a new instance would bind to here
+    (``bound``), its ``route`` and why."""
     from opcore.platforms import get_current_platform
 
     platform, config = get_current_platform(), get_current_config()
@@ -338,15 +433,18 @@ def binding_info() -> dict[str, Any]:
             built = e.oot or e.base
             if issubclass(built, CustomOp):
                 bound, _enabled, why = resolve_binding(built, platform, config)
+                route = describe_route(built, bound)
             else:
                 bound, why = (
                     "forward",
                     "pluggable layer: whole-module replacement, no forward_* dispatch",
                 )
+                route = _pluggable_route(built)
             registry[name] = {
                 "class": _qualname(e.base),
                 "replacement": _qualname(e.oot) if e.oot else None,
                 "bound": bound,
+                "route": route,
                 "why": why,
             }
         return {

@@ -17,6 +17,8 @@ class RMSNorm(CustomOp):
     ``var_hidden_size``: normalize by the mean square of the first ``var_hidden_size``
     features only. ``has_weight=False``: no learned scale."""
 
+    ir_ops = ("rms_norm", "fused_add_rms_norm")
+
     def __init__(
         self,
         hidden_size: int,

@@ -30,6 +30,8 @@ class RotaryEmbedding(CustomOp):
     is a non-persistent buffer. ``forward(positions, query, key=None)`` returns new
     ``(query, key)``."""
 
+    ir_ops = ("rotary_embedding",)
+
     def __init__(
         self,
         head_size: int,
@@ -71,6 +73,8 @@ class QKNormRoPE(CustomOp):
     """Split a fused QKV projection ``[*, (num_heads + 2 * num_kv_heads) * head_size]``,
     RMS-normalize each q and k head (separate ``q_weight`` / ``k_weight`` of size
     ``head_size``), apply rotary embedding; ``forward(qkv, positions) -> (q, k, v)``."""
+
+    ir_ops = ("split_qkv_rmsnorm_rope",)
 
     def __init__(
         self,

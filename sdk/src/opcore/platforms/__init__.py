@@ -15,7 +15,6 @@ import copy
 import threading
 
 from opcore.platforms.interface import (
-    FORWARD_METHODS,
     Platform,
     UnspecifiedPlatform,
     declared_members,
@@ -32,7 +31,6 @@ from opcore.platforms.resolution import (
 )
 
 __all__ = [
-    "FORWARD_METHODS",
     "Absent",
     "Candidate",
     "Decision",

@@ -21,19 +21,6 @@ if TYPE_CHECKING:
 
     from opcore.config import OpcoreConfig
 
-# The ordered list of every `CustomOp.forward_*` method name the core knows. A platform's
-# `custom_op_forward_chain` is a sub-sequence of these, always ending in "forward_native".
-FORWARD_METHODS = (
-    "forward_cuda",
-    "forward_hip",
-    "forward_xpu",
-    "forward_cpu",
-    "forward_tpu",
-    "forward_oot",
-    "forward_native",
-)
-
-
 class Platform(abc.ABC):
     """Base class of every opcore platform.
 
@@ -48,7 +35,8 @@ class Platform(abc.ABC):
       supported_quantization: names of the quantization schemes it runs.
       fp8_dtype: the fp8 dtype of this device, or ``None``.
       plugin_api: ``(min, max)`` plugin-API versions this class was written for,
-        ``min <= opcore.PLUGIN_API_VERSION < max``; the core refuses a platform outside it.
+        ``min <= opcore.PLUGIN_API_VERSION < max``; the core refuses a platform outside it
+        (`opcore.platforms.api_version`). Declare it in every platform class you ship.
       conformance_expectations: ``"package:path/to/expectations.toml"``, the conformance
         suite's expectations file for this platform (expected failures, loosened
         tolerances, each with a reason), or ``None``.
@@ -63,10 +51,11 @@ class Platform(abc.ABC):
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32,)
     supported_quantization: ClassVar[tuple[str, ...]] = ()
     fp8_dtype: ClassVar[torch.dtype | None] = None
-    plugin_api: ClassVar[tuple[str, str]] = ("1.0", "2.0")
+    plugin_api: ClassVar[tuple[str, str]] = ("2.0", "3.0")
     conformance_expectations: ClassVar[str | None] = None
-    # The CustomOp methods this platform tries, in order. Must end in "forward_native".
-    custom_op_forward_chain: ClassVar[tuple[str, ...]] = ("forward_native",)
+    # Kernels reach ops only as `opcore.ir` providers, ordered by
+    # `get_default_ir_op_priority`; a platform has no say in which layer method runs
+    # (plugin API 2.0 removed the per-platform forward chain).
 
     # ------------------------------------------------------------------ device queries
     # A platform whose device has a torch device module inherits all of these from

@@ -76,7 +76,7 @@ def test_platform_class_identity_and_priority():
     cls = _platform_class()
     assert cls.name == NAME
     assert cls.device_type == DEVICE_TYPE
-    assert cls.custom_op_forward_chain[-1] == "forward_native"
+    assert cls.plugin_api == ("{{ cookiecutter.__plugin_api_min }}", "{{ cookiecutter.__plugin_api_max }}")
     priority = cls().get_default_ir_op_priority(OpcoreConfig())
     assert priority["rms_norm"][0] == plugin.PROVIDER
 

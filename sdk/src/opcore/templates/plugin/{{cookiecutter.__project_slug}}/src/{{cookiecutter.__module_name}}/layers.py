@@ -4,8 +4,9 @@
 platform is current. The decorator makes every ``RMSNorm(...)`` built afterwards a
 `{{ cookiecutter.__class_prefix }}RMSNorm`, keyed by the stable op name ``rms_norm``, so the
 ``custom_ops`` setting (``-rms_norm``) still reaches it. Construction binds ``forward`` to
-the first method of the platform's ``custom_op_forward_chain`` that the class defines:
-``forward_oot`` here.
+the replacement's ``forward_oot`` while ``custom_ops`` enables ``rms_norm``, and to
+``forward_native`` otherwise. Kernels never go here: they are providers (`providers`), which
+``forward_native`` reaches by the platform's priority (plugin API 2.0).
 """
 
 from __future__ import annotations

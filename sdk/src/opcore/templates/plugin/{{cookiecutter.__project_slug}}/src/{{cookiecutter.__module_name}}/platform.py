@@ -38,9 +38,8 @@ class {{ cookiecutter.__class_prefix }}Platform({% if cookiecutter.device_type =
     device_control_env_var = None  # e.g. "{{ cookiecutter.plugin_name.upper() }}_VISIBLE_DEVICES"
     # Only dtypes the device really computes: conformance checks each one on the device.
     supported_dtypes = (torch.float32, torch.float16, torch.bfloat16)
+    # The plugin-API versions this class was written for: min inclusive, max exclusive.
     plugin_api = ("{{ cookiecutter.__plugin_api_min }}", "{{ cookiecutter.__plugin_api_max }}")
-    # CustomOp layers bind to the first of these methods they define.
-    custom_op_forward_chain = ("forward_oot", "forward_native")
     # Declared expected failures and loosened tolerances, read by opcore-conformance.
     conformance_expectations = "{{ cookiecutter.__module_name }}:expectations.toml"
 {% if cookiecutter.device_type == "cpu" %}
