@@ -3,7 +3,8 @@
 A case id is ``<check>[<part>-<part>-...]``, e.g. ``numerics[rms_norm-native-bfloat16-odd_hidden_4099]``
 or ``platform.dtype[bfloat16]``. Parts come from names (op, provider, dtype, the sample's
 name from the op's generator), never from enumeration order, so the same installation always
-yields the same ids, and one id always names the same inputs (generators use a fixed seed).
+yields the same ids, and one id always names the same inputs: each sample's draws are seeded
+from its op's and its own name (`opcore.ir.samples.sample_seed`), in every mode and selection.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class Outcome:
     ``status`` is one of pass / fail / error / skip / unsupported / not_applicable.
     ``metrics``: numbers for the report (``max_abs``, ``max_rel``, ``max_ratio`` (worst
     ``|d| / (atol + rtol |ref|)``, 1.0 is the bound), ``atol``, ``rtol``, ``ref_dtype``,
-    ``ref_device``, ...).
+    ``ref_device``, ...; numerics adds the ULP errors of the provider and of native on the
+    same inputs, ``peak_ulp`` / ``native_peak_ulp`` ..., and the error budget used).
     """
 
     status: str

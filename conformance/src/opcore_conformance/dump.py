@@ -97,6 +97,7 @@ conformance suite. Exit status: 1 when the output breaks the tolerance or the er
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -179,6 +180,9 @@ def move(obj, device):
 
 
 def run_provider(inputs):
+    # the variables the run had (OPCORE_PLATFORM, TRITON_INTERPRET, ...), unless set here
+    for key, value in META["environment"].items():
+        os.environ.setdefault(key, value)
     import opcore.plugins
     from opcore.ir import priority
     from opcore.ir.op import all_ops
