@@ -1,13 +1,11 @@
 """The one selection algorithm: explicit choices are validated and never replaced; platform
-candidates are tried in order; failures list every candidate's reasons; plugins override
-class paths through `register_backend`."""
+candidates are tried in order; failures list every candidate's reasons; the registry alone
+maps a name to its class, one class per name."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import textwrap
 
 import pytest
 import torch
@@ -16,18 +14,16 @@ from opcore.attention import (
     AttentionSelectionError,
     AttentionSelectorConfig,
     UnknownBackendError,
-    clear_override,
-    is_overridden,
     probe_selection,
     register_backend,
     select_backend,
     selection_info,
 )
 from opcore.attention.backends.torch_native import TorchNativeBackend
+from opcore.attention.registry import backend_class_path, unregister_backend
 from opcore.attention.selector import clear_selection_records
 from opcore.config import create_config
 from opcore.platforms import Platform
-from opcore.testing.distributions import make_distribution, run_python
 
 
 class ListedPlatform(Platform):
@@ -37,9 +33,8 @@ class ListedPlatform(Platform):
     device_name = "host"
     device_type = "cpu"
 
-    def __init__(self, candidates, mapping=None):
+    def __init__(self, candidates):
         self.candidates = list(candidates)
-        self.mapping = mapping or {}
 
     def device_count(self):
         return 1
@@ -52,11 +47,6 @@ class ListedPlatform(Platform):
 
     def get_attn_backend_candidates(self, cfg):
         return list(self.candidates)
-
-    def get_attn_backend_cls(self, selected, cfg):
-        if selected in self.mapping:
-            return self.mapping[selected]
-        return super().get_attn_backend_cls(selected, cfg)
 
 
 class MyNative(TorchNativeBackend):
@@ -80,8 +70,8 @@ def _clean(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     clear_selection_records()
     yield
-    for name in ("TORCH_NATIVE", "HALF_ONLY", "MY_ATTN", "BROKEN", "NOT_A_BACKEND", "FLASH_ATTN"):
-        clear_override(name)
+    for name in ("HALF_ONLY", "MY_ATTN", "BROKEN", "NOT_A_BACKEND", "FLASH_ATTN"):
+        unregister_backend(name)
     clear_selection_records()
 
 
@@ -103,7 +93,8 @@ def test_first_valid_candidate_wins_and_later_ones_are_not_tried():
     assert sel.source == "platform"
     tried = {c.name: c.reasons for c in sel.candidates}
     assert list(tried) == ["FLASH_ATTN", "TRITON_PAGED", "HALF_ONLY", "TORCH_NATIVE"]
-    assert "has no implementation registered" in tried["FLASH_ATTN"][0]
+    # The core reserves no vendor name: one nobody registered is a reason like any other.
+    assert tried["FLASH_ATTN"][0].startswith("Unknown attention backend 'FLASH_ATTN'. Known backends:")
     assert tried["TRITON_PAGED"] == ["device type 'cpu' not supported (supported: cuda, xpu)"]
     assert tried["HALF_ONLY"] == ["dtype bfloat16 not supported (supported: float16)"]
     assert tried["TORCH_NATIVE"] == []
@@ -146,7 +137,7 @@ def test_no_valid_candidate_lists_every_candidate_with_reasons():
     assert msg.startswith("No valid attention backend for")
     assert "TRITON_PAGED: [device type 'cpu' not supported (supported: cuda, xpu)]" in msg
     assert "HALF_ONLY: [dtype bfloat16 not supported (supported: float16)]" in msg
-    assert "FLASH_ATTN: [Attention backend FLASH_ATTN has no implementation registered" in msg
+    assert "FLASH_ATTN: [Unknown attention backend 'FLASH_ATTN'" in msg
     assert "BROKEN: [cannot load no_such_package.mod.Backend: ModuleNotFoundError" in msg
     assert "NOT_A_BACKEND: [cannot load" in msg and "is not an opcore.attention.AttentionBackend subclass" in msg
     info = selection_info()["selections"]
@@ -164,30 +155,41 @@ def test_unknown_name_lists_the_known_ones():
         select(ListedPlatform(["TORCH_NATIVE"]), backend="NOPE")
 
 
-def test_register_backend_overrides_a_class_path_and_clear_restores_it():
-    platform = ListedPlatform(["TORCH_NATIVE"])
-    register_backend("TORCH_NATIVE", path(MyNative))
-    assert is_overridden("TORCH_NATIVE")
-    assert select(platform).backend_cls is MyNative
-    clear_override("TORCH_NATIVE")
-    assert select(platform).backend_cls is TorchNativeBackend
+def test_a_core_name_keeps_its_class():
+    """A plugin cannot swap the class behind a core name (TORCH_NATIVE is the reference
+    every backend is checked against): it registers a name of its own."""
+    with pytest.raises(ValueError, match=r"TORCH_NATIVE is a core attention backend .* name of its own"):
+        register_backend("torch_native", path(MyNative))
+    with pytest.raises(ValueError, match="cannot be unregistered"):
+        unregister_backend("TORCH_NATIVE")
+    assert backend_class_path("TORCH_NATIVE") == path(TorchNativeBackend)
+    assert select(ListedPlatform(["TORCH_NATIVE"])).backend_cls is TorchNativeBackend
 
 
-def test_register_backend_as_decorator_adds_a_name():
-    @register_backend("my_attn")
-    class Local(TorchNativeBackend):
-        name = "MY_ATTN"
-
-    # A class defined inside a function has no importable path; a platform resolves it.
-    assert selection_info()["registry"]["MY_ATTN"]["class_path"].endswith("Local")
+def test_a_name_has_one_class():
     register_backend("MY_ATTN", path(MyNative))
+    register_backend("my_attn", path(MyNative))  # the same path again: a no-op
+    with pytest.raises(ValueError, match=r"MY_ATTN is already registered to .*MyNative; a backend name has one class"):
+        register_backend("MY_ATTN", path(HalfOnly))
     assert select(ListedPlatform(["MY_ATTN"])).backend_cls is MyNative
+    info = selection_info()["registry"]
+    assert info["MY_ATTN"] == {"class_path": path(MyNative), "origin": "plugin"}
+    assert info["TORCH_NATIVE"] == {"class_path": path(TorchNativeBackend), "origin": "core"}
 
 
-def test_platform_maps_a_generic_name_to_its_own_class():
-    platform = ListedPlatform(["FLASH_ATTN"], mapping={"FLASH_ATTN": path(MyNative)})
-    sel = select(platform)
-    assert sel.selected == "FLASH_ATTN" and sel.backend_cls is MyNative
+def test_register_backend_as_decorator():
+    register_backend("my_attn")(MyNative)
+    assert backend_class_path("MY_ATTN") == path(MyNative)
+    unregister_backend("MY_ATTN")
+    # A class defined inside a function has no importable path: refused, not stored.
+    with pytest.raises(ValueError, match="defined inside a function"):
+
+        @register_backend("my_attn")
+        class Local(TorchNativeBackend):
+            pass
+
+    with pytest.raises(UnknownBackendError):
+        backend_class_path("MY_ATTN")
 
 
 def test_choice_and_rejections_are_logged_and_recorded(caplog):
@@ -207,45 +209,6 @@ def test_choice_and_rejections_are_logged_and_recorded(caplog):
         "valid": False,
         "reasons": ["dtype bfloat16 not supported (supported: float16)"],
     }
-
-
-def test_a_general_plugin_overrides_a_backend_in_a_real_distribution(tmp_path):
-    """An installed distribution's ``opcore.general_plugins`` entry point registers its own
-    class for TORCH_NATIVE; a fresh interpreter's selection returns that class."""
-    site = tmp_path / "site"
-    make_distribution(
-        site,
-        "attn-override-plugin",
-        entry_points={"opcore.general_plugins": {"attn_override": "attn_override_plugin:register"}},
-        files={
-            "attn_override_plugin/__init__.py": """
-                from opcore.attention import register_backend
-
-                def register():
-                    register_backend("TORCH_NATIVE", "attn_override_plugin.backend.PluginNative")
-            """,
-            "attn_override_plugin/backend.py": """
-                from opcore.attention.backends.torch_native import TorchNativeBackend
-
-                class PluginNative(TorchNativeBackend):
-                    name = "TORCH_NATIVE"
-            """,
-        },
-    )
-    code = textwrap.dedent(
-        """
-        import json, torch
-        from opcore.attention import AttentionSelectorConfig, select_backend, selection_info
-        sel = select_backend(AttentionSelectorConfig(head_size=64, num_heads=4, num_kv_heads=4, dtype=torch.float32))
-        print(json.dumps(selection_info()))
-        """
-    )
-    proc = run_python(code, site=site)
-    assert proc.returncode == 0, proc.stderr
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert info["registry"]["TORCH_NATIVE"]["overridden"] is True
-    assert info["selections"][0]["class_path"] == "attn_override_plugin.backend.PluginNative"
-    assert info["selections"][0]["selected"] == "TORCH_NATIVE"
 
 
 def test_probe_selection_reports_a_failure_as_data():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opcore.attention.registry import clear_override, register_backend
+from opcore.attention.registry import register_backend, unregister_backend
 from opcore.config import (
     SWITCH_VARIABLES,
     ConfigError,
@@ -59,8 +59,8 @@ def test_precedence_defaults_platform_env_explicit():
     assert [c[0] for c in p.calls] == ["defaults", "check"]
     # check_and_update_config saw the final values: it has the last word.
     assert p.calls[1][1] == cfg.kernel.ir_op_priority
-    cfg = create_config(p, env={}, attention_backend="flash_attn")
-    assert cfg.attention.backend == "FLASH_ATTN"
+    cfg = create_config(p, env={}, attention_backend="triton_paged")
+    assert cfg.attention.backend == "TRITON_PAGED"
     assert create_config(p, env={}).attention.backend == "PLATFORM_PICK"
 
 
@@ -178,7 +178,7 @@ def test_attention_backend_names_must_be_known():
         cfg = create_config(RecordingPlatform(), env={"OPCORE_ATTENTION_BACKEND": "config_test_attn"})
         assert cfg.attention.backend == "CONFIG_TEST_ATTN"
     finally:
-        clear_override("CONFIG_TEST_ATTN")
+        unregister_backend("CONFIG_TEST_ATTN")
 
 
 def test_names_a_platform_registers_in_import_kernels_are_known(tmp_path):

@@ -273,9 +273,9 @@ def check_custom_op_names(
 def check_attention_backend_name(
     text: str, *, source: str = "attention.backend", platform: Platform | None = None
 ) -> None:
-    """``text`` must be a known attention backend name: the SDK's own (reserved ones
-    included) or one a plugin registered. Whether that backend suits a layer is decided
-    when one is selected."""
+    """``text`` must be a registered attention backend name: the core's own or one a
+    plugin registered (in its platform's ``import_kernels``, loaded first when needed).
+    Whether that backend suits a layer is decided when one is selected."""
     _check_registered(
         [(text, text.upper())],
         _attention_backend_names,

@@ -12,7 +12,7 @@ Check ids:
   ``platform.kernels``         ``import_kernels`` / ``import_ir_kernels`` run and are idempotent
   ``platform.priorities[<mode>]`` default priorities name registered, supported providers
   ``platform.config_hooks``    hooks accept explicit configs and never read an ambient one
-  ``platform.attention``       ``get_attn_backend_candidates`` / ``get_attn_backend_cls`` answer
+  ``platform.attention``       ``get_attn_backend_candidates`` names registered, importable backends
 """
 
 from __future__ import annotations
@@ -485,27 +485,23 @@ def _attention(ctx, _tol) -> dict[str, Any]:
         raise CheckFailed(f"get_attn_backend_candidates(cfg) raised {type(exc).__name__}: {exc}") from None
     if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
         raise CheckFailed(f"get_attn_backend_candidates(cfg) returned {candidates!r}, expected list[str]")
+    # The registry alone maps a name to its class; the platform registers its own names in
+    # import_kernels, which load_registrations runs for the current platform.
+    from opcore.attention.registry import backend_class_path, load_backend_class
+    from opcore.attention.selector import load_registrations
+
+    load_registrations(p)
     answered, problems = {}, []
     for name in candidates:
         try:
-            path = p.get_attn_backend_cls(name, cfg)
-        except ImportError as exc:
-            if "opcore.attention" in str(exc):
-                raise NotApplicable(f"the attention registry is not importable: {exc}") from None
-            problems.append(f"get_attn_backend_cls({name!r}) raised ImportError: {exc}")
+            path = backend_class_path(name)
+        except ValueError as exc:
+            problems.append(f"candidate {name!r}: {exc} (register it with register_backend in import_kernels)")
             continue
-        except Exception as exc:
-            problems.append(f"get_attn_backend_cls({name!r}) raised {type(exc).__name__}: {exc}")
-            continue
-        if not isinstance(path, str) or "." not in path:
-            problems.append(f"get_attn_backend_cls({name!r}) returned {path!r}, expected a dotted class path")
-            continue
-        from opcore.plugins import resolve_qualname
-
         try:
-            resolve_qualname(path)
+            load_backend_class(path)
         except Exception as exc:
-            problems.append(f"get_attn_backend_cls({name!r}) = {path!r} does not import: {exc}")
+            problems.append(f"candidate {name!r} = {path!r} does not load: {type(exc).__name__}: {exc}")
             continue
         answered[name] = path
     if problems:

@@ -10,9 +10,8 @@ Mapping onto opcore:
 * layers (`import_kernels`): `AscendAttention` replaces ``Attention`` (``register_oot``),
   only once this platform is active; the other layers reach the ``npu`` providers through
   their ``forward_native``;
-* attention: ``ASCEND`` first, ``TORCH_NATIVE`` as the fallback candidate; the name
-  ``ASCEND`` is registered in the attention registry by `import_kernels` and mapped by
-  `get_attn_backend_cls`.
+* attention: ``ASCEND`` first, ``TORCH_NATIVE`` as the fallback candidate; `import_kernels`
+  registers the name ``ASCEND`` in the attention registry (a class path only).
 
 torch_npu is imported inside methods (`device_module`); the class itself imports anywhere.
 """
@@ -66,11 +65,6 @@ class AscendPlatform(TorchDevicePlatform):
 
         register_backend("ASCEND", ASCEND_BACKEND)
         layers.register_layers()
-
-    def get_attn_backend_cls(self, selected: str, cfg: Any) -> str:
-        if selected.upper() == "ASCEND":
-            return ASCEND_BACKEND
-        return super().get_attn_backend_cls(selected, cfg)
 
     def import_ir_kernels(self) -> None:
         from opcore_plugin_ascend import npu_provider, triton_provider  # noqa: F401

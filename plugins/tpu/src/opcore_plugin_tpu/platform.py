@@ -110,11 +110,6 @@ class TpuPlatform(Platform):
 
         register_backend("PALLAS", PALLAS_BACKEND)
 
-    def get_attn_backend_cls(self, selected: str, cfg: Any) -> str:
-        if selected.upper() == "PALLAS":
-            return PALLAS_BACKEND
-        return super().get_attn_backend_cls(selected, cfg)
-
     def import_ir_kernels(self) -> None:
         from opcore_plugin_tpu import pallas_provider  # noqa: F401  (registers "pallas")
 

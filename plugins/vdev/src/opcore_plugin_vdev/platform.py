@@ -9,8 +9,8 @@ Mapping onto opcore:
   settings; device queries answer from ``torch.vdev``;
 * providers (`import_ir_kernels`): ``vdev`` on rms_norm, fused_add_rms_norm and
   silu_and_mul, first in the default priority, native after it;
-* attention (`import_kernels`): ``VDEV`` (registered in the attention registry, mapped by
-  `get_attn_backend_cls`) first, ``TORCH_NATIVE`` as the fallback candidate;
+* attention (`import_kernels`): ``VDEV`` (registered in the attention registry) first,
+  ``TORCH_NATIVE`` as the fallback candidate;
 * layers: ``forward_native`` reaches the ``vdev`` providers through the priority above.
 """
 
@@ -75,11 +75,6 @@ class VdevPlatform(Platform):
         from opcore.attention.registry import register_backend
 
         register_backend("VDEV", VDEV_BACKEND)
-
-    def get_attn_backend_cls(self, selected: str, cfg: Any) -> str:
-        if selected.upper() == "VDEV":
-            return VDEV_BACKEND
-        return super().get_attn_backend_cls(selected, cfg)
 
     def get_attn_backend_candidates(self, cfg: Any) -> list[str]:
         return ["VDEV", "TORCH_NATIVE"]

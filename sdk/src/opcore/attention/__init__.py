@@ -3,7 +3,8 @@
 * `AttentionBackend` (`backend.py`): capability declarations, ``validate_configuration``,
   the paged-KV contract (cache shape, ``write_kv``, ``forward``).
 * `AttentionSelectorConfig` (`selector_config.py`): what a layer asks for.
-* Registry (`registry.py`): backend names -> class paths; `register_backend` for plugins.
+* Registry (`registry.py`): backend name -> class path, the one route from a name to a
+  class; plugins call `register_backend` from their platform's ``import_kernels``.
 * Selector (`selector.py`): `select_backend` / `get_attn_backend`, `selection_info`.
 * `PagedAttentionMetadata` (`paged.py`): one mixed prefill/decode batch.
 * Backends: ``TORCH_NATIVE`` (reference, any device), ``TRITON_PAGED`` (Triton kernels).
@@ -15,8 +16,6 @@ from opcore.attention.paged import PagedAttentionMetadata, compute_slot_mapping
 from opcore.attention.registry import (
     UnknownBackendError,
     backend_class_path,
-    clear_override,
-    is_overridden,
     known_names,
     register_backend,
     registered_backends,
@@ -40,10 +39,8 @@ __all__ = [
     "Selection",
     "UnknownBackendError",
     "backend_class_path",
-    "clear_override",
     "compute_slot_mapping",
     "get_attn_backend",
-    "is_overridden",
     "known_names",
     "probe_selection",
     "register_backend",

@@ -71,16 +71,15 @@ def decode_attention_records(
 ) -> list[dict[str, Any]]:
     """One record per (batch, context); see the module docstring. A shape that fails
     (out of memory, say) gives a record with ``error`` instead of timings."""
-    from opcore.attention.registry import load_backend_class
+    from opcore.attention.selector import backend_class
     from opcore.attention.selector_config import AttentionSelectorConfig
-    from opcore.platforms import get_current_platform
 
     device = torch.device(device)
     cfg = AttentionSelectorConfig(
         head_size=head_size, num_heads=heads, num_kv_heads=kv_heads, dtype=dtype,
         block_size=block_size, device_type=device.type,
     )
-    cls = load_backend_class(get_current_platform().get_attn_backend_cls(backend, cfg))
+    cls = backend_class(backend)
     reasons = cls.validate_configuration(cfg)
     if reasons:
         raise ValueError(f"{backend} cannot run the decode benchmark on {device.type}: {'; '.join(reasons)}")

@@ -1,16 +1,22 @@
-"""Attention backend names and the class path behind each.
+"""Attention backend names and the one class behind each.
 
-The core knows a fixed set of names. Some have an implementation in the SDK
-(``TORCH_NATIVE``, ``TRITON_PAGED``); the others are reserved for platform plugins, which
-attach an implementation with `register_backend`:
+The registry is the only route from a backend name to a class: the selector, the
+conformance suite, `opcore info` and ``OPCORE_ATTENTION_BACKEND`` all read it, and no
+platform hook maps names on the side.
 
-    register_backend("ASCEND", "opcore_plugin_ascend.attention.AscendBackend")
+The core registers its own backends, ``TORCH_NATIVE`` (the reference, any device) and
+``TRITON_PAGED`` (Triton kernels). It reserves no other name. A platform plugin registers
+its backends from its ``import_kernels`` hook, which runs once, only when that platform is
+the current one, before any selection::
 
-A plugin may also register a brand-new name, or override the path of an existing one
-(its platform then gets the plugin's class whenever that name is selected). Overrides
-are kept apart from the defaults, so `clear_override` restores the SDK's path and
-`registered_backends` shows which names are overridden. Registration is usually done in
-an ``opcore.general_plugins`` entry point, which the selector runs before it selects.
+    def import_kernels(self):
+        register_backend("ACME_PAGED", "opcore_plugin_acme.attention.AcmePagedBackend")
+
+and names them in ``get_attn_backend_candidates``, in priority order.
+
+A name has exactly one class: registering a core name, or a name already registered to
+another path, is an error (registering the same path again is a no-op). To change what a
+platform uses, register a new name and list it first.
 
 Names are upper-case identifiers; lookups are case-insensitive.
 """
@@ -23,27 +29,20 @@ from typing import Any
 
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
-# The SDK's own paths. None: reserved for a plugin to register.
-_DEFAULTS: dict[str, str | None] = {
+# The core's own backends. Generic names only: a backend tied to one vendor's hardware or
+# library belongs to that vendor's plugin, which registers it.
+CORE_BACKENDS: dict[str, str] = {
     "TORCH_NATIVE": "opcore.attention.backends.torch_native.TorchNativeBackend",
     "TRITON_PAGED": "opcore.attention.backends.triton_paged.TritonPagedBackend",
-    "FLASH_ATTN": None,
-    "FLASHINFER": None,
-    "ROCM_ATTN": None,
-    "XPU_ATTN": None,
-    "CPU_ATTN": None,
-    "ASCEND": None,
-    "PALLAS": None,
-    "CUSTOM": None,
 }
 
 _lock = threading.Lock()
-_overrides: dict[str, str] = {}
+_registered: dict[str, str] = {}  # plugin names -> class paths, in registration order
 _generation = 0
 
 
 class UnknownBackendError(ValueError):
-    """A backend name that is neither a known name nor registered by a plugin."""
+    """A backend name that neither the core nor a loaded plugin registered."""
 
 
 def registry_generation() -> int:
@@ -52,92 +51,126 @@ def registry_generation() -> int:
 
 
 def normalize_name(name: str) -> str:
+    """``name`` in upper case; ``ValueError`` when it is not an identifier."""
     if not isinstance(name, str) or not _NAME.match(name.upper()):
-        raise ValueError(f"attention backend name {name!r} is not an identifier such as 'TRITON_PAGED'")
+        raise ValueError(
+            f"attention backend name {name!r} is not an identifier such as 'TRITON_PAGED'"
+        )
     return name.upper()
 
 
 def known_names() -> list[str]:
-    """Every name: the SDK's, then names plugins added, in registration order."""
-    return list(_DEFAULTS) + [n for n in _overrides if n not in _DEFAULTS]
+    """Every registered name: the core's, then the plugins', in registration order."""
+    with _lock:
+        return list(CORE_BACKENDS) + list(_registered)
 
 
 def register_backend(name: str, class_path: str | None = None) -> Any:
-    """Attach ``class_path`` (``"package.module.Class"``) to backend ``name``, adding the
-    name if it is new or overriding its path if it exists. Without ``class_path`` it is a
-    class decorator that registers the decorated class's own path::
+    """Register backend ``name`` with the class at ``class_path`` (``"pkg.module.Class"``).
 
-        @register_backend("CUSTOM")
-        class MyBackend(AttentionBackend): ...
+    Call it from your platform's ``import_kernels`` hook; list the name in
+    ``get_attn_backend_candidates`` so the selector tries it. Only the path is stored: the
+    class is imported when the name is selected.
 
-    Idempotent for the same path; a later registration of another path wins (it is an
-    override, logged by the selector through `registered_backends`)."""
+    Without ``class_path`` it is a class decorator registering the decorated class::
+
+        @register_backend("ACME_PAGED")
+        class AcmePagedBackend(TorchNativeBackend): ...
+
+    Args:
+        name: an identifier, any case (stored upper-case).
+        class_path: dotted path of an `opcore.attention.AttentionBackend` subclass.
+
+    Returns:
+        ``None``; the decorator when ``class_path`` is omitted.
+
+    Raises:
+        ValueError: ``name`` is not an identifier, ``class_path`` is not dotted, ``name`` is
+            a core backend, or ``name`` is already registered to a different path.
+    """
     key = normalize_name(name)
 
     def _set(path: str) -> None:
         global _generation
         module, _, attr = path.rpartition(".")
         if not module or not attr:
-            raise ValueError(f"register_backend({key!r}): {path!r} is not a dotted path 'package.module.Class'")
+            raise ValueError(
+                f"register_backend({key!r}): {path!r} is not a dotted path 'package.module.Class'"
+            )
+        if key in CORE_BACKENDS:
+            raise ValueError(
+                f"register_backend({key!r}, {path!r}): {key} is a core attention backend "
+                f"({CORE_BACKENDS[key]}); register your class under a name of its own and list "
+                "it first in your platform's get_attn_backend_candidates"
+            )
         with _lock:
-            if _overrides.get(key) != path:
-                _overrides[key] = path
-                _generation += 1
+            current = _registered.get(key)
+            if current == path:
+                return
+            if current is not None:
+                raise ValueError(
+                    f"register_backend({key!r}, {path!r}): {key} is already registered to "
+                    f"{current}; a backend name has one class"
+                )
+            _registered[key] = path
+            _generation += 1
 
     if class_path is not None:
         _set(class_path)
         return None
 
     def decorator(cls: type) -> type:
+        if "<locals>" in cls.__qualname__:
+            # The selector imports the class by its path; a function's local class has none.
+            raise ValueError(
+                f"register_backend({key!r}): {cls.__qualname__} is defined inside a function "
+                "and cannot be imported by its path; define it at module level"
+            )
         _set(f"{cls.__module__}.{cls.__qualname__}")
         return cls
 
     return decorator
 
 
-def clear_override(name: str) -> None:
-    """Remove a plugin's registration of ``name`` (back to the SDK's path, or gone if the
-    plugin had added the name)."""
+def unregister_backend(name: str) -> None:
+    """Forget a plugin's registration of ``name`` (tests that register temporary names).
+    A core name cannot be removed; an unknown name is ignored."""
     global _generation
     key = normalize_name(name)
+    if key in CORE_BACKENDS:
+        raise ValueError(f"{key} is a core attention backend and cannot be unregistered")
     with _lock:
-        if _overrides.pop(key, None) is not None:
+        if _registered.pop(key, None) is not None:
             _generation += 1
 
 
-def is_overridden(name: str) -> bool:
-    return normalize_name(name) in _overrides
-
-
 def backend_class_path(name: str) -> str:
-    """The dotted class path registered for ``name``. Raises `UnknownBackendError` for a
-    name nobody declared, and ``ValueError`` for a reserved name with no implementation
-    registered yet."""
+    """The dotted class path registered for ``name``.
+
+    Raises:
+        UnknownBackendError: nobody registered ``name`` (the message lists the known ones).
+        ValueError: ``name`` is not an identifier.
+    """
     key = normalize_name(name)
-    if key in _overrides:
-        return _overrides[key]
-    if key not in _DEFAULTS:
+    if key in CORE_BACKENDS:
+        return CORE_BACKENDS[key]
+    with _lock:
+        path = _registered.get(key)
+    if path is None:
         raise UnknownBackendError(
             f"Unknown attention backend {name!r}. Known backends: {', '.join(known_names())}"
-        )
-    path = _DEFAULTS[key]
-    if path is None:
-        raise ValueError(
-            f"Attention backend {key} has no implementation registered: a plugin provides it with "
-            f"opcore.attention.register_backend({key!r}, 'package.module.Class')"
         )
     return path
 
 
 def registered_backends() -> dict[str, dict[str, Any]]:
-    """``{name: {"class_path": path or None, "overridden": bool}}`` for every name."""
-    out = {}
-    for key in known_names():
-        out[key] = {
-            "class_path": _overrides.get(key, _DEFAULTS.get(key)),
-            "overridden": key in _overrides,
-            "default_class_path": _DEFAULTS.get(key),
-        }
+    """``{name: {"class_path": path, "origin": "core" or "plugin"}}`` for every name."""
+    out: dict[str, dict[str, Any]] = {
+        key: {"class_path": path, "origin": "core"} for key, path in CORE_BACKENDS.items()
+    }
+    with _lock:
+        for key, path in _registered.items():
+            out[key] = {"class_path": path, "origin": "plugin"}
     return out
 
 
@@ -150,4 +183,3 @@ def load_backend_class(class_path: str) -> type:
     if not isinstance(obj, type) or not issubclass(obj, AttentionBackend):
         raise TypeError(f"{class_path} is not an opcore.attention.AttentionBackend subclass")
     return obj
-

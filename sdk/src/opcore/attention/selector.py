@@ -9,12 +9,14 @@
    order and the first valid one is used.
 3. When none is valid the error lists every candidate with its reasons.
 
-Each name is turned into a class by ``platform.get_attn_backend_cls(name, cfg)`` (by
-default the registry's path), so a platform may map a generic name to its own class.
+Each name is turned into a class by the registry (`registry.backend_class_path`), the
+one route from a name to a class. Before selecting for the current platform, its
+``import_kernels`` hook and the general plugins are run (`opcore.ir.ensure_kernels_loaded`,
+once per process), so every `register_backend` call a plugin makes there is in effect.
+For another platform object (tests, tools) the registry is taken as it stands, after the
+general plugins.
 The choice and every rejected candidate are logged on the ``opcore.attention`` logger and
 recorded; `selection_info()` returns the records as plain data for `opcore info`.
-General plugins (``opcore.general_plugins``) are loaded first, so their
-`register_backend` calls are in effect.
 """
 
 from __future__ import annotations
@@ -86,14 +88,36 @@ _cache: dict[tuple, Selection] = {}
 _records: dict[tuple, Selection] = {}
 
 
-def _evaluate(name: str, platform: Any, cfg: AttentionSelectorConfig) -> tuple[CandidateResult, type | None]:
+def load_registrations(platform: Any = None) -> None:
+    """Make the registry complete for ``platform`` (default: the current one): the current
+    platform's ``import_kernels`` and the general plugins run first, once per process; for
+    any other platform object only the general plugins are loaded."""
+    from opcore import platforms
+    from opcore.plugins import load_general_plugins
+
+    if platform is None or (platforms.is_resolved() and platforms.get_current_platform() is platform):
+        from opcore.ir import ensure_kernels_loaded
+
+        ensure_kernels_loaded()
+    else:
+        load_general_plugins()
+
+
+def backend_class(name: str) -> type:
+    """The class registered for backend ``name``, with the current platform's registrations
+    loaded first; no validation (`select_backend` validates). Raises
+    `registry.UnknownBackendError` for a name nobody registered, ``ImportError`` /
+    ``TypeError`` when the path does not lead to an `AttentionBackend` subclass."""
+    load_registrations()
+    return registry.load_backend_class(registry.backend_class_path(name))
+
+
+def _evaluate(name: str, cfg: AttentionSelectorConfig) -> tuple[CandidateResult, type | None]:
     """Resolve and validate one name; every failure becomes a reason, never an exception."""
     try:
-        path = platform.get_attn_backend_cls(name, cfg)
-    except ValueError as exc:  # unknown or unregistered name
+        path = registry.backend_class_path(name)
+    except ValueError as exc:  # a name nobody registered
         return CandidateResult(name, None, [str(exc)]), None
-    if not path:
-        return CandidateResult(name, None, [f"platform {platform.name!r} has no implementation of {name}"]), None
     try:
         cls = registry.load_backend_class(path)
     except Exception as exc:  # a plugin's broken import must not hide the other candidates
@@ -121,9 +145,8 @@ def select_backend(
     backend, or every candidate, is invalid; unknown names raise
     `registry.UnknownBackendError`."""
     from opcore.config import get_current_config
-    from opcore.plugins import load_general_plugins
 
-    load_general_plugins()
+    load_registrations(platform)
     if platform is None:
         from opcore.platforms import get_current_platform
 
@@ -155,7 +178,7 @@ def select_backend(
     if requested is not None:
         if requested not in registry.known_names():
             registry.backend_class_path(requested)  # raises UnknownBackendError listing names
-        result, cls = _evaluate(requested, platform, cfg)
+        result, cls = _evaluate(requested, cfg)
         selection = Selection(cfg, platform_name, source, requested, None, None, [result])
         if cls is None:
             origin = "the backend argument" if source == "argument" else (
@@ -175,7 +198,7 @@ def select_backend(
         results: list[CandidateResult] = []
         chosen = None
         for name in candidates:
-            result, cls = _evaluate(registry.normalize_name(name), platform, cfg)
+            result, cls = _evaluate(registry.normalize_name(name), cfg)
             results.append(result)
             if cls is not None:
                 chosen = (result.name, cls)
@@ -224,9 +247,11 @@ def _record(key: tuple | None, selection: Selection) -> None:
 
 
 def selection_info() -> dict[str, Any]:
-    """Plain data for `opcore info`: the registry (every name, its class path, whether a
-    plugin overrode it) and every selection made in this process (chosen backend, source,
-    each candidate's reasons, or the error)."""
+    """Plain data for `opcore info`: the registry (every name, its class path, and whether
+    the core or a plugin registered it), complete for the current platform
+    (`load_registrations`), and every selection made in this process (chosen backend,
+    source, each candidate's reasons, or the error)."""
+    load_registrations()
     with _lock:
         selections = [s.as_dict() for s in _records.values()]
     return {"registry": registry.registered_backends(), "selections": selections}

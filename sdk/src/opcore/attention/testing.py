@@ -38,7 +38,7 @@ from typing import NamedTuple
 import torch
 
 from opcore.attention.paged import PagedAttentionMetadata, compute_slot_mapping
-from opcore.attention.registry import load_backend_class, normalize_name
+from opcore.attention.registry import normalize_name
 from opcore.attention.selector_config import AttentionSelectorConfig, dtype_name
 
 # (query_lens, seq_lens) per batch mix. Lengths straddle block boundaries on purpose, and
@@ -188,10 +188,9 @@ def conformance_cases(quick: bool) -> Iterator[AttentionCase]:
 
 
 def _backend_class(backend_name: str, cfg: AttentionSelectorConfig) -> type:
-    from opcore.platforms import get_current_platform
+    from opcore.attention.selector import backend_class
 
-    path = get_current_platform().get_attn_backend_cls(normalize_name(backend_name), cfg)
-    return load_backend_class(path)
+    return backend_class(normalize_name(backend_name))
 
 
 def case_reasons(backend_name: str, case: AttentionCase, device: torch.device | str) -> list[str]:

@@ -96,8 +96,9 @@ class Platform(abc.ABC):
     # ------------------------------------------------------------------ hooks
     def import_kernels(self) -> None:
         """Import the modules that register this platform's torch ops (custom kernels
-        the platform's layers call). Called once, lazily, before the first op dispatch
-        or layer construction. Default: nothing."""
+        the platform's layers call) and register its attention backends
+        (`opcore.attention.register_backend`). Called once, lazily, before the first op
+        dispatch, layer construction or attention selection. Default: nothing."""
 
     def import_ir_kernels(self) -> None:
         """Import the modules that register this platform's `opcore.ir` providers.
@@ -111,16 +112,11 @@ class Platform(abc.ABC):
 
     def get_attn_backend_candidates(self, cfg: Any) -> list[str]:
         """Attention backend names to try, in order, for selector config ``cfg``. The
-        generic selector validates each and takes the first valid one.
+        generic selector validates each and takes the first valid one. Names only: each
+        must be registered in `opcore.attention.registry` (the core's, or one this plugin
+        registers in `import_kernels`), which alone maps a name to its class.
         Default: ``["TORCH_NATIVE"]``."""
         return ["TORCH_NATIVE"]
-
-    def get_attn_backend_cls(self, selected: str, cfg: Any) -> str:
-        """The dotted class path implementing attention backend ``selected`` on this
-        platform. Default: the path the attention registry has for that name."""
-        from opcore.attention.registry import backend_class_path
-
-        return backend_class_path(selected)
 
     def pre_register_and_update(self, parser: argparse.ArgumentParser | None = None) -> None:
         """Called before configuration is built; may add platform options to ``parser``.
