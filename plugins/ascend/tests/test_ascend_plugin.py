@@ -104,20 +104,22 @@ def test_ascend_platform_identity_and_defaults():
 
 
 def test_ascend_attention_backend_registered_by_name_and_explains_absence():
-    from opcore.attention import AttentionSelectorConfig, backend_class_path
-    from opcore.attention.registry import clear_override, load_backend_class
+    from opcore.attention import AttentionSelectorConfig, UnknownBackendError, backend_class_path
+    from opcore.attention.registry import load_backend_class, unregister_backend
 
     p = AscendPlatform()
-    assert p.get_attn_backend_cls("ASCEND", None) == "opcore_plugin_ascend.attention.AscendBackend"
+    assert not hasattr(p, "get_attn_backend_cls")  # removed in plugin API 2.0: the registry maps
     from opcore.layers import RMSNorm, registered_layers
     from opcore.layers.attention import Attention
 
+    with pytest.raises(UnknownBackendError):  # the core reserves no vendor name
+        backend_class_path("ASCEND")
     p.import_kernels()  # what the core calls once the platform is active
     try:
         assert backend_class_path("ASCEND") == "opcore_plugin_ascend.attention.AscendBackend"
         assert registered_layers()["rms_norm"] == (RMSNorm, None)  # kernels are providers
     finally:
-        clear_override("ASCEND")
+        unregister_backend("ASCEND")
         Attention.unregister_oot()
     cls = load_backend_class("opcore_plugin_ascend.attention.AscendBackend")
     cfg = AttentionSelectorConfig(head_size=128, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16,

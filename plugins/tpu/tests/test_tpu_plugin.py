@@ -120,17 +120,19 @@ def test_tpu_platform_identity_and_hooks_without_a_tpu():
 
 
 def test_tpu_pallas_backend_is_registered_by_name_and_unavailable_here():
-    from opcore.attention import backend_class_path
-    from opcore.attention.registry import clear_override, load_backend_class
+    from opcore.attention import UnknownBackendError, backend_class_path
+    from opcore.attention.registry import load_backend_class, unregister_backend
     from opcore.attention.selector_config import AttentionSelectorConfig
 
     p = TpuPlatform()
-    assert p.get_attn_backend_cls("PALLAS", None) == "opcore_plugin_tpu.attention.PallasBackend"
+    assert not hasattr(p, "get_attn_backend_cls")  # removed in plugin API 2.0: the registry maps
+    with pytest.raises(UnknownBackendError):  # the core reserves no vendor name
+        backend_class_path("PALLAS")
     p.import_kernels()  # what the core calls once the platform is active
     try:
         assert backend_class_path("PALLAS") == "opcore_plugin_tpu.attention.PallasBackend"
     finally:
-        clear_override("PALLAS")
+        unregister_backend("PALLAS")
     cls = load_backend_class("opcore_plugin_tpu.attention.PallasBackend")
     cfg = AttentionSelectorConfig(head_size=128, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, device_type="xla")
     reasons = cls.validate_configuration(cfg)
