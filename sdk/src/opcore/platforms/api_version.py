@@ -22,8 +22,8 @@ MIGRATION_DOC = "docs/design.md#plugin-api-2-0"
 MIGRATIONS: dict[int, str] = {
     1: (
         "API 2.0 removed forward_<vendor> methods and custom_op_forward_chain: move kernels "
-        "to opcore.ir providers; and get_attn_backend_cls: register attention backends with "
-        f"register_backend in import_kernels ({MIGRATION_DOC})"
+        f"to opcore.ir providers ({MIGRATION_DOC}); and Platform.get_attn_backend_cls: "
+        "register attention backends with register_backend in import_kernels"
     ),
 }
 
