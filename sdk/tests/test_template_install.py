@@ -151,6 +151,7 @@ def test_its_own_tests_pass(installed):
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert "PASSED tests/test_acme_conformance.py::test_conformance_suite_passes" in proc.stdout
     assert "PASSED tests/test_acme_plugin.py::test_provider_matches_the_native_reference" in proc.stdout
+    assert "PASSED tests/test_acme_attention.py::test_backend_is_registered_selected_and_matches_the_reference" in proc.stdout
     assert " skipped" not in proc.stdout.splitlines()[-1]
 
 

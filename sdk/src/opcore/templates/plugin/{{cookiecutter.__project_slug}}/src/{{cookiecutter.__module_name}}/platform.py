@@ -26,6 +26,10 @@ from opcore.platforms.torch_device import TorchDevicePlatform
 
 from {{ cookiecutter.__module_name }} import PROVIDER
 
+# This platform's attention backend (attention.py): its registry name and class path.
+ATTENTION_BACKEND = "{{ cookiecutter.plugin_name.upper() }}_ATTN"
+ATTENTION_BACKEND_CLASS = "{{ cookiecutter.__module_name }}.attention.{{ cookiecutter.__class_prefix }}AttentionBackend"
+
 
 class {{ cookiecutter.__class_prefix }}Platform({% if cookiecutter.device_type == "cpu" %}Platform{% else %}TorchDevicePlatform{% endif %}):
     """{{ cookiecutter.plugin_name }} devices, as seen by opcore."""
@@ -68,8 +72,14 @@ class {{ cookiecutter.__class_prefix }}Platform({% if cookiecutter.device_type =
 {% endif %}
     # ------------------------------------------------------------ hooks
     def import_kernels(self) -> None:
-        """Layer replacements (register_oot) and any torch ops of this platform."""
+        """Layer replacements (register_oot), attention backends (register_backend) and any
+        torch ops of this platform. Runs once, only when this platform is the current one."""
+        from opcore.attention import register_backend
+
         from {{ cookiecutter.__module_name }} import layers  # noqa: F401  (registers on import)
+
+        # A class path only: the selector imports the class when the name is selected.
+        register_backend(ATTENTION_BACKEND, ATTENTION_BACKEND_CLASS)
 
     def import_ir_kernels(self) -> None:
         """This platform's providers of opcore ops."""
@@ -79,3 +89,8 @@ class {{ cookiecutter.__class_prefix }}Platform({% if cookiecutter.device_type =
         """Our provider first; native is the reference and the fallback for arguments our
         provider declines (its supports_args)."""
         return {"rms_norm": [PROVIDER, "native"]}
+
+    def get_attn_backend_candidates(self, cfg) -> list[str]:
+        """Attention backends to try, best first: ours, then the core's reference (any
+        device) for layers ours declines. Names only; import_kernels registered ours."""
+        return [ATTENTION_BACKEND, "TORCH_NATIVE"]
