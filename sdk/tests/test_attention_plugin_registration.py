@@ -157,3 +157,19 @@ def test_a_plugin_name_is_unknown_where_its_platform_is_not_current(site):
     code, data = info_json(site, OPCORE_PLATFORM="cpu")
     assert code == 0, data
     assert list(data["attention"]["registry"]) == ["TORCH_NATIVE", "TRITON_PAGED"]
+
+
+def test_a_platform_still_mapping_names_itself_is_reported_as_written_for_api_1():
+    """``get_attn_backend_cls`` is a member plugin API 2.0 removed: a class that defines it
+    is named with the replacement, never silently ignored."""
+    from opcore.platforms import Platform
+    from opcore.platforms.api_version import removed_members_reason
+
+    class Mapping(Platform):
+        def get_attn_backend_cls(self, selected, cfg):
+            return "pkg.Backend"
+
+    reason = removed_members_reason("pkg.Mapping", Mapping)
+    assert reason is not None and "defines get_attn_backend_cls (removed in plugin API 2.0" in reason
+    assert "register_backend" in reason and "import_kernels" in reason
+    assert removed_members_reason("pkg.Platform", Platform) is None
