@@ -84,3 +84,32 @@ def test_identity_requires_a_plugin_api_range_covering_the_core():
     assert "plugin API 2.0 is outside plugin_api" in message
     assert "written for plugin API 1.x" in message and "opcore.ir providers" in message
     assert pc._identity(_contract_ctx(CpuPlatform), None) == {}
+
+
+def test_attention_candidates_must_be_registered_names():
+    """The registry alone maps a candidate name to its class: a name nobody registered fails
+    the check with how to register it; a platform still mapping names itself is flagged."""
+    from opcore_conformance.case import CheckFailed
+    from opcore_conformance.checks import platform_contract as pc
+    from opcore_plugin_cpu.platform import CpuPlatform
+
+    class UnregisteredName(CpuPlatform):
+        def get_attn_backend_candidates(self, cfg):
+            return ["NOBODY_ATTN", "TORCH_NATIVE"]
+
+    with pytest.raises(CheckFailed) as info:
+        pc._attention(_contract_ctx(UnregisteredName), None)
+    message = str(info.value)
+    assert "candidate 'NOBODY_ATTN': Unknown attention backend 'NOBODY_ATTN'" in message
+    assert "register it with register_backend in import_kernels" in message
+    assert pc._attention(_contract_ctx(CpuPlatform), None)["classes"] == {
+        "TORCH_NATIVE": "opcore.attention.backends.torch_native.TorchNativeBackend"
+    }
+
+    class MappingPlatform(CpuPlatform):
+        def get_attn_backend_cls(self, selected, cfg):
+            return "pkg.Backend"
+
+    with pytest.raises(CheckFailed) as info:
+        pc._overrides(_contract_ctx(MappingPlatform), None)
+    assert "MappingPlatform.get_attn_backend_cls: removed in plugin API 2.0" in str(info.value)
