@@ -258,6 +258,26 @@ if not UNDER_TRITON_INTERPRETER:
         assert "model.layers.0.input_layernorm" in msg and "instance-level forward" in msg
         assert_same_snapshot(before, snapshot(model))
 
+    def test_ops_subset_patches_only_those_modules():
+        model = make_model("mistral-h200-d64-gqa8-window16")
+        ids = tokens()
+        ref = logits(model, ids)
+        with oh.patched(model, ops=["rms_norm", "silu_and_mul"]) as patch:
+            assert set(patch.routes) == {"rms_norm", "mlp"}
+            kinds = {type(m).__name__ for m in model.modules()}
+            assert {"OpcoreMistralRMSNorm", "OpcoreMistralMLP", "MistralAttention", "MistralDecoderLayer"} <= kinds
+            assert not {"OpcoreMistralAttention", "OpcoreMistralDecoderLayer", "OpcoreMistralRotaryEmbedding"} & kinds
+            assert_fp32_close(logits(model, ids), ref)
+
+    def test_context_manager_reverts_on_error():
+        model = make_model("llama-h96-d64-gqa1-tied")
+        with pytest.raises(RuntimeError, match="inside"):
+            with oh.patched(model):
+                assert oh.is_patched(model)
+                raise RuntimeError("inside")
+        assert not oh.is_patched(model)
+        assert not any(type(m).__name__.startswith("Opcore") for m in model.modules())
+
     def test_mixed_parameter_dtypes_are_refused():
         model = make_model("llama-h96-d64-gqa1-tied", torch.bfloat16)
         model.model.layers[1].post_attention_layernorm.float()
