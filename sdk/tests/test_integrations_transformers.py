@@ -450,6 +450,7 @@ if not UNDER_TRITON_INTERPRETER:
             loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
             assert oh.is_patched(loaded)
             assert not oh.is_patched(transformers.LlamaForCausalLM(make_config("llama-h96-d64-gqa1-tied")))
+            assert oh.is_patched(transformers.AutoModelForCausalLM.from_config(make_config("qwen3-h120-d64-gqa4")))
             assert_fp32_close(logits(loaded, ids), ref)
         finally:
             oh.revert_classes("qwen3")

@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from opcore.integrations.transformers import _forwards as fw
 from opcore.integrations.transformers import _fuse
-from opcore.integrations.transformers._arch import ACTIVATIONS, Arch, config_problems
+from opcore.integrations.transformers._arch import ACTIVATIONS, ROPE_TYPES, Arch, config_problems
 
 # The opcore ops `apply(ops=...)` may name, and what each replaces.
 OPS = {
@@ -225,7 +225,7 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
         elif role == "RotaryEmbedding":
             if attn_patch:
                 rope_type = getattr(module, "rope_type", None)
-                if rope_type not in ("default", "linear", "llama3", "yarn"):
+                if rope_type not in ROPE_TYPES:
                     problems.append(f"{where}: rope_type {rope_type!r} is not supported")
                 if "forward" in module.__dict__:
                     problems.append(_instance_forward(module, where))
