@@ -20,7 +20,10 @@ from opcore.attention import registry
 from opcore.plugins import PLATFORM_PLUGINS_GROUP
 from opcore.testing import make_distribution, run_python
 
-API_RANGE = (PLUGIN_API_VERSION.split(".")[0] + ".0", f"{int(PLUGIN_API_VERSION.split('.')[0]) + 1}.0")
+API_RANGE = (
+    PLUGIN_API_VERSION.split(".")[0] + ".0",
+    f"{int(PLUGIN_API_VERSION.split('.')[0]) + 1}.0",
+)
 
 # Backend names tied to one vendor's hardware or library. The core named several of these
 # before plugin API 2.0; each belongs to the plugin that implements it.
@@ -49,7 +52,7 @@ def test_core_attention_sources_name_no_vendor_backend():
     assert not found, "\n".join(found)
 
 
-PLUGIN = f'''
+PLUGIN = f"""
 from opcore.platforms import Platform
 
 ATTN_PATH = "plugin_acme.attention.AcmeBackend"
@@ -79,7 +82,7 @@ class AcmePlatform(Platform):
 
     def get_attn_backend_candidates(self, cfg):
         return ["ACME_ATTN", "TORCH_NATIVE"]
-'''
+"""
 
 BACKEND = """
 from opcore.attention.backends.torch_native import TorchNativeBackend
@@ -103,10 +106,15 @@ def site(tmp_path_factory):
 
 def info_json(site: Path, **env: str) -> tuple[int, dict]:
     proc = run_python(
-        "", site=site, env={"OPCORE_PLATFORM": "acme", **env}, args=["-m", "opcore", "info", "--json"],
+        "",
+        site=site,
+        env={"OPCORE_PLATFORM": "acme", **env},
+        args=["-m", "opcore", "info", "--json"],
         timeout=180,
     )
-    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {"stderr": proc.stderr}
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {
+        "stderr": proc.stderr
+    }
 
 
 def test_plugin_backend_registered_in_import_kernels_is_listed_and_selected(site):
@@ -114,7 +122,8 @@ def test_plugin_backend_registered_in_import_kernels_is_listed_and_selected(site
     assert code == 0, data
     attention = data["attention"]
     assert attention["registry"]["ACME_ATTN"] == {
-        "class_path": "plugin_acme.attention.AcmeBackend", "origin": "plugin",
+        "class_path": "plugin_acme.attention.AcmeBackend",
+        "origin": "plugin",
     }
     assert attention["registry"]["TORCH_NATIVE"]["origin"] == "core"
     probe = attention["probe"]
@@ -128,9 +137,11 @@ from opcore.attention import AttentionSelectorConfig, registry, select_backend
 from opcore.config import get_current_config
 config = get_current_config()  # checks OPCORE_ATTENTION_BACKEND before any selection
 before = "ACME_ATTN" in registry.known_names()
-sel = select_backend(AttentionSelectorConfig(head_size=64, num_heads=4, num_kv_heads=2, dtype=torch.float32))
-print(json.dumps({"config": config.attention.backend, "selected": sel.selected, "source": sel.source,
-                  "cls": sel.backend_cls.__module__, "known_at_config": before}))
+cfg = AttentionSelectorConfig(head_size=64, num_heads=4, num_kv_heads=2, dtype=torch.float32)
+sel = select_backend(cfg)
+print(json.dumps({"config": config.attention.backend, "selected": sel.selected,
+                  "source": sel.source, "cls": sel.backend_cls.__module__,
+                  "known_at_config": before}))
 """
 
 
@@ -138,17 +149,33 @@ def test_environment_names_a_plugin_backend_registered_in_import_kernels(site):
     """``OPCORE_ATTENTION_BACKEND`` is checked when the config is built, which is before
     anything dispatched: the check loads the platform's kernels, so the plugin's name is
     known, and a typo of it is refused with the closest name."""
-    proc = run_python(SELECT, site=site, env={"OPCORE_PLATFORM": "acme", "OPCORE_ATTENTION_BACKEND": "acme_attn"},
-                      timeout=180)
+    proc = run_python(
+        SELECT,
+        site=site,
+        env={"OPCORE_PLATFORM": "acme", "OPCORE_ATTENTION_BACKEND": "acme_attn"},
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got == {"config": "ACME_ATTN", "selected": "ACME_ATTN", "source": "config",
-                   "cls": "plugin_acme.attention", "known_at_config": True}
+    assert got == {
+        "config": "ACME_ATTN",
+        "selected": "ACME_ATTN",
+        "source": "config",
+        "cls": "plugin_acme.attention",
+        "known_at_config": True,
+    }
 
-    proc = run_python(SELECT, site=site, env={"OPCORE_PLATFORM": "acme", "OPCORE_ATTENTION_BACKEND": "acme_atn"},
-                      timeout=180)
+    proc = run_python(
+        SELECT,
+        site=site,
+        env={"OPCORE_PLATFORM": "acme", "OPCORE_ATTENTION_BACKEND": "acme_atn"},
+        timeout=180,
+    )
     assert proc.returncode != 0
-    assert "OPCORE_ATTENTION_BACKEND: 'acme_atn' names no known attention backend (did you mean 'ACME_ATTN'?)" in proc.stderr
+    assert (
+        "OPCORE_ATTENTION_BACKEND: 'acme_atn' names no known attention backend "
+        "(did you mean 'ACME_ATTN'?)"
+    ) in proc.stderr
 
 
 def test_a_plugin_name_is_unknown_where_its_platform_is_not_current(site):
@@ -170,6 +197,8 @@ def test_a_platform_still_mapping_names_itself_is_reported_as_written_for_api_1(
             return "pkg.Backend"
 
     reason = removed_members_reason("pkg.Mapping", Mapping)
-    assert reason is not None and "defines get_attn_backend_cls (removed in plugin API 2.0" in reason
+    assert (
+        reason is not None and "defines get_attn_backend_cls (removed in plugin API 2.0" in reason
+    )
     assert "register_backend" in reason and "import_kernels" in reason
     assert removed_members_reason("pkg.Platform", Platform) is None

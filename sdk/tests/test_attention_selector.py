@@ -62,7 +62,9 @@ class NotABackend:
     pass
 
 
-CFG = AttentionSelectorConfig(head_size=64, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, block_size=16)
+CFG = AttentionSelectorConfig(
+    head_size=64, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, block_size=16
+)
 
 
 @pytest.fixture(autouse=True)
@@ -94,7 +96,9 @@ def test_first_valid_candidate_wins_and_later_ones_are_not_tried():
     tried = {c.name: c.reasons for c in sel.candidates}
     assert list(tried) == ["FLASH_ATTN", "TRITON_PAGED", "HALF_ONLY", "TORCH_NATIVE"]
     # The core reserves no vendor name: one nobody registered is a reason like any other.
-    assert tried["FLASH_ATTN"][0].startswith("Unknown attention backend 'FLASH_ATTN'. Known backends:")
+    assert tried["FLASH_ATTN"][0].startswith(
+        "Unknown attention backend 'FLASH_ATTN'. Known backends:"
+    )
     assert tried["TRITON_PAGED"] == ["device type 'cpu' not supported (supported: cuda, xpu)"]
     assert tried["HALF_ONLY"] == ["dtype bfloat16 not supported (supported: float16)"]
     assert tried["TORCH_NATIVE"] == []
@@ -110,13 +114,20 @@ def test_explicit_argument_is_validated_and_never_replaced():
     assert "never replaced" in msg
     # A valid explicit choice is used even when the platform would not have offered it.
     register_backend("HALF_ONLY", path(HalfOnly))
-    sel = select(ListedPlatform(["TORCH_NATIVE"]), backend="HALF_ONLY", cfg=dataclasses.replace(CFG, dtype=torch.float16))
+    sel = select(
+        ListedPlatform(["TORCH_NATIVE"]),
+        backend="HALF_ONLY",
+        cfg=dataclasses.replace(CFG, dtype=torch.float16),
+    )
     assert sel.selected == "HALF_ONLY" and sel.source == "argument"
 
 
 def test_explicit_config_and_environment_are_explicit_too():
     platform = ListedPlatform(["TORCH_NATIVE"])
-    with pytest.raises(AttentionSelectionError, match=r"from OpcoreConfig.attention.backend / OPCORE_ATTENTION_BACKEND"):
+    with pytest.raises(
+        AttentionSelectionError,
+        match=r"from OpcoreConfig.attention.backend / OPCORE_ATTENTION_BACKEND",
+    ):
         select(platform, env={"OPCORE_ATTENTION_BACKEND": "triton_paged"})
     # The argument outranks the configured name.
     sel = select(platform, backend="TORCH_NATIVE", env={"OPCORE_ATTENTION_BACKEND": "triton_paged"})
@@ -130,7 +141,9 @@ def test_no_valid_candidate_lists_every_candidate_with_reasons():
     register_backend("HALF_ONLY", path(HalfOnly))
     register_backend("BROKEN", "no_such_package.mod.Backend")
     register_backend("NOT_A_BACKEND", path(NotABackend))
-    platform = ListedPlatform(["TRITON_PAGED", "HALF_ONLY", "FLASH_ATTN", "BROKEN", "NOT_A_BACKEND"])
+    platform = ListedPlatform(
+        ["TRITON_PAGED", "HALF_ONLY", "FLASH_ATTN", "BROKEN", "NOT_A_BACKEND"]
+    )
     with pytest.raises(AttentionSelectionError) as err:
         select(platform)
     msg = str(err.value)
@@ -139,7 +152,10 @@ def test_no_valid_candidate_lists_every_candidate_with_reasons():
     assert "HALF_ONLY: [dtype bfloat16 not supported (supported: float16)]" in msg
     assert "FLASH_ATTN: [Unknown attention backend 'FLASH_ATTN'" in msg
     assert "BROKEN: [cannot load no_such_package.mod.Backend: ModuleNotFoundError" in msg
-    assert "NOT_A_BACKEND: [cannot load" in msg and "is not an opcore.attention.AttentionBackend subclass" in msg
+    assert (
+        "NOT_A_BACKEND: [cannot load" in msg
+        and "is not an opcore.attention.AttentionBackend subclass" in msg
+    )
     info = selection_info()["selections"]
     assert info[-1]["selected"] is None and info[-1]["error"] == msg
     assert [c["name"] for c in info[-1]["candidates"]] == platform.candidates
@@ -151,14 +167,19 @@ def test_empty_candidate_list_is_an_error():
 
 
 def test_unknown_name_lists_the_known_ones():
-    with pytest.raises(UnknownBackendError, match=r"Unknown attention backend 'NOPE'. Known backends: TORCH_NATIVE, TRITON_PAGED"):
+    with pytest.raises(
+        UnknownBackendError,
+        match=r"Unknown attention backend 'NOPE'. Known backends: TORCH_NATIVE, TRITON_PAGED",
+    ):
         select(ListedPlatform(["TORCH_NATIVE"]), backend="NOPE")
 
 
 def test_a_core_name_keeps_its_class():
     """A plugin cannot swap the class behind a core name (TORCH_NATIVE is the reference
     every backend is checked against): it registers a name of its own."""
-    with pytest.raises(ValueError, match=r"TORCH_NATIVE is a core attention backend .* name of its own"):
+    with pytest.raises(
+        ValueError, match=r"TORCH_NATIVE is a core attention backend .* name of its own"
+    ):
         register_backend("torch_native", path(MyNative))
     with pytest.raises(ValueError, match="cannot be unregistered"):
         unregister_backend("TORCH_NATIVE")
@@ -169,7 +190,10 @@ def test_a_core_name_keeps_its_class():
 def test_a_name_has_one_class():
     register_backend("MY_ATTN", path(MyNative))
     register_backend("my_attn", path(MyNative))  # the same path again: a no-op
-    with pytest.raises(ValueError, match=r"MY_ATTN is already registered to .*MyNative; a backend name has one class"):
+    with pytest.raises(
+        ValueError,
+        match=r"MY_ATTN is already registered to .*MyNative; a backend name has one class",
+    ):
         register_backend("MY_ATTN", path(HalfOnly))
     assert select(ListedPlatform(["MY_ATTN"])).backend_cls is MyNative
     info = selection_info()["registry"]
@@ -224,5 +248,7 @@ def test_probe_selection_reports_a_failure_as_data():
             "reasons": ["device type 'cpu' not supported (supported: cuda, xpu)"],
         }
     ]
-    ok = probe_selection(platform=ListedPlatform(["TORCH_NATIVE"]), config=create_config(platform, env={}))
+    ok = probe_selection(
+        platform=ListedPlatform(["TORCH_NATIVE"]), config=create_config(platform, env={})
+    )
     assert ok["selected"] == "TORCH_NATIVE" and ok["config"]["num_kv_heads"] == 8

@@ -73,10 +73,17 @@ class Selection:
             "requested": self.requested,
             "selected": self.selected,
             "class_path": (
-                f"{self.backend_cls.__module__}.{self.backend_cls.__qualname__}" if self.backend_cls else None
+                f"{self.backend_cls.__module__}.{self.backend_cls.__qualname__}"
+                if self.backend_cls
+                else None
             ),
             "candidates": [
-                {"name": c.name, "class_path": c.class_path, "valid": c.valid, "reasons": list(c.reasons)}
+                {
+                    "name": c.name,
+                    "class_path": c.class_path,
+                    "valid": c.valid,
+                    "reasons": list(c.reasons),
+                }
                 for c in self.candidates
             ],
             "error": self.error,
@@ -95,7 +102,9 @@ def load_registrations(platform: Any = None) -> None:
     from opcore import platforms
     from opcore.plugins import load_general_plugins
 
-    if platform is None or (platforms.is_resolved() and platforms.get_current_platform() is platform):
+    if platform is None or (
+        platforms.is_resolved() and platforms.get_current_platform() is platform
+    ):
         from opcore.ir import ensure_kernels_loaded
 
         ensure_kernels_loaded()
@@ -121,7 +130,9 @@ def _evaluate(name: str, cfg: AttentionSelectorConfig) -> tuple[CandidateResult,
     try:
         cls = registry.load_backend_class(path)
     except Exception as exc:  # a plugin's broken import must not hide the other candidates
-        return CandidateResult(name, path, [f"cannot load {path}: {type(exc).__name__}: {exc}"]), None
+        return CandidateResult(
+            name, path, [f"cannot load {path}: {type(exc).__name__}: {exc}"]
+        ), None
     try:
         reasons = list(cls.validate_configuration(cfg))
     except Exception as exc:
@@ -181,13 +192,16 @@ def select_backend(
         result, cls = _evaluate(requested, cfg)
         selection = Selection(cfg, platform_name, source, requested, None, None, [result])
         if cls is None:
-            origin = "the backend argument" if source == "argument" else (
-                "OpcoreConfig.attention.backend / OPCORE_ATTENTION_BACKEND"
+            origin = (
+                "the backend argument"
+                if source == "argument"
+                else ("OpcoreConfig.attention.backend / OPCORE_ATTENTION_BACKEND")
             )
             selection.error = (
-                f"Selected attention backend {requested} (from {origin}) is not valid for {cfg!r} on "
-                f"platform {platform_name!r}: {'; '.join(result.reasons)}. An explicitly selected "
-                f"backend is never replaced; choose another or unset the selection."
+                f"Selected attention backend {requested} (from {origin}) is not valid for "
+                f"{cfg!r} on platform {platform_name!r}: {'; '.join(result.reasons)}. An "
+                "explicitly selected backend is never replaced; choose another or unset the "
+                "selection."
             )
             _record(key, selection)
             logger.error("%s", selection.error)
@@ -224,7 +238,11 @@ def select_backend(
     logger.info(
         "Using attention backend %s (%s) for %s on platform %s%s",
         selection.selected,
-        {"argument": "explicit argument", "config": "explicit config", "platform": "platform candidate"}[source],
+        {
+            "argument": "explicit argument",
+            "config": "explicit config",
+            "platform": "platform candidate",
+        }[source],
         cfg,
         platform_name,
         f"; rejected: {_format_reasons(rejected)}" if rejected else "",
@@ -236,14 +254,18 @@ def select_backend(
     return selection
 
 
-def get_attn_backend(cfg: AttentionSelectorConfig, backend: str | None = None, **kwargs: Any) -> type:
+def get_attn_backend(
+    cfg: AttentionSelectorConfig, backend: str | None = None, **kwargs: Any
+) -> type:
     """`select_backend` returning the backend class only."""
     return select_backend(cfg, backend, **kwargs).backend_cls
 
 
 def _record(key: tuple | None, selection: Selection) -> None:
     with _lock:
-        _records[key if key is not None else (selection.config, selection.requested, len(_records))] = selection
+        _records[
+            key if key is not None else (selection.config, selection.requested, len(_records))
+        ] = selection
 
 
 def selection_info() -> dict[str, Any]:
@@ -276,8 +298,13 @@ def probe_selection(cfg: AttentionSelectorConfig | None = None, **kwargs: Any) -
 
         platform = kwargs.get("platform") or get_current_platform()
         dtypes = tuple(platform.supported_dtypes)
-        dtype = next((d for d in (torch.bfloat16, torch.float16) if d in dtypes), dtypes[0] if dtypes else torch.float32)
-        cfg = AttentionSelectorConfig(head_size=128, num_heads=32, num_kv_heads=8, dtype=dtype, block_size=16)
+        dtype = next(
+            (d for d in (torch.bfloat16, torch.float16) if d in dtypes),
+            dtypes[0] if dtypes else torch.float32,
+        )
+        cfg = AttentionSelectorConfig(
+            head_size=128, num_heads=32, num_kv_heads=8, dtype=dtype, block_size=16
+        )
     try:
         return select_backend(cfg, **kwargs).as_dict()
     except AttentionSelectionError as exc:
