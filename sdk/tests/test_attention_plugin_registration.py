@@ -202,3 +202,21 @@ def test_a_platform_still_mapping_names_itself_is_reported_as_written_for_api_1(
     )
     assert "register_backend" in reason and "import_kernels" in reason
     assert removed_members_reason("pkg.Platform", Platform) is None
+
+
+FIRST_SELECTION = """
+import json, torch
+from opcore.attention import AttentionSelectorConfig, registry, select_backend
+known_before = "ACME_ATTN" in registry.known_names()
+cfg = AttentionSelectorConfig(head_size=64, num_heads=4, num_kv_heads=2, dtype=torch.float32)
+print(json.dumps({"known_before": known_before, "selected": select_backend(cfg).selected}))
+"""
+
+
+def test_the_first_thing_a_process_does_can_be_selecting_the_plugin_backend(site):
+    """No op dispatched and no name configured: the selection itself runs the platform's
+    ``import_kernels`` first, so the plugin's candidate is registered when it is tried."""
+    proc = run_python(FIRST_SELECTION, site=site, env={"OPCORE_PLATFORM": "acme"}, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"known_before": False, "selected": "ACME_ATTN"}
