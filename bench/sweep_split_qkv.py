@@ -20,6 +20,7 @@ import torch
 from opcore.bench import timing
 from opcore.ir import ops
 from opcore.kernels.triton import _launch, qk_norm_rope
+from opcore.platforms import get_current_platform
 
 
 def main() -> int:
@@ -28,7 +29,8 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT"))
     args = ap.parse_args()
     dev = torch.device("cuda")
-    copy = timing.copy_bandwidth_gbs(dev)
+    platform = get_current_platform()  # its timing events time the kernels
+    copy = timing.copy_bandwidth_gbs(platform)
     chosen = _launch.split_qkv_params
     rows = []
     print(f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}; copy {copy:.0f} GB/s", flush=True)
@@ -53,7 +55,7 @@ def main() -> int:
                 try:
                     got = qk_norm_rope.split_qkv_rmsnorm_rope(*call)
                     ok = all(torch.allclose(a.float(), b.float(), atol=3e-2, rtol=3e-2) for a, b in zip(got, want, strict=True))
-                    us = timing.gpu_do_bench_us(lambda c=call: qk_norm_rope.split_qkv_rmsnorm_rope(*c), rep_ms=50)
+                    us = timing.device_median_us(lambda c=call: qk_norm_rope.split_qkv_rmsnorm_rope(*c), platform, rep_ms=50)
                 finally:
                     _launch.split_qkv_params = chosen
                 gbs = nbytes / us / 1e3

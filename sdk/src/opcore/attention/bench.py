@@ -13,8 +13,10 @@ on the same keys and values:
 ``kv_bytes`` is the least a decode step must read: every sequence's keys and values once
 (``batch x context x kv_heads x head_size x 2 x element size``); query and output are
 negligible beside it. ``gbs`` is ``kv_bytes`` over the CUDA-graph time (device time,
-launch gaps removed); ``pct_copy`` compares it with a measured device-to-device copy rate
-when one is given. On a device without CUDA graphs only the eager median is taken.
+launch gaps removed) where the platform has graphs (`Platform.capture_graph`), else over
+the eager time; ``pct_copy`` compares it with a measured device-to-device copy rate when
+one is given. On a device without timing events (`Platform.timing_event`) the host clock
+times each call.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def decode_attention_records(
     contexts: Iterable[int] = CONTEXTS,
     *,
     backend: str = "TRITON_PAGED",
-    device: torch.device | str = "cuda",
+    device: torch.device | str | None = None,
     dtype: torch.dtype = torch.bfloat16,
     heads: int = 32,
     kv_heads: int = 8,
@@ -68,13 +70,21 @@ def decode_attention_records(
     copy_gbs: float | None = None,
     rep_ms: int = 50,
     log=None,
+    platform: Any | None = None,
 ) -> list[dict[str, Any]]:
     """One record per (batch, context); see the module docstring. A shape that fails
-    (out of memory, say) gives a record with ``error`` instead of timings."""
+    (out of memory, say) gives a record with ``error`` instead of timings. ``platform``
+    (default: the current one) supplies the timers, synchronisation and cache release."""
     from opcore.attention.selector import backend_class
     from opcore.attention.selector_config import AttentionSelectorConfig
+    from opcore.bench import timing
 
-    device = torch.device(device)
+    if platform is None:
+        from opcore.platforms import get_current_platform
+
+        platform = get_current_platform()
+    device = platform.device() if device is None else torch.device(device)
+    timers = timing.timers(platform, device)
     cfg = AttentionSelectorConfig(
         head_size=head_size, num_heads=heads, num_kv_heads=kv_heads, dtype=dtype,
         block_size=block_size, device_type=device.type,
@@ -93,18 +103,23 @@ def decode_attention_records(
                 "dtype": str(dtype).removeprefix("torch."),
             }
             try:
-                record.update(_measure(impl, cls, batch, context, cfg, device, copy_gbs, rep_ms))
+                record.update(
+                    _measure(impl, cls, batch, context, cfg, device, copy_gbs, rep_ms,
+                             platform, timers)
+                )  # fmt: skip
             except Exception as exc:  # one shape's failure must not lose the others
                 record["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            if device.type == platform.device_type:
+                platform.empty_cache()
             if log is not None:
                 log(format_record(record))
             records.append(record)
     return records
 
 
-def _measure(impl, cls, batch, context, cfg, device, copy_gbs, rep_ms) -> dict[str, Any]:
+def _measure(
+    impl, cls, batch, context, cfg, device, copy_gbs, rep_ms, platform, timers
+) -> dict[str, Any]:
     from opcore.bench import timing
 
     cache, table, query, md = build_decode_batch(
@@ -129,19 +144,30 @@ def _measure(impl, cls, batch, context, cfg, device, copy_gbs, rep_ms) -> dict[s
         "kv_bytes": kv_bytes,
         "max_abs_err_vs_sdpa": float((out.float() - ref.float()).abs().max()),
     }
-    if device.type == "cuda":
-        rec["us"] = timing.gpu_do_bench_us(lambda: impl.forward(query, cache, md), rep_ms=rep_ms)
-        rec["graph_us"] = timing.gpu_graph_us(lambda: impl.forward(query, cache, md), rep_ms=rep_ms)
-        rec["sdpa_dense_us"] = timing.gpu_do_bench_us(lambda: F.scaled_dot_product_attention(qg, k, v), rep_ms=rep_ms)
-        k = v = None  # free the dense copies before timing gather + SDPA
-        rec["sdpa_gather_us"] = timing.gpu_do_bench_us(
-            lambda: F.scaled_dot_product_attention(qg, *gather()), rep_ms=rep_ms
+    if timers == "device":
+
+        def dev(fn):
+            return timing.device_median_us(fn, platform, rep_ms=rep_ms)
+
+        rec["us"] = dev(lambda: impl.forward(query, cache, md))
+        graph_us = timing.graph_median_us(
+            lambda: impl.forward(query, cache, md), platform, rep_ms=rep_ms, estimate_us=rec["us"]
         )
-        device_us = rec["graph_us"]
+        if graph_us is not None:
+            rec["graph_us"] = graph_us
+        rec["sdpa_dense_us"] = dev(lambda: F.scaled_dot_product_attention(qg, k, v))
+        k = v = None  # free the dense copies before timing gather + SDPA
+        rec["sdpa_gather_us"] = dev(lambda: F.scaled_dot_product_attention(qg, *gather()))
+        device_us = rec.get("graph_us", rec["us"])
     else:
-        rec["us"] = timing.cpu_median_us(lambda: impl.forward(query, cache, md))
-        rec["sdpa_dense_us"] = timing.cpu_median_us(lambda: F.scaled_dot_product_attention(qg, k, v))
-        rec["sdpa_gather_us"] = timing.cpu_median_us(lambda: F.scaled_dot_product_attention(qg, *gather()))
+        sync = platform.synchronize if device.type == platform.device_type else None
+
+        def host(fn):
+            return timing.host_median_us(fn, synchronize=sync)
+
+        rec["us"] = host(lambda: impl.forward(query, cache, md))
+        rec["sdpa_dense_us"] = host(lambda: F.scaled_dot_product_attention(qg, k, v))
+        rec["sdpa_gather_us"] = host(lambda: F.scaled_dot_product_attention(qg, *gather()))
         device_us = rec["us"]
     rec["gbs"] = kv_bytes / (device_us * 1e-6) / 1e9
     if copy_gbs:

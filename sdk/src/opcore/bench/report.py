@@ -26,13 +26,13 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     recs = result["records"]
-    gpu = any("do_bench_us" in r for r in recs)
+    gpu = any("device_us" in r for r in recs)  # the platform's timing events were used
     if gpu:
-        head = ("| op | layout | tokens | provider | do_bench µs | graph µs | GB/s | % copy "
-                "| × native (graph) | × compile (graph) | × compile (do_bench) |")
+        head = ("| op | layout | tokens | provider | device µs | graph µs | GB/s | % copy "
+                "| × native (graph) | × compile (graph) | × compile (device) |")
         lines += [head, "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     else:
-        lines += ["| op | layout | tokens | provider | CPU µs | × native | × compile |",
+        lines += ["| op | layout | tokens | provider | host µs | × native | × compile |",
                   "|---|---|---:|---|---:|---:|---:|"]
     for r in recs:
         row = f"| {r['op']} | {r['layout']} | {r['tokens']} | {r['provider']} |"
@@ -43,10 +43,10 @@ def markdown(result: dict[str, Any]) -> str:
             continue
         if gpu:
             lines.append(
-                row + f" {_f(r.get('do_bench_us'))} | {_f(r.get('graph_us'))} | "
-                f"{_f(r.get('do_bench_gbs'), '{:.0f}')} | {_f(r.get('do_bench_pct_copy'), '{:.1f}')} | "
+                row + f" {_f(r.get('device_us'))} | {_f(r.get('graph_us'))} | "
+                f"{_f(r.get('device_gbs'), '{:.0f}')} | {_f(r.get('device_pct_copy'), '{:.1f}')} | "
                 f"{_f(r.get('speedup_vs_native_graph'))} | {_f(r.get('speedup_vs_compile_graph'))} | "
-                f"{_f(r.get('speedup_vs_compile_do_bench'))} |"
+                f"{_f(r.get('speedup_vs_compile_device'))} |"
             )
         else:
             lines.append(row + f" {_f(r.get('cpu_us'), '{:.1f}')} | "
@@ -65,7 +65,7 @@ def plot(result: dict[str, Any], path: str) -> str | None:
     except Exception as exc:
         return f"matplotlib not importable ({type(exc).__name__}); no PNG"
     recs = [r for r in result["records"] if "skipped" not in r and "error" not in r]
-    key = "graph_us" if any("graph_us" in r for r in recs) else "cpu_us"
+    key = next((k for k in ("graph_us", "device_us") if any(k in r for r in recs)), "cpu_us")
     panels = sorted({(r["op"], r["layout"]) for r in recs})
     if not panels:
         return "nothing measured; no PNG"

@@ -20,16 +20,41 @@ class Options:
     hidden: tuple[int, ...] = cases.HIDDEN
     providers: set[str] | None = None
     dtype: torch.dtype = torch.bfloat16
-    device: str = "cuda"
+    device: str | None = None  # None: the current platform's device
     quick: bool = False
     rep_ms: int = 60
     jsonl: str | None = None  # append each record as it is measured
+    copy_bytes: int = 1 << 31  # the copy whose rate GB/s are compared with
 
 
-def environment(device: torch.device) -> dict[str, Any]:
+def bench_device(platform: Any, device: str | torch.device | None) -> torch.device:
+    """``device`` (default: ``platform``'s), checked: a device of the platform's type, or
+    the host CPU (timed with the host clock).
+
+    Raises:
+        ValueError: ``device`` is another platform's device (its timers and
+            synchronisation would be the wrong ones).
+    """
+    dev = platform.device() if device is None else torch.device(device)
+    if dev.type not in (platform.device_type, "cpu"):
+        raise ValueError(
+            f"device {str(dev)!r} is not a device of the current platform {platform.name!r} "
+            f"({platform.device_type}) nor the host cpu; select its platform with OPCORE_PLATFORM"
+        )
+    return dev
+
+
+def environment(device: torch.device, platform: Any | None = None) -> dict[str, Any]:
+    """Date, versions, the platform, and its `Platform.device_summary` for the device
+    (name, capability, and whatever the platform adds, a driver version say)."""
+    if platform is None:
+        from opcore.platforms import get_current_platform
+
+        platform = get_current_platform()
     env: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "torch": torch.__version__,
+        "platform": platform.name,
         "device_type": device.type,
         "python": sys.version.split()[0],
     }
@@ -47,37 +72,51 @@ def environment(device: torch.device) -> dict[str, Any]:
         env["liger_kernel"] = version("liger-kernel")
     except Exception:
         env["liger_kernel"] = None
-    if device.type == "cuda":
-        env["gpu"] = torch.cuda.get_device_name(device)
-        env["capability"] = list(torch.cuda.get_device_capability(device))
-        env["cuda"] = torch.version.cuda
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            env["driver"] = pynvml.nvmlSystemGetDriverVersion()
-            pynvml.nvmlShutdown()
-        except Exception as exc:
-            env["driver"] = f"unknown ({type(exc).__name__})"
+    if device.type != platform.device_type:
+        return env  # the host cpu under another platform: nothing of the platform's to add
+    try:
+        summary = platform.device_summary()
+    except Exception as exc:  # a failing query must not lose the benchmark
+        env["device"] = f"unknown ({type(exc).__name__}: {exc})"
+        return env
+    index = device.index or 0
+    for entry in summary.get("devices", []):
+        if entry.get("index") == index:
+            env["device"] = entry.get("name")
+            if entry.get("capability") is not None:
+                env["capability"] = list(entry["capability"])
+    env.update({k: v for k, v in summary.items() if k not in ("count", "devices")})
     return env
 
 
-def _time(fn, device: torch.device, rep_ms: int) -> dict[str, float]:
-    if device.type == "cuda":
-        return {
-            "do_bench_us": timing.gpu_do_bench_us(fn, rep_ms=rep_ms),
-            "graph_us": timing.gpu_graph_us(fn, rep_ms=rep_ms),
-        }
-    return {"cpu_us": timing.cpu_median_us(fn)}
+def _time(fn, platform: Any, timers: str, rep_ms: int) -> dict[str, float]:
+    if timers == "host":
+        sync = platform.synchronize if platform.device_type != "cpu" else None
+        return {"cpu_us": timing.host_median_us(fn, synchronize=sync)}
+    out = {"device_us": timing.device_median_us(fn, platform, rep_ms=rep_ms)}
+    graph = timing.graph_median_us(fn, platform, rep_ms=rep_ms, estimate_us=out["device_us"])
+    if graph is not None:
+        out["graph_us"] = graph
+    return out
 
 
-def run(opts: Options, log=print) -> dict[str, Any]:
-    device = torch.device(opts.device)
-    env = environment(device)
-    copy_gbs = timing.copy_bandwidth_gbs(device) if device.type == "cuda" else None
+def run(opts: Options, log=print, platform: Any | None = None) -> dict[str, Any]:
+    """Time every op x provider x shape of ``opts`` on ``platform`` (default: the current
+    one): ``{"environment": ..., "records": [...]}``. A case that fails is a record with
+    ``error``; the others go on."""
+    if platform is None:
+        from opcore.platforms import get_current_platform
+
+        platform = get_current_platform()
+    device = bench_device(platform, opts.device)
+    timers = timing.timers(platform, device)
+    env = environment(device, platform)
+    env["timers"] = timers
+    copy_gbs = timing.copy_bandwidth_gbs(platform, opts.copy_bytes) if timers == "device" else None
     env["copy_gbs"] = copy_gbs
-    log(f"opcore bench on {env.get('gpu', device.type)}: copy bandwidth "
+    log(f"opcore bench on {env.get('device', device.type)} ({timers} timers): copy bandwidth "
         f"{'n/a' if copy_gbs is None else f'{copy_gbs:.0f} GB/s'}")
+    on_platform = device.type == platform.device_type
     records: list[dict[str, Any]] = []
     sink = open(opts.jsonl, "a", encoding="utf-8") if opts.jsonl else None  # noqa: SIM115
     try:
@@ -93,20 +132,22 @@ def run(opts: Options, log=print) -> dict[str, Any]:
                         try:
                             with torch.inference_mode():
                                 fn()  # compile / JIT outside the timed region
-                                if device.type == "cuda":
-                                    torch.cuda.synchronize()
-                                t = _time(fn, device, opts.rep_ms)
+                                if on_platform:
+                                    platform.synchronize()
+                                t = _time(fn, platform, timers, opts.rep_ms)
                             rec = _record(case, name, env, t)
                         except Exception as exc:
-                            rec = _record(case, name, env, None, error=f"{type(exc).__name__}: {exc}"[:300])
+                            # one line: the Markdown table and the log show it whole
+                            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                            rec = _record(case, name, env, None, error=why)
                         records.append(rec)
                         if sink:
                             sink.write(json.dumps(rec) + "\n")
                             sink.flush()
                         log(_line(rec))
                     del case, fns
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+                if on_platform:
+                    platform.empty_cache()
     finally:
         if sink:
             sink.close()
@@ -127,7 +168,7 @@ def _record(case, provider, env, t, *, skipped=None, error=None) -> dict[str, An
     if t:
         rec.update(t)
         copy = env.get("copy_gbs")
-        for key in ("do_bench_us", "graph_us"):
+        for key in ("device_us", "graph_us"):
             if key in t:
                 gbs = case.nbytes / (t[key] * 1e-6) / 1e9
                 rec[key.replace("_us", "_gbs")] = gbs
@@ -145,7 +186,7 @@ def _speedups(records: list[dict[str, Any]]) -> None:
         for r in group.values():
             for base in ("native", "compile"):
                 b = group.get(base)
-                for key in ("do_bench_us", "graph_us", "cpu_us"):
+                for key in ("device_us", "graph_us", "cpu_us"):
                     if b and key in b and key in r:
                         r[f"speedup_vs_{base}_{key.removesuffix('_us')}"] = b[key] / r[key]
 
@@ -156,5 +197,6 @@ def _line(r: dict[str, Any]) -> str:
         return head + " ERROR " + r["error"]
     if "cpu_us" in r:
         return head + f" {r['cpu_us']:10.1f} us"
-    return head + (f" bench {r['do_bench_us']:9.2f} us  graph {r['graph_us']:9.2f} us"
-                   f"  {r.get('do_bench_pct_copy', 0):5.1f}% copy")
+    graph = f"  graph {r['graph_us']:9.2f} us" if "graph_us" in r else ""
+    return head + (f" device {r['device_us']:9.2f} us{graph}"
+                   f"  {r.get('device_pct_copy', 0):5.1f}% copy")

@@ -1,15 +1,17 @@
 """`opcore bench`: time every op x provider x shape on the current platform's device.
 
 Writes ``bench.json`` (all records and the environment), ``bench.md`` (a table) and
-``bench.png`` (when matplotlib imports) to ``--out``. On a GPU each case gets the median of
-`triton.testing.do_bench` and of CUDA-graph replay, GB/s and % of the copy bandwidth
-measured in the same run, and speedups against native eager and torch.compile. On a CPU
-(``--quick`` for small shapes) it reports timings only.
+``bench.png`` (when matplotlib imports) to ``--out``. On a device whose platform has timing
+events each case gets the median device time (events, caches flushed) and, where the
+platform has graphs, of graph replay, GB/s and % of the copy bandwidth measured in the same
+run, and speedups against native eager and torch.compile. On the host CPU (``--quick`` for
+small shapes) it reports wall-clock timings only. Torch loads only when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from opcore.bench import shapes as cases  # torch-free: help quotes the shape sets
 
@@ -42,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="torch device (default: the current platform's)")
     p.add_argument("--quick", action="store_true",
                    help=f"small shapes for a CPU: tokens {cases.QUICK_TOKENS}, hidden {cases.QUICK_HIDDEN}")
-    p.add_argument("--rep-ms", type=int, default=60, help="milliseconds per timer per case (GPU)")
+    p.add_argument("--rep-ms", type=int, default=60, help="milliseconds per timer per case (device timers)")
     p.add_argument("--out", default="opcore-bench", help="output directory (default: ./opcore-bench)")
     p.add_argument("--jsonl", default=None,
                    help="also append each record to this JSON Lines file as it is measured")
@@ -62,19 +64,22 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from opcore.bench import report, runner
+    from opcore.platforms import get_current_platform
 
+    platform = get_current_platform()
+    try:
+        device = runner.bench_device(platform, args.device)
+    except ValueError as exc:
+        print(f"opcore bench: error: {exc}", file=sys.stderr)
+        return 2
     if args.decode_attention:
-        return _run_decode_attention(args)
+        return _run_decode_attention(args, platform, device)
 
     unknown = [o for o in args.ops if o not in cases.OPS]
     if unknown:
-        raise SystemExit(f"opcore bench: unknown op(s) {', '.join(unknown)}; known: {', '.join(cases.OPS)}")
-    if args.device is None:
-        from opcore.platforms import get_current_platform
-
-        device = str(get_current_platform().device())
-    else:
-        device = args.device
+        print(f"opcore bench: error: unknown op(s) {', '.join(unknown)}; known: "
+              f"{', '.join(cases.OPS)}", file=sys.stderr)
+        return 2
     from opcore.ir import priority  # the ops; loading the platform's kernels registers providers
 
     priority.ensure_kernels_loaded()
@@ -86,12 +91,12 @@ def run(args: argparse.Namespace) -> int:
         hidden=args.hidden or default_hidden,
         providers=set(args.providers) if args.providers else None,
         dtype=getattr(torch, args.dtype),
-        device=device,
+        device=str(device),
         quick=args.quick,
         rep_ms=args.rep_ms,
         jsonl=args.jsonl,
     )
-    result = runner.run(opts)
+    result = runner.run(opts, platform=platform)
     paths = report.write_all(result, args.out)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
@@ -99,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
-def _run_decode_attention(args: argparse.Namespace) -> int:
+def _run_decode_attention(args: argparse.Namespace, platform, device) -> int:
     """Decode attention: one backend over batch x context, with the copy bandwidth measured
-    in the same run on a GPU (`opcore.attention.bench`)."""
+    in the same run where the platform has timing events (`opcore.attention.bench`)."""
     import json
     import os
 
@@ -110,21 +115,21 @@ def _run_decode_attention(args: argparse.Namespace) -> int:
     from opcore.attention import bench as att_bench
     from opcore.attention.selector import probe_selection
     from opcore.bench import runner, timing
-    from opcore.platforms import get_current_platform
 
-    device = torch.device(args.device or str(get_current_platform().device()))
     dtype = getattr(torch, args.dtype)
     backend = args.backend or probe_selection()["selected"]
     quick = args.quick or device.type == "cpu"
     batches = args.batches or (att_bench.QUICK_BATCHES if quick else att_bench.BATCHES)
     contexts = args.contexts or (att_bench.QUICK_CONTEXTS if quick else att_bench.CONTEXTS)
-    copy_gbs = timing.copy_bandwidth_gbs(device) if device.type == "cuda" else None
+    timers = timing.timers(platform, device)
+    copy_gbs = timing.copy_bandwidth_gbs(platform) if timers == "device" else None
     records = att_bench.decode_attention_records(
         batches, contexts, backend=backend, device=device, dtype=dtype,
-        copy_gbs=copy_gbs, rep_ms=args.rep_ms, log=print,
+        copy_gbs=copy_gbs, rep_ms=args.rep_ms, log=print, platform=platform,
     )  # fmt: skip
     os.makedirs(args.out, exist_ok=True)
-    result = {"environment": runner.environment(device), "copy_gbs": copy_gbs, "records": records}
+    env = {**runner.environment(device, platform), "timers": timers}
+    result = {"environment": env, "copy_gbs": copy_gbs, "records": records}
     json_path = os.path.join(args.out, "attention.json")
     with open(json_path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2, default=str)

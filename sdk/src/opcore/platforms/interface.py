@@ -18,6 +18,7 @@ import torch
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
     from opcore.config import OpcoreConfig
 
@@ -86,6 +87,20 @@ class Platform(abc.ABC):
 
     def empty_cache(self) -> None:
         """Release cached device memory to the driver. Default: nothing cached."""
+
+    def timing_event(self) -> Any | None:
+        """A new device event with timing enabled, for benchmarks (``opcore bench``): the
+        ``torch.Event`` protocol, ``record()``, ``synchronize()`` and
+        ``start.elapsed_time(end)`` in milliseconds of device time. Default: ``None``, the
+        device has no timing events and callers time the host clock around `synchronize`."""
+        return None
+
+    def capture_graph(self, fn: Callable[[], object]) -> Callable[[], object] | None:
+        """Capture ``fn``'s device work (run once or more while capturing) into a graph and
+        return a callable that replays it, for benchmarks that time device work without
+        launch gaps. ``fn``'s tensors must stay alive while the replay is used.
+        Default: ``None``, the device has no graphs."""
+        return None
 
     def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
         """The context manager that disables autograd for inference on this device.

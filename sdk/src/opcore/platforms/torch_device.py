@@ -19,6 +19,7 @@ function, and saying which method to override.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -47,9 +48,10 @@ class TorchDevicePlatform(Platform):
     """A `Platform` whose device queries are answered by ``torch.<device_type>``.
 
     Answered here: `device_count`, `get_device_name`, `get_device_capability`,
-    `get_device_total_memory`, `synchronize`, `manual_seed_all` and `empty_cache`. Each
-    calls the device module's function of the same purpose; the device's own errors pass
-    through unchanged.
+    `get_device_total_memory`, `synchronize`, `manual_seed_all`, `empty_cache` and
+    `timing_event`. Each calls the device module's function of the same purpose; the
+    device's own errors pass through unchanged. `capture_graph` uses
+    ``torch.accelerator.Graph`` when torch has it for this device type.
 
     Override `device_module` when the module appears only once a runtime is imported
     (``import <runtime>`` then ``return super().device_module()``); override a query when
@@ -155,3 +157,38 @@ class TorchDevicePlatform(Platform):
     def empty_cache(self) -> None:
         """``torch.<device_type>.empty_cache()``: release the allocator's cached memory."""
         self._device_function("empty_cache", "empty_cache")()
+
+    def timing_event(self) -> Any:
+        """``torch.<device_type>.Event(enable_timing=True)``."""
+        return self._device_function("timing_event", "Event")(enable_timing=True)
+
+    def capture_graph(self, fn: Callable[[], object]) -> Callable[[], object] | None:
+        """``fn`` captured with ``torch.accelerator.Graph`` on a side stream (after three
+        warm-up calls there), returned as the graph's ``replay``.
+
+        ``None`` when this torch has no ``torch.accelerator.Graph`` or its accelerator is
+        not this platform's device type: that class captures only on the accelerator torch
+        was built for. The device's own capture errors pass through."""
+        graph_cls = getattr(torch.accelerator, "Graph", None)
+        accelerator = torch.accelerator.current_accelerator()
+        if graph_cls is None or accelerator is None or accelerator.type != self.device_type:
+            return None
+        device = self.device()
+        caller = torch.accelerator.current_stream(device)
+        # Capture needs a stream of its own: the default stream cannot be captured.
+        side = torch.Stream(device=device)
+        side.wait_stream(caller)
+        torch.accelerator.set_stream(side)
+        try:
+            for _ in range(3):  # lazy initialisation (kernels, workspaces) before capture
+                fn()
+            graph = graph_cls()
+            graph.capture_begin()
+            try:
+                fn()
+            finally:
+                graph.capture_end()
+        finally:
+            torch.accelerator.set_stream(caller)
+        caller.wait_stream(side)
+        return graph.replay

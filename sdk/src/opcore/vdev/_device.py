@@ -155,7 +155,7 @@ class DeviceModule:
     def get_device_capability(self, device: int | str | torch.device | None = None) -> tuple[int, int]:
         return (0, 0)
 
-    # memory statistics, as torch.cuda names them
+    # memory statistics, under the names torch's device modules use
     def memory_allocated(self, device: int | str | torch.device | None = None) -> int:
         return self._device.memory.used[self._index(device)]
 
