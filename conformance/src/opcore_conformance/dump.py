@@ -183,12 +183,17 @@ def run_provider(inputs):
     # the variables the run had (OPCORE_PLATFORM, TRITON_INTERPRET, ...), unless set here
     for key, value in META["environment"].items():
         os.environ.setdefault(key, value)
+    import opcore.ir
     import opcore.plugins
-    from opcore.ir import priority
-    from opcore.ir.op import all_ops
 
     opcore.plugins.load_general_plugins()
-    priority.ensure_kernels_loaded()
+    load = getattr(opcore.ir, "ensure_kernels_loaded", None)
+    if load is None:  # an opcore from before it was exported there
+        from opcore.ir.priority import ensure_kernels_loaded as load
+    load()
+    all_ops = getattr(opcore.ir, "all_ops", None)
+    if all_ops is None:
+        from opcore.ir.op import all_ops
     op = all_ops()[META["op"]]
     provider = META["provider"]
     args = move(inputs["args"], META["device"])
