@@ -32,7 +32,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[commands.CommandFailur
     from opcore import __version__
 
     parser = argparse.ArgumentParser(
-        prog="opcore", description="opcore: operator semantics once, kernels per platform"
+        prog="opcore",
+        description="opcore: operator semantics once, kernels per platform",
+        epilog=f"Commands come from the installed distributions (entry-point group "
+        f"{commands.GROUP}); docs/new-plugin.md says how to add one.",
     )
     parser.add_argument("--version", action="version", version=f"opcore {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

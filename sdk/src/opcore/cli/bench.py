@@ -80,9 +80,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"opcore bench: error: unknown op(s) {', '.join(unknown)}; known: "
               f"{', '.join(cases.OPS)}", file=sys.stderr)
         return 2
-    from opcore.ir import priority  # the ops; loading the platform's kernels registers providers
+    # the ops; loading the platform's kernels registers its providers
+    from opcore.ir import ensure_kernels_loaded
 
-    priority.ensure_kernels_loaded()
+    ensure_kernels_loaded()
     default_tokens = cases.QUICK_TOKENS if args.quick else cases.DECODE_TOKENS + cases.PREFILL_TOKENS
     default_hidden = cases.QUICK_HIDDEN if args.quick else cases.HIDDEN
     opts = runner.Options(
