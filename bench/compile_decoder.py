@@ -257,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     args.config = None
     if args.priority:
         from opcore.config import create_config
+        from opcore.ir import ensure_kernels_loaded
         from opcore.ir.op import all_ops
-        from opcore.ir.priority import ensure_kernels_loaded
 
         ensure_kernels_loaded()
         names = [p.strip() for p in args.priority.split(",") if p.strip()]

@@ -183,12 +183,12 @@ def main(argv=None) -> int:
                     help="call the ops with maybe_inplace instead of the opcore.layers modules")
     args = ap.parse_args(argv)
 
-    from opcore.ir import priority
+    from opcore.ir import ensure_kernels_loaded
     from opcore.platforms import get_current_platform
 
     platform = get_current_platform()
     device = torch.device(args.device) if args.device else platform.device()
-    priority.ensure_kernels_loaded()
+    ensure_kernels_loaded()
     rows = []
     with torch.inference_mode():
         for batch in [int(b) for b in args.batch.split(",")]:

@@ -31,7 +31,7 @@ import torch
 import opcore
 from opcore.ir import all_ops, ops
 from opcore.ir.op import is_tracing
-from opcore.ir.testing import temporary_impl
+from opcore.testing.ir import temporary_impl
 
 TIMER = time.thread_time
 

@@ -13,7 +13,7 @@ import opcore.compile as oc
 from opcore.compile.backend import OpcoreBackend
 from opcore.config import create_config, get_current_config, set_current_config
 from opcore.ir import invalidate_caches, ops
-from opcore.ir.testing import temporary_impl
+from opcore.testing.ir import temporary_impl
 
 WAIT_S = 60
 

@@ -15,7 +15,7 @@ import opcore.compile as oc
 from opcore.compile import testing as ct
 from opcore.config import OpcoreConfig
 from opcore.ir import ops
-from opcore.ir.testing import temporary_impl
+from opcore.testing.ir import temporary_impl
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import opcore.compile as oc
 from opcore.compile.passes import DonationError
 from opcore.ir import ops
 from opcore.ir.rope import build_cos_sin_cache
-from opcore.ir.testing import temporary_impl
+from opcore.testing.ir import temporary_impl
 
 
 @pytest.fixture(autouse=True)

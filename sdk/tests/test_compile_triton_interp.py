@@ -31,7 +31,7 @@ if not INTERPRETED:
     # The same defect with a traced in-place provider (a real torch.library mutating op, as
     # a vendor's C++ kernel would be): no Triton needed, so it runs in this process.
     from opcore.ir import ops
-    from opcore.ir.testing import temporary_impl
+    from opcore.testing.ir import temporary_impl
 
     _lib = torch.library.Library("opcore_compile_interp_test", "FRAGMENT")
     _lib.define("add_rms_(Tensor(a!) x, Tensor(b!) residual, Tensor? weight, float eps) -> ()")

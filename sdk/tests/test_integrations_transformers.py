@@ -34,7 +34,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 import opcore.integrations.transformers as oh  # noqa: E402
 from opcore.integrations.transformers import _fuse, _versions  # noqa: E402
 from opcore.ir import ops  # noqa: E402
-from opcore.ir.testing import temporary_impl  # noqa: E402
+from opcore.testing.ir import temporary_impl  # noqa: E402
 
 VOCAB = 128
 COMMON = dict(num_hidden_layers=2, vocab_size=VOCAB, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=None)

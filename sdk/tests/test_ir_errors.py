@@ -8,7 +8,7 @@ import torch
 
 from opcore.ir import ops
 from opcore.ir.rope import build_cos_sin_cache
-from opcore.ir.testing import temporary_impl
+from opcore.testing.ir import temporary_impl
 
 X = torch.randn(3, 8)
 W = torch.ones(8)

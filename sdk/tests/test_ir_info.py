@@ -9,7 +9,7 @@ import torch
 
 from opcore.config import create_config
 from opcore.ir import all_ops, info, ops
-from opcore.ir.testing import temporary_impl
+from opcore.testing.ir import temporary_impl
 
 
 def test_info_lists_every_op_with_providers_and_priority():

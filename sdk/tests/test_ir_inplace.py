@@ -7,7 +7,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from opcore.ir import ops
-from opcore.ir.testing import temporary_impl
+from opcore.testing.ir import temporary_impl
 
 
 def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):

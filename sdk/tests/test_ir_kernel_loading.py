@@ -94,9 +94,9 @@ def test_explain_and_effective_priority_before_any_dispatch(site):
 def test_env_priority_naming_the_platform_provider_before_any_dispatch(site):
     code = """
     import json
-    from opcore.ir import ops, priority
+    from opcore.ir import ops
     from opcore.config import get_current_config
-    d = priority.decide(ops.rms_norm, get_current_config())
+    d = ops.rms_norm.decision(get_current_config())
     print(json.dumps({"names": d.names, "effective": ops.rms_norm.effective_priority()}))
     """
     env = {"OPCORE_IR_OP_PRIORITY": "rms_norm=zvfast"}

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from opcore.config import create_config, set_current_config
-from opcore.ir import PriorityWarning, ops, priority
-from opcore.ir.testing import temporary_impl, temporary_op
+from opcore.ir import PriorityWarning, kernel_load_errors, ops
 from opcore.platforms import UnspecifiedPlatform
+from opcore.testing.ir import temporary_impl, temporary_op
 
 
 def ir_prio_op(x: torch.Tensor, factor: float = 1.0) -> torch.Tensor:
@@ -55,10 +55,10 @@ def test_user_list_then_platform_default_then_native(op):
     with temporary_impl(op, "fast", _provider(1.0), supports_args=_small_only), \
             temporary_impl(op, "other", _provider(2.0)):
         config = create_config(ir_op_priority={"ir_prio_op": ["fast"]})
-        d = priority.decide(op, config, DefaultsPlatform({"ir_prio_op": ["other", "fast"]}))
+        d = op.decision(config, platform=DefaultsPlatform({"ir_prio_op": ["other", "fast"]}))
         assert d.names == ["fast", "other"]  # 'other' takes every argument: native not needed
         assert d.platform_default == ["other", "fast"]
-        d = priority.decide(op, create_config(), DefaultsPlatform({"ir_prio_op": ["fast"]}))
+        d = op.decision(create_config(), platform=DefaultsPlatform({"ir_prio_op": ["fast"]}))
         assert d.names == ["fast", "native"] and d.native_appended
 
 
@@ -124,8 +124,8 @@ def test_unsupported_providers_skipped_and_warned_once(op):
         platform = DefaultsPlatform({"ir_prio_op": ["absent", "missing"]})
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            d = priority.decide(op, create_config(), platform)
-            priority.decide(op, create_config(), platform)
+            d = op.decision(create_config(), platform=platform)
+            op.decision(create_config(), platform=platform)
         messages = [str(w.message) for w in caught if issubclass(w.category, PriorityWarning)]
         assert len(messages) == 2, messages  # once each, not once per decision
         assert any("'absent'" in m and "not supported" in m for m in messages)
@@ -173,7 +173,7 @@ def test_platform_kernels_loaded_before_first_dispatch():
     ops.rms_norm.effective_priority()
     # The cpu platform imports its IR provider module from import_ir_kernels.
     assert "opcore_plugin_cpu.ipex_provider" in sys.modules
-    assert priority.kernel_load_errors() == []
+    assert kernel_load_errors() == []
 
 
 def test_priority_for_unknown_op_is_warned(op):

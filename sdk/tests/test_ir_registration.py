@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from opcore.ir import ops, register_op
-from opcore.ir.testing import temporary_impl, temporary_op
+from opcore.testing.ir import temporary_impl, temporary_op
 
 
 def _scale(x: torch.Tensor, factor: float = 2.0) -> torch.Tensor:

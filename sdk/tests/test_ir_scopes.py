@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from opcore.config import create_config, get_current_config, set_current_config
-from opcore.ir.testing import temporary_impl, temporary_op
 from opcore.scopes import current_scopes
+from opcore.testing.ir import temporary_impl, temporary_op
 
 WAIT_S = 10  # every wait in these tests is bounded
 

@@ -47,11 +47,11 @@ def load_kernels(platform: Any) -> None:
     if not available():
         return
     try:
-        from opcore.ir import priority
-    except ImportError:
-        priority = None
-    if priority is not None and hasattr(priority, "ensure_kernels_loaded"):
-        priority.ensure_kernels_loaded()
+        from opcore.ir import ensure_kernels_loaded
+    except ImportError:  # an opcore from before it was exported there
+        ensure_kernels_loaded = None
+    if ensure_kernels_loaded is not None:
+        ensure_kernels_loaded()
     else:
         platform.import_kernels()
         platform.import_ir_kernels()

@@ -27,6 +27,15 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+# The switches, the plugin allow-list and ConfigError live in the leaf module `opcore.env`
+# (plugin discovery reads them and must not import this module, which asks for the current
+# platform); re-exported here.
+from opcore.env import (
+    SWITCH_VARIABLES,
+    ConfigError,
+    env_flag,
+    parse_plugin_names,
+)
 from opcore.scopes import ScopeKind
 
 if TYPE_CHECKING:
@@ -35,10 +44,6 @@ if TYPE_CHECKING:
 COMPILATION_MODES = ("eager", "inductor")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 _BACKEND_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class ConfigError(ValueError):
-    """A malformed configuration value; the message quotes the bad part."""
 
 
 @dataclasses.dataclass
@@ -142,42 +147,6 @@ def parse_backend_name(text: str, *, source: str = "attention.backend") -> str:
     return text.upper()
 
 
-# --------------------------------------------------------------------------- other variables
-FLAG_ON = ("1", "true", "yes", "on")
-FLAG_OFF = ("0", "false", "no", "off")
-# The on/off switches the core reads (outside the config object).
-SWITCH_VARIABLES = ("OPCORE_STRICT_PLUGINS", "OPCORE_LOG_DISPATCH", "OPCORE_IR_CHECK_VALUES")
-
-
-def parse_flag(text: str, *, source: str) -> bool:
-    """An on/off switch: ``1``, ``true``, ``yes``, ``on`` or ``0``, ``false``, ``no``,
-    ``off`` (any case; empty means off). Anything else is a `ConfigError` listing them."""
-    value = text.strip().lower()
-    if value in FLAG_ON:
-        return True
-    if value in FLAG_OFF or not value:
-        return False
-    raise ConfigError(
-        f"{source}: {text!r} is not a switch value; use {', '.join(FLAG_ON)} (on) or "
-        f"{', '.join(FLAG_OFF)}, or leave it empty (off)"
-    )
-
-
-def env_flag(name: str, env: Mapping[str, str] | None = None) -> bool:
-    """The switch ``name`` in ``env`` (default ``os.environ``), parsed by `parse_flag`;
-    unset is off. Every reader of a core switch uses this, so all agree on its values."""
-    return parse_flag((os.environ if env is None else env).get(name, ""), source=name)
-
-
-def parse_plugin_names(text: str, *, source: str = "OPCORE_PLUGINS") -> list[str]:
-    """The comma-separated plugin allow-list: names, none of them empty."""
-    names = [n.strip() for n in text.split(",")]
-    if not all(names):
-        raise ConfigError(
-            f"{source}: {text!r} has an empty name; give plugin names separated by commas, "
-            f"e.g. 'cpu,acme' (unset it to load every plugin)"
-        )
-    return names
 
 
 def check_environment(env: Mapping[str, str] | None = None) -> None:

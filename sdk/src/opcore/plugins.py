@@ -37,6 +37,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable
 
+from opcore.env import env_flag, parse_plugin_names
 from opcore.plugin_output import plugin_output_to_stderr
 
 logger = logging.getLogger("opcore.plugins")
@@ -81,8 +82,6 @@ class PluginError(RuntimeError):
 
 def strict_plugins() -> bool:
     """``OPCORE_STRICT_PLUGINS`` as a switch; a bad value is an `opcore.config.ConfigError`."""
-    from opcore.config import env_flag
-
     return env_flag("OPCORE_STRICT_PLUGINS")
 
 
@@ -91,8 +90,6 @@ def plugin_allow_list() -> list[str] | None:
     raw = os.environ.get("OPCORE_PLUGINS")
     if raw is None:
         return None
-    from opcore.config import parse_plugin_names
-
     return parse_plugin_names(raw)
 
 

@@ -65,7 +65,7 @@ def info(config: Any = None) -> dict[str, Any]:
     graph's record (``None`` before any)."""
     import copy
 
-    from opcore.compile.backend import _priorities
+    from opcore.compile.backend import effective_priorities
 
     if config is None:
         from opcore.config import get_current_config
@@ -75,7 +75,7 @@ def info(config: Any = None) -> dict[str, Any]:
     for mode in MODES:
         cfg = copy.deepcopy(config)
         cfg.compilation.mode = mode
-        modes[mode] = {"priorities": _priorities(cfg), "cache_key": cache_key(cfg, mode=mode)}
+        modes[mode] = {"priorities": effective_priorities(cfg), "cache_key": cache_key(cfg, mode=mode)}
     last = last_lowering_record()
     return {
         "backend": "opcore.compile.backend (torch.compile backend; Inductor pass as post_grad_custom_pre_pass)",

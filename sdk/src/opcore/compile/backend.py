@@ -50,10 +50,10 @@ import torch.fx as fx
 from opcore.compile import opaque
 from opcore.compile import record as _record
 from opcore.compile.cache_key import cache_key
-from opcore.compile.passes import _graph, functionalize_inplace, run_post_aot
+from opcore.compile.passes import functionalize_inplace, fx_utils, run_post_aot
 from opcore.compile.record import CompileRecord
-from opcore.ir import priority as _priority
-from opcore.ir.op import PRIORITY_SCOPE, registry_generation
+from opcore.ir.op import PRIORITY_SCOPE, all_ops, registry_generation
+from opcore.platforms.kernels import ensure_kernels_loaded
 from opcore.scopes import current_scopes
 
 logger = logging.getLogger("opcore.compile")
@@ -114,7 +114,7 @@ class OpcoreBackend:
     # ------------------------------------------------------------------ compiling
     def compile_graph(self, gm: fx.GraphModule, example_inputs: list[Any], key: str) -> tuple[Any, CompileRecord]:
         """Run the pipeline on ``gm`` (modified in place); returns (callable, record)."""
-        _priority.ensure_kernels_loaded()
+        ensure_kernels_loaded()
         opaque.ensure_all()
         _check_inference(gm)
         record = CompileRecord(
@@ -122,10 +122,10 @@ class OpcoreBackend:
             mode=self.mode,
             fusion=self.fusion,
             cache_key=key,
-            priorities=_priorities(self.config),
+            priorities=effective_priorities(self.config),
         )
         record.donated_inputs = functionalize_inplace(gm)
-        n_inputs = len(_graph.placeholders(gm.graph))
+        n_inputs = len(fx_utils.placeholders(gm.graph))
         if self.mode == "eager":
             fn = self._compile_eager(gm, example_inputs, record, n_inputs)
         else:
@@ -137,7 +137,7 @@ class OpcoreBackend:
         return fn, record
 
     def _post_aot(self, graph: fx.Graph, record: CompileRecord, n_inputs: int) -> None:
-        if len(_graph.placeholders(graph)) != n_inputs and record.donated_inputs:
+        if len(fx_utils.placeholders(graph)) != n_inputs and record.donated_inputs:
             # Inputs were reordered or lifted differently: the donated indices do not carry over.
             record.clones_kept["*"] = "graph inputs changed through AOTAutograd; donations ignored"
             record.donated_inputs = []
@@ -194,8 +194,8 @@ def _make_inductor_pass(backend: OpcoreBackend, record: CompileRecord, n_inputs:
 def _graph_key(key: str, gm: fx.GraphModule) -> str:
     h = hashlib.sha256(key.encode())
     h.update(gm.code.encode())
-    for node in _graph.placeholders(gm.graph):
-        v = _graph.fake_value(node)
+    for node in fx_utils.placeholders(gm.graph):
+        v = fx_utils.fake_value(node)
         if isinstance(v, torch.Tensor):
             h.update(f"{tuple(v.shape)}{v.stride()}{v.dtype}{v.device}".encode())
         else:
@@ -203,21 +203,21 @@ def _graph_key(key: str, gm: fx.GraphModule) -> str:
     return h.hexdigest()
 
 
-def _priorities(config: Any) -> dict[str, list[str]]:
-    from opcore.ir.op import all_ops
-
-    return {name: list(_priority.decide(op, config).names) for name, op in all_ops().items()}
+def effective_priorities(config: Any) -> dict[str, list[str]]:
+    """``{op name: the providers tried, in order}`` under ``config`` (and the open
+    `set_priority` blocks), for every registered op."""
+    return {name: op.effective_priority(config) for name, op in all_ops().items()}
 
 
 def _check_inference(gm: fx.GraphModule) -> None:
     if not torch.is_grad_enabled():
         return
-    default, inplace = _graph.ir_targets()
+    default, inplace = fx_utils.ir_targets()
     has_ir = any(n.op == "call_function" and (n.target in default or n.target in inplace) for n in gm.graph.nodes)
     if not has_ir:
         return
-    for node in _graph.placeholders(gm.graph):
-        v = _graph.fake_value(node)
+    for node in fx_utils.placeholders(gm.graph):
+        v = fx_utils.fake_value(node)
         if isinstance(v, torch.Tensor) and v.requires_grad:
             raise CompileError(
                 f"opcore.compile compiles inference graphs: input %{node.name} requires grad "
@@ -292,7 +292,7 @@ class CompiledGraph:
 
     def _recompile(self, key: str) -> tuple[Any, CompileRecord]:
         gm = copy.deepcopy(self._original)
-        fakes = [_graph.fake_value(n) for n in _graph.placeholders(gm.graph)]
+        fakes = [fx_utils.fake_value(n) for n in fx_utils.placeholders(gm.graph)]
         ctx = self._tracing_context
         if ctx is None:
             raise CompileError("opcore.compile: cannot recompile a graph captured without a tracing context")

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 import opcore
-from opcore.ir import priority as _priority
 from opcore.ir.op import all_ops
+from opcore.platforms.kernels import ensure_kernels_loaded
 
 
 @functools.cache
@@ -43,9 +43,9 @@ def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
     """The data `cache_key` hashes (JSON-serializable; shown by `opcore.compile.info`)."""
     from opcore.compile import opaque
     from opcore.compile import passes as _passes
-    from opcore.compile.passes import _graph, clone_elimination, functionalize_inplace, lower
+    from opcore.compile.passes import clone_elimination, functionalize_inplace, fx_utils, lower
 
-    _priority.ensure_kernels_loaded()
+    ensure_kernels_loaded()
     cfg = copy.deepcopy(config)
     cfg.compilation.mode = mode
     ops: dict[str, Any] = {}
@@ -53,7 +53,7 @@ def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
         # The effective priority is what lowering follows; a set_priority list that leaves
         # it unchanged does not change the compiled code, so it is not part of the key.
         ops[name] = {
-            "priority": list(_priority.decide(op, cfg).names),
+            "priority": op.effective_priority(cfg),
             "providers": {p: impl.identity_hash() for p, impl in sorted(op.impls.items())},
         }
     return {
@@ -65,7 +65,7 @@ def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
         # opaque: how provider calls (in-place ones included) become graph ops; _passes: the order
         "pipeline": {
             m.__name__: _source_hash(m)
-            for m in (_passes, _graph, functionalize_inplace, lower, clone_elimination, opaque)
+            for m in (_passes, fx_utils, functionalize_inplace, lower, clone_elimination, opaque)
         },
         "ops": ops,
     }

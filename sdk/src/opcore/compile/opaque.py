@@ -27,6 +27,7 @@ import torch
 from torch.library import Library
 
 from opcore.ir.op import Impl, IrOp, all_ops
+from opcore.ir.outputs import fresh_outputs
 
 NAMESPACE = "opcore_impl"
 
@@ -75,11 +76,11 @@ def define(op: IrOp, impl: Impl) -> None:
                     oop = qualified + OUT_OF_PLACE_SUFFIX
                     lib.define(oop + op.schema)
                     lib.impl(oop, _functional_kernel(op, impl), "CompositeExplicitAutograd")
-                    torch.library.register_fake(f"{NAMESPACE}::{oop}", op._fake_impl, lib=lib)
+                    torch.library.register_fake(f"{NAMESPACE}::{oop}", op.fake_impl, lib=lib)
             else:
                 lib.define(qualified + op.schema)
                 lib.impl(qualified, _functional_kernel(op, impl), "CompositeExplicitAutograd")
-                torch.library.register_fake(f"{NAMESPACE}::{qualified}", op._fake_impl, lib=lib)
+                torch.library.register_fake(f"{NAMESPACE}::{qualified}", op.fake_impl, lib=lib)
         except Exception:
             lib._destroy()
             raise
@@ -109,11 +110,9 @@ def get(op: IrOp, impl: Impl, *, out_of_place: bool = False) -> Any:
 
 
 def _functional_kernel(op: IrOp, impl: Impl):
-    from opcore.ir.op import _fresh_outputs
-
     def kernel(*args: Any, **kwargs: Any) -> Any:
         # A custom op's outputs must not alias its inputs: copy any output that does.
-        return _fresh_outputs(impl.functional(*args, **kwargs), args, kwargs)
+        return fresh_outputs(impl.functional(*args, **kwargs), args, kwargs)
 
     return kernel
 
@@ -126,7 +125,7 @@ def _inplace_kernel(op: IrOp, impl: Impl):
         outs = outs if isinstance(outs, tuple) else (outs,)
         # The contract: an in-place provider returns its activations. One that returns
         # other tensors still honours the op when its results land in the activations.
-        for index, out in zip(op._activation_index, outs, strict=False):
+        for index, out in zip(op.activation_index, outs, strict=False):
             act = args[index] if index < len(args) else kwargs.get(names[index])
             if isinstance(act, torch.Tensor) and isinstance(out, torch.Tensor) and out is not act:
                 act.copy_(out)

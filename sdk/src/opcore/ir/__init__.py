@@ -39,7 +39,7 @@ Contracts:
   activations: parameters whose name starts with ``x`` unless ``activations=`` says).
 - Arguments are validated once per call, before dispatch, by the op's validator; providers
   receive validated input. Errors name the op and the argument.
-- Tests register throw-away providers/ops with `opcore.ir.testing`.
+- Tests register throw-away providers/ops with `opcore.testing.ir`.
 """
 
 from opcore.ir import ops  # noqa: E402  (registers the built-in ops)
@@ -49,15 +49,17 @@ from opcore.ir.op import (
     Impl,
     IrOp,
     all_ops,
+    get_op,
     invalidate_caches,
     register_op,
-    unregister_op,
 )
-from opcore.ir.priority import Explanation, PriorityWarning, ensure_kernels_loaded
+from opcore.ir.priority import Decision, Explanation, PriorityWarning
 from opcore.ir.samples import SampleInput
+from opcore.platforms.kernels import ensure_kernels_loaded, kernel_load_errors
 
 __all__ = [
     "RESERVED_PROVIDERS",
+    "Decision",
     "Explanation",
     "Impl",
     "IrOp",
@@ -65,9 +67,10 @@ __all__ = [
     "SampleInput",
     "all_ops",
     "ensure_kernels_loaded",
+    "get_op",
     "info",
     "invalidate_caches",
+    "kernel_load_errors",
     "ops",
     "register_op",
-    "unregister_op",
 ]

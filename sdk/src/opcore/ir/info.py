@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from opcore.ir import priority
 from opcore.ir.op import all_ops
+from opcore.platforms.kernels import ensure_kernels_loaded, kernel_load_errors
 
 
 def info(config: Any = None) -> dict[str, Any]:
@@ -14,7 +14,7 @@ def info(config: Any = None) -> dict[str, Any]:
     ``config`` (default: the current config) and why the others are left out.
 
     Also ``kernel_load_errors``: failures of the platform's kernel hooks."""
-    priority.ensure_kernels_loaded()
+    ensure_kernels_loaded()
     ops: dict[str, Any] = {}
     for name, op in all_ops().items():
         entry: dict[str, Any] = {
@@ -34,7 +34,7 @@ def info(config: Any = None) -> dict[str, Any]:
             "supported_here": op.supported_providers(),
         }
         try:
-            decision = priority.decide(op, config)
+            decision = op.decision(config)
         except ValueError as exc:
             entry["error"] = str(exc)
         else:
@@ -44,4 +44,4 @@ def info(config: Any = None) -> dict[str, Any]:
             entry["native_appended"] = decision.native_appended
             entry["skipped"] = decision.skipped
         ops[name] = entry
-    return {"ops": ops, "kernel_load_errors": priority.kernel_load_errors()}
+    return {"ops": ops, "kernel_load_errors": kernel_load_errors()}

@@ -26,15 +26,19 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import torch
 
 from opcore import config as _config
+from opcore.env import env_flag
+from opcore.ir import priority, torch_lib
 from opcore.ir import schema as _schema
 from opcore.ir.identity import hash_source, hash_source_pair
+from opcore.ir.outputs import fresh_outputs, map_outputs
 from opcore.ir.samples import SampleGenerator, SampleInput, seeded_samples
 from opcore.ir.tolerances import default_tolerance
+from opcore.platforms.kernels import ensure_kernels_loaded, on_kernels_loaded
 from opcore.scopes import ScopeKind, current_scopes
 
 logger = logging.getLogger("opcore.ir")
@@ -63,8 +67,13 @@ _has_torch_function = torch._C._has_torch_function
 
 
 def bump_generation() -> None:
+    """Invalidate every op's dispatch cache (and compiled graphs' cache keys)."""
     global _GENERATION
     _GENERATION += 1
+
+
+# Decisions made while the kernels were loading saw a partial registry.
+on_kernels_loaded(bump_generation)
 
 
 # registry_generation(): a counter bumped whenever registered ops or providers change
@@ -201,7 +210,8 @@ class IrOp:
                     f"op {name!r}: activation {a!r} is not a parameter of {self.param_names}"
                 )
         self.activations = tuple(activations)
-        self._activation_index = tuple(self.param_names.index(a) for a in self.activations)
+        # positions of the activations among the parameters (for the compile passes too)
+        self.activation_index = tuple(self.param_names.index(a) for a in self.activations)
         self.allow_inplace = allow_inplace
         self.schema = _schema.schema_of(native, name)
         self.inplace_schema = None
@@ -230,7 +240,7 @@ class IrOp:
         self._cache: tuple = _NO_CACHE
         # (id(config), override) -> (config, generation, Decision, log): decisions by value
         self._decisions: dict[tuple, tuple] = {}
-        self._lib = None
+        self._torch: torch_lib.TorchRegistration | None = None
         self.torch_op = None
         self.torch_op_inplace = None
 
@@ -350,13 +360,10 @@ class IrOp:
         key = (id(config), override)
         entry = self._decisions.get(key)
         if entry is None or entry[0] is not config or entry[1] != gen:
-            from opcore.ir import priority
-
-            priority.ensure_kernels_loaded()
+            ensure_kernels_loaded()
             gen = _GENERATION  # loading the kernels moves it
-            priority.check_ops_named(config, gen)
-            decision = priority.decide(self, config, override=override)
-            entry = (config, gen, decision, priority.log_dispatch_enabled())
+            decision = self._decide(config, override)
+            entry = (config, gen, decision, log_dispatch_enabled())
             with _registry_lock:
                 if len(self._decisions) >= 32:  # bounded: configs made per call come and go
                     self._decisions.clear()
@@ -369,25 +376,56 @@ class IrOp:
         self._cache = cache
         return cache
 
-    def decision(self):
-        """The `opcore.ir.priority.Decision` in effect here (this thread or task's
-        current config and `set_priority` blocks)."""
-        c = self._cache
-        if c[0] is not current_scopes() or c[1] != _GENERATION:
-            c = self._refresh()
-        return c[3]
+    def _decide(self, config: Any, override: tuple[str, ...] | None, platform: Any = None) -> priority.Decision:
+        """Gather the inputs of `opcore.ir.priority.decide` (the kernels are loaded), run
+        it, and give its warnings (once each)."""
+        if platform is None:
+            from opcore.platforms import get_current_platform
+
+            platform = get_current_platform()
+        configured = config.kernel.ir_op_priority
+        defaults: Mapping[str, list[str]] = platform.get_default_ir_op_priority(config) or {}
+        for key, message in priority.unknown_op_warnings(configured, defaults, platform.name, list(_REGISTRY)):
+            priority.warn_once(key, message)
+        if override is not None:
+            user, source = override, priority.USER_SOURCE_BLOCK
+        else:
+            user, source = configured.get(self.name, ()), priority.USER_SOURCE_CONFIG
+        decision = priority.decide(
+            self.name,
+            self.impls,
+            user=user,
+            user_source=source,
+            platform_default=defaults.get(self.name, ()),
+            platform_name=platform.name,
+        )
+        for key, message in decision.warnings:
+            priority.warn_once(key, message)
+        return decision
+
+    def decision(self, config: Any = None, *, platform: Any = None) -> priority.Decision:
+        """The `opcore.ir.priority.Decision` in effect here: this thread or task's current
+        config and `set_priority` block of this op (the dispatch cache's entry). With
+        ``config`` (and optionally another ``platform``), the decision for that config
+        under the open `set_priority` block, made afresh. The platform's kernels are
+        loaded first. Raises ``ValueError`` when the user list names an unknown
+        provider."""
+        if config is None and platform is None:
+            c = self._cache
+            if c[0] is not current_scopes() or c[1] != _GENERATION:
+                c = self._refresh()
+            return c[3]
+        ensure_kernels_loaded()
+        if config is None:
+            config = _config.get_current_config()
+        return self._decide(config, self.priority_override(), platform)
 
     def effective_priority(self, config: Any = None) -> list[str]:
         """The providers tried, in order, under ``config`` (default: the current config):
         user list, then platform default, then ``native`` when needed; providers not
         supported here are left out. The platform's kernels are loaded first, so the
         answer does not depend on whether anything was dispatched before."""
-        from opcore.ir import priority
-
-        if config is None:
-            return list(self.decision().names)
-        priority.ensure_kernels_loaded()
-        return list(priority.decide(self, config).names)
+        return list(self.decision(config).names)
 
     @contextlib.contextmanager
     def set_priority(self, providers: Sequence[str]) -> Iterator[None]:
@@ -398,46 +436,22 @@ class IrOp:
         and tasks keep their own priority); blocks may be left in any order. Names are
         checked against the registered providers after the platform's kernels are
         loaded (``ValueError`` for an unknown one)."""
-        from opcore.ir import priority
-
         if isinstance(providers, str):
             raise TypeError(
                 f"op {self.name!r}: set_priority takes a list of provider names, got the "
                 f"string {providers!r}"
             )
         providers = tuple(providers)
-        priority.ensure_kernels_loaded()
-        self._check_known(providers, source="set_priority")
+        ensure_kernels_loaded()
+        priority.check_known(self.name, self.impls, providers, source=priority.USER_SOURCE_BLOCK)
         with _PRIORITY_SCOPES.push((self.name, providers)):
             yield
-
-    def _check_known(self, providers: Sequence[str], *, source: str, in_force: bool = False) -> None:
-        """``ValueError`` when ``providers`` names one that is not registered.
-        ``in_force``: the list was accepted earlier (a `set_priority` block being open),
-        so an unknown name was unregistered since."""
-        unknown = [p for p in providers if p not in self.impls]
-        if not unknown:
-            return
-        names = ", ".join(repr(u) for u in unknown)
-        registered = ", ".join(self.impls)
-        if in_force:
-            raise ValueError(
-                f"op {self.name!r}: provider(s) {names} named by the open set_priority block "
-                f"{list(providers)} were unregistered after the block began; registered "
-                f"providers now: {registered}. Leave the block, or register the provider again"
-            )
-        raise ValueError(
-            f"op {self.name!r}: {source} names unknown provider(s) {names}; registered "
-            f"providers: {registered}"
-        )
 
     def explain(self, *args: Any, **kwargs: Any):
         """Which provider runs for these arguments, and why each other one does not
         (`opcore.ir.priority.Explanation`; ``str()`` gives a readable report). With no
         arguments, explains the priority only."""
-        from opcore.ir import priority
-
-        return priority.explain(self, args, kwargs)
+        return priority.explain(self.decision(), args, kwargs)
 
     # ------------------------------------------------------------------ registration
     def register_impl(
@@ -503,7 +517,7 @@ class IrOp:
                 if functional is not None:
                     default_fn = functional
                 elif inplace:
-                    default_fn = _cloning_wrapper(fn, self._activation_index, self.activations)
+                    default_fn = _cloning_wrapper(fn, self.activation_index, self.activations)
                 else:
                     default_fn = fn
                 self.impls[provider] = Impl(
@@ -611,7 +625,7 @@ class IrOp:
         # eager, outputs made fresh and contiguous to match the fake implementation.
         self.validate(*args, **kwargs)
         out = self.dispatch(*args, **kwargs).functional(*args, **kwargs)
-        return _fresh_outputs(out, args, kwargs)
+        return fresh_outputs(out, args, kwargs)
 
     def _torch_impl_inplace(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
         # The maybe_inplace overload behaves functionally here (its schema allows, but
@@ -619,13 +633,40 @@ class IrOp:
         # the default overload once it has checked the activations are dead.
         return self._to_inplace_tuple(self._torch_impl(*args, **kwargs))
 
-    def _fake_impl(self, *args: Any, **kwargs: Any) -> Any:
+    def fake_impl(self, *args: Any, **kwargs: Any) -> Any:
+        """The op's fake implementation as torch registers it: validates the arguments,
+        then returns the registered fake's (or the native function's) outputs, made
+        contiguous. For custom ops that mirror this op (the compile passes)."""
         self.validate(*args, **kwargs)
         out = (self._fake or self.native)(*args, **kwargs)
-        return _map_outputs(out, lambda t: t.contiguous())
+        return map_outputs(out, lambda t: t.contiguous())
 
-    def _fake_impl_inplace(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
-        return self._to_inplace_tuple(self._fake_impl(*args, **kwargs))
+    def fake_impl_inplace(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        """`fake_impl` in the ``maybe_inplace`` overload's form (one tensor per
+        activation)."""
+        return self._to_inplace_tuple(self.fake_impl(*args, **kwargs))
+
+    def _register_torch_op(self) -> None:
+        """Define ``opcore_ir::<name>`` (and ``.maybe_inplace``) for this op."""
+        reg = torch_lib.register(
+            self.name,
+            self.schema,
+            self._torch_impl,
+            self.fake_impl,
+            inplace_schema=self.inplace_schema,
+            inplace_kernel=self._torch_impl_inplace,
+            inplace_fake=self.fake_impl_inplace,
+        )
+        self._torch = reg
+        self.torch_op = reg.default
+        self.torch_op_inplace = reg.inplace
+
+    def _unregister_torch_op(self) -> None:
+        if self._torch is not None:
+            torch_lib.unregister(self._torch)
+            self._torch = None
+        self.torch_op = None
+        self.torch_op_inplace = None
 
     def _to_inplace_tuple(self, out: Any) -> tuple[torch.Tensor, ...]:
         outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
@@ -638,7 +679,7 @@ class IrOp:
         if isinstance(outs, torch.Tensor):
             outs = (outs,)
         result = []
-        for out, i, name in zip(outs, self._activation_index, self.activations, strict=True):
+        for out, i, name in zip(outs, self.activation_index, self.activations, strict=True):
             value = args[i] if i < len(args) else kwargs.get(name)
             result.append(None if value is None else out)
         return (
@@ -649,24 +690,6 @@ class IrOp:
 
     def __repr__(self) -> str:
         return f"<opcore.ir op {self.name}{self.schema} providers={list(self.impls)}>"
-
-
-def _map_outputs(out: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    if isinstance(out, torch.Tensor):
-        return fn(out)
-    return tuple(fn(o) if isinstance(o, torch.Tensor) else o for o in out)
-
-
-def _fresh_outputs(out: Any, args: tuple, kwargs: Mapping[str, Any]) -> Any:
-    inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-    ptrs = {t.untyped_storage().data_ptr() for t in inputs if t.device.type != "meta"}
-
-    def fix(t: torch.Tensor) -> torch.Tensor:
-        if t.device.type != "meta" and t.untyped_storage().data_ptr() in ptrs:
-            return t.clone(memory_format=torch.contiguous_format)
-        return t.contiguous()
-
-    return _map_outputs(out, fix)
 
 
 def _cloning_wrapper(fn: Callable, indices: tuple[int, ...], names: tuple[str, ...]) -> Callable:
@@ -713,6 +736,21 @@ def _log_dispatch(op: IrOp, chain: tuple[Impl, ...], impl: Impl, args: tuple, kw
     )
 
 
+@overload
+def register_op(f: Callable, /) -> IrOp: ...
+
+
+@overload
+def register_op(
+    f: None = None,
+    *,
+    name: str | None = None,
+    activations: Sequence[str] | None = None,
+    allow_inplace: bool = False,
+    tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
+) -> Callable[[Callable], IrOp]: ...
+
+
 def register_op(
     f: Callable | None = None,
     *,
@@ -732,8 +770,6 @@ def register_op(
 
     def decorator(fn: Callable) -> IrOp:
         op_name = _check_name("op", name if name is not None else fn.__name__)
-        from opcore.ir import torch_lib
-
         with _registry_lock:
             if op_name in _REGISTRY:
                 raise ValueError(f"op {op_name!r} is already registered")
@@ -746,9 +782,8 @@ def register_op(
                 allow_inplace=allow_inplace,
                 tolerances=tolerances,
             )
-            torch_lib.register(op)
+            op._register_torch_op()
             _REGISTRY[op_name] = op
-            _publish(op_name, op)
             bump_generation()
         return op
 
@@ -758,42 +793,27 @@ def register_op(
 
 
 def unregister_op(name: str) -> None:
-    """Remove an op and its torch registration (tests only: compiled code that captured
-    the op keeps a dangling reference)."""
-    from opcore.ir import torch_lib
-
+    """Remove an op and its torch registration. For tests (`opcore.testing.ir`), not part
+    of the public API: compiled code that captured the op keeps a dangling reference."""
     with _registry_lock:
         op = _REGISTRY.pop(name, None)
         if op is None:
             raise KeyError(f"no op named {name!r}")
-        torch_lib.unregister(op)
-        _publish(name, None)
+        op._unregister_torch_op()
         bump_generation()
 
 
 def _check_namespace_free(name: str) -> None:
-    import sys
-
+    """An op may not take the name of a member of the `opcore.ir.ops` module (it would be
+    hidden there). Read only: the module lists its ops itself."""
     namespace = sys.modules.get("opcore.ir.ops")
     if namespace is not None and name in namespace.__dict__:
         raise ValueError(f"op name {name!r} is taken by opcore.ir.ops.{name} (a module member)")
 
 
-def _publish(name: str, op: IrOp | None) -> None:
-    """Make ``opcore.ir.ops.<name>`` a plain module attribute (a failed module attribute
-    lookup that falls back to ``__getattr__`` costs about a microsecond per call)."""
-    import sys
-
-    namespace = sys.modules.get("opcore.ir.ops")
-    if namespace is None:  # the namespace module is importing; it publishes what exists
-        return
-    if op is None:
-        namespace.__dict__.pop(name, None)
-    else:
-        setattr(namespace, name, op)
-
-
 def get_op(name: str) -> IrOp:
+    """The registered op ``name``; ``AttributeError`` listing the registered ops when
+    there is none (so ``ops.<typo>`` reads naturally)."""
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -807,9 +827,16 @@ def all_ops() -> dict[str, IrOp]:
     return dict(sorted(_REGISTRY.items()))
 
 
-def env_flag(name: str) -> bool:
-    """The core switch ``name``, read by the one parser all switches share: a bad value is
-    an `opcore.config.ConfigError` naming it."""
-    from opcore.config import env_flag as read_switch
-
-    return read_switch(name)
+def log_dispatch_enabled() -> bool:
+    """``OPCORE_LOG_DISPATCH``: log each dispatch decision on ``opcore.ir.dispatch`` (at
+    INFO, to stderr when logging is not configured)."""
+    enabled = env_flag("OPCORE_LOG_DISPATCH")
+    if enabled:
+        dl = dispatch_logger
+        if dl.level == logging.NOTSET or dl.level > logging.INFO:
+            dl.setLevel(logging.INFO)
+        if not dl.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+            dl.addHandler(handler)
+    return enabled

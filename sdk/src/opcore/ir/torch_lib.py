@@ -8,20 +8,33 @@ validates the arguments and runs the native function on fake tensors. Ops declar
 ``allow_inplace`` also get a ``maybe_inplace`` overload whose activations carry mutation
 annotations and which returns one tensor per activation (an empty placeholder for an
 activation passed as None).
+
+This module knows torch.library only: the op (`opcore.ir.op.IrOp`) hands it the schema
+and the callables, and keeps the returned `TorchRegistration`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.library import Library
 
-if TYPE_CHECKING:
-    from opcore.ir.op import IrOp
-
 NAMESPACE = "opcore_ir"
 INPLACE_OVERLOAD = "maybe_inplace"
+
+
+@dataclasses.dataclass
+class TorchRegistration:
+    """What `register` made: the library fragment (destroyed by `unregister`) and the
+    ``OpOverload`` objects (``inplace``: ``None`` without an in-place overload)."""
+
+    name: str
+    library: Any
+    default: Any
+    inplace: Any
 
 
 def check_op_name_free(name: str) -> None:
@@ -38,33 +51,46 @@ def _schema_exists(name: str) -> bool:
     return True
 
 
-def register(op: IrOp) -> None:
+def register(
+    name: str,
+    schema: str,
+    kernel: Callable[..., Any],
+    fake: Callable[..., Any],
+    *,
+    inplace_schema: str | None = None,
+    inplace_kernel: Callable[..., Any] | None = None,
+    inplace_fake: Callable[..., Any] | None = None,
+) -> TorchRegistration:
+    """Define ``opcore_ir::<name>`` with ``schema`` (``"(Tensor x, ...) -> Tensor"``), its
+    ``CompositeExplicitAutograd`` ``kernel`` and ``fake`` implementation; with
+    ``inplace_schema`` also the ``maybe_inplace`` overload. Nothing is left defined when
+    this raises."""
     lib = Library(NAMESPACE, "FRAGMENT")
     try:
-        lib.define(op.name + op.schema)
-        lib.impl(op.name, op._torch_impl, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"{NAMESPACE}::{op.name}", op._fake_impl, lib=lib)
-        if op.allow_inplace:
-            qualified = f"{op.name}.{INPLACE_OVERLOAD}"
-            lib.define(qualified + op.inplace_schema)
-            lib.impl(qualified, op._torch_impl_inplace, "CompositeExplicitAutograd")
-            torch.library.register_fake(f"{NAMESPACE}::{qualified}", op._fake_impl_inplace, lib=lib)
+        lib.define(name + schema)
+        lib.impl(name, kernel, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
+        if inplace_schema is not None:
+            qualified = f"{name}.{INPLACE_OVERLOAD}"
+            lib.define(qualified + inplace_schema)
+            lib.impl(qualified, inplace_kernel, "CompositeExplicitAutograd")
+            torch.library.register_fake(f"{NAMESPACE}::{qualified}", inplace_fake, lib=lib)
     except Exception:
         lib._destroy()
         raise
-    op._lib = lib
-    packet = getattr(getattr(torch.ops, NAMESPACE), op.name)
-    op.torch_op = packet.default
-    op.torch_op_inplace = getattr(packet, INPLACE_OVERLOAD) if op.allow_inplace else None
+    packet = getattr(getattr(torch.ops, NAMESPACE), name)
+    return TorchRegistration(
+        name=name,
+        library=lib,
+        default=packet.default,
+        inplace=getattr(packet, INPLACE_OVERLOAD) if inplace_schema is not None else None,
+    )
 
 
-def unregister(op: IrOp) -> None:
-    if op._lib is not None:
-        op._lib._destroy()
-        op._lib = None
+def unregister(registration: TorchRegistration) -> None:
+    """Remove what `register` defined."""
+    registration.library._destroy()
     ns = getattr(torch.ops, NAMESPACE)
     # torch.ops caches the packet; drop it so a later op of the same name resolves anew.
-    if op.name in ns.__dict__:
-        delattr(ns, op.name)
-    op.torch_op = None
-    op.torch_op_inplace = None
+    if registration.name in ns.__dict__:
+        delattr(ns, registration.name)

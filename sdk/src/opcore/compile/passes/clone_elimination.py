@@ -26,7 +26,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from opcore.compile.passes import _graph
+from opcore.compile.passes import fx_utils
 from opcore.compile.passes.lower import CLONE_TAG
 
 
@@ -48,7 +48,7 @@ def eliminate_clones(
 ) -> int:
     """Apply the rule above to every tagged clone of ``graph``; fills ``removed`` (clone
     node names) and ``kept`` (name -> reason). Returns the number removed."""
-    inputs = _graph.placeholders(graph)
+    inputs = fx_utils.placeholders(graph)
     donated = {inputs[i] for i in donated_inputs if i < len(inputs)}
     count = 0
     for clone in [n for n in graph.nodes if n.meta.get(CLONE_TAG)]:
@@ -68,17 +68,17 @@ def _why_kept(graph: fx.Graph, clone: fx.Node, donated: set[fx.Node]) -> str | N
     source = clone.args[0]
     if not isinstance(source, fx.Node) or clone.kwargs.get("memory_format") not in (None, torch.preserve_format):
         return "not a plain clone of a graph value"
-    pos = _graph.order(graph)
+    pos = fx_utils.order(graph)
     if not clone.users:
         return "clone has no users"
     # From the clone's first use on, the provider may write it: the source must be dead by then.
     writer = min(clone.users, key=pos.__getitem__)
-    sv, cv = _graph.fake_value(source), _graph.fake_value(clone)
+    sv, cv = fx_utils.fake_value(source), fx_utils.fake_value(clone)
     if not isinstance(sv, torch.Tensor) or not isinstance(cv, torch.Tensor):
         return "no fake tensor on the clone or its source"
     if not _same_layout(sv, cv):
         return "the clone's layout differs from its source (e.g. a strided view)"
-    group = _graph.aliases(graph, source)
+    group = fx_utils.aliases(graph, source)
     if group is None:
         return "aliasing unknown (a node without a fake tensor)"
-    return _graph.write_blocker(group, writer, pos, donated, "not donated", ignore=clone)
+    return fx_utils.write_blocker(group, writer, pos, donated, "not donated", ignore=clone)

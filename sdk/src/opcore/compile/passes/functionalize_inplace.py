@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from opcore.compile.passes import _graph
+from opcore.compile.passes import fx_utils
 
 
 class DonationError(ValueError):
@@ -26,23 +26,23 @@ def functionalize_inplace(gm: fx.GraphModule) -> list[int]:
     ``opcore_ir.<op>.default`` in place; return the indices (among the graph's
     placeholders) of the inputs that were donated. Raises `DonationError`."""
     graph = gm.graph
-    _, inplace_targets = _graph.ir_targets()
-    pos = _graph.order(graph)
-    inputs = _graph.placeholders(graph)
+    _, inplace_targets = fx_utils.ir_targets()
+    pos = fx_utils.order(graph)
+    inputs = fx_utils.placeholders(graph)
     donated: set[int] = set()
     changed = False
     for node in list(graph.nodes):
         op = inplace_targets.get(node.target) if node.op == "call_function" else None
         if op is None:
             continue
-        args = _graph.bind_args(op, node)
-        for index, name in zip(op._activation_index, op.activations, strict=True):
+        args = fx_utils.bind_args(op, node)
+        for index, name in zip(op.activation_index, op.activations, strict=True):
             arg = args[index]
             if not isinstance(arg, fx.Node):
                 continue
             # Views taken before the call share the donated storage; anything made after
             # it comes from the call's results (or elsewhere), not from the donation.
-            group = [a for a in (_graph.aliases(graph, arg) or [arg]) if pos[a] < pos[node]]
+            group = [a for a in (fx_utils.aliases(graph, arg) or [arg]) if pos[a] < pos[node]]
             for alias in group:
                 for user in alias.users:
                     if user is node:
@@ -63,8 +63,8 @@ def functionalize_inplace(gm: fx.GraphModule) -> list[int]:
 
 def _message(op: str, param: str, arg: fx.Node, node: fx.Node, user: fx.Node, what: str) -> str:
     return (
-        f"opcore.compile: argument {param!r} of {op}.maybe_inplace at {_graph.describe(node)} "
-        f"donates {_graph.describe(arg)}, which {what} afterwards by {_graph.describe(user)}. "
+        f"opcore.compile: argument {param!r} of {op}.maybe_inplace at {fx_utils.describe(node)} "
+        f"donates {fx_utils.describe(arg)}, which {what} afterwards by {fx_utils.describe(user)}. "
         f"After maybe_inplace its contents are undefined: call ops.{op}(...) (the default "
         f"overload) or pass a clone."
     )

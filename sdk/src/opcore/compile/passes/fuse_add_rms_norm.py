@@ -23,7 +23,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from opcore.compile.passes import _graph
+from opcore.compile.passes import fx_utils
 from opcore.ir import ops
 
 NAME = "fuse_add_rms_norm"
@@ -36,10 +36,10 @@ def _plain_add(node: fx.Node) -> bool:
     if node.kwargs.get("alpha", 1) != 1:
         return False
     a, b = node.args
-    va, vb, vs = _graph.fake_value(a), _graph.fake_value(b), _graph.fake_value(node)
+    va, vb, vs = fx_utils.fake_value(a), fx_utils.fake_value(b), fx_utils.fake_value(node)
     if not all(isinstance(v, torch.Tensor) for v in (va, vb, vs)):
         return False
-    return va.dtype == vb.dtype == vs.dtype and _graph.same_shape(va.shape, vb.shape) and _graph.same_shape(va.shape, vs.shape)
+    return va.dtype == vb.dtype == vs.dtype and fx_utils.same_shape(va.shape, vb.shape) and fx_utils.same_shape(va.shape, vs.shape)
 
 
 def fuse_add_rms_norm(graph: fx.Graph) -> int:
@@ -48,11 +48,11 @@ def fuse_add_rms_norm(graph: fx.Graph) -> int:
     fused = ops.fused_add_rms_norm.torch_op
     count = 0
     for norm in [n for n in graph.nodes if n.op == "call_function" and n.target is rms]:
-        args = _graph.bind_args(ops.rms_norm, norm)
+        args = fx_utils.bind_args(ops.rms_norm, norm)
         add = args[0]
         if not isinstance(add, fx.Node) or not _plain_add(add):
             continue
-        pos = _graph.order(graph)
+        pos = fx_utils.order(graph)
         rest = args[1:]
         later_inputs = [a for a in rest if isinstance(a, fx.Node) and pos[a] > pos[add]]
         if not later_inputs:
@@ -78,7 +78,7 @@ def fuse_add_rms_norm(graph: fx.Graph) -> int:
 
 def _meta_for(norm: fx.Node, add: fx.Node) -> dict:
     meta = {k: v for k, v in norm.meta.items() if k != "val"}
-    vn, va = _graph.fake_value(norm), _graph.fake_value(add)
+    vn, va = fx_utils.fake_value(norm), fx_utils.fake_value(add)
     if vn is not None and va is not None:
         meta["val"] = (vn, va)
     return meta

@@ -28,7 +28,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from opcore.compile.passes import _graph
+from opcore.compile.passes import fx_utils
 from opcore.ir import ops
 
 NAME = "fuse_split_qkv_rmsnorm_rope"
@@ -40,7 +40,7 @@ def _follow_reshapes(node: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
     """From ``node``, walk single-user reshape nodes; return (last node, chain walked)."""
     chain = []
     while True:
-        user = _graph.single_user(node)
+        user = fx_utils.single_user(node)
         if user is None:
             return None
         if user.op == "call_function" and user.target in _RESHAPES and user.args[0] is node:
@@ -56,10 +56,10 @@ def _match_norm(part: fx.Node):
     if walked is None:
         return None
     before, chain1 = walked
-    norm = _graph.single_user(before)
+    norm = fx_utils.single_user(before)
     if norm is None or norm.target is not ops.rms_norm.torch_op:
         return None
-    x, weight, eps, variance_size = _graph.bind_args(ops.rms_norm, norm)
+    x, weight, eps, variance_size = fx_utils.bind_args(ops.rms_norm, norm)
     if x is not before or variance_size is not None or isinstance(eps, fx.Node):
         return None
     walked = _follow_reshapes(norm)
@@ -81,12 +81,12 @@ def fuse_split_qkv_rmsnorm_rope(graph: fx.Graph) -> int:
 def _try_fuse(graph: fx.Graph, split: fx.Node) -> bool:
     qkv, sizes = split.args[0], split.args[1]
     dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
-    qkv_val = _graph.fake_value(qkv)
+    qkv_val = fx_utils.fake_value(qkv)
     if not isinstance(qkv_val, torch.Tensor) or qkv_val.dim() < 2 or len(sizes) != 3:
         return False
     if dim not in (-1, qkv_val.dim() - 1) or not all(isinstance(s, int) for s in sizes):
         return False
-    parts = _graph.getitem_users(split)
+    parts = fx_utils.getitem_users(split)
     if parts is None or set(parts) - {0, 1, 2} or 0 not in parts or 1 not in parts:
         return False
     q_match, k_match = _match_norm(parts[0]), _match_norm(parts[1])
@@ -94,34 +94,34 @@ def _try_fuse(graph: fx.Graph, split: fx.Node) -> bool:
         return False
     q_end, q_nodes, (q_in, q_w, q_eps) = q_match
     k_end, k_nodes, (k_in, k_w, k_eps) = k_match
-    rotary = _graph.single_user(q_end)
-    if rotary is None or rotary.target is not ops.rotary_embedding.torch_op or _graph.single_user(k_end) is not rotary:
+    rotary = fx_utils.single_user(q_end)
+    if rotary is None or rotary.target is not ops.rotary_embedding.torch_op or fx_utils.single_user(k_end) is not rotary:
         return False
-    positions, query, key, head_size, cache, is_neox = _graph.bind_args(ops.rotary_embedding, rotary)
+    positions, query, key, head_size, cache, is_neox = fx_utils.bind_args(ops.rotary_embedding, rotary)
     if query is not q_end or key is not k_end or not isinstance(head_size, int) or not isinstance(is_neox, bool):
         return False
     if q_eps != k_eps or (q_w is None) != (k_w is None):
         return False
-    qv, kv = _graph.fake_value(q_in), _graph.fake_value(k_in)
+    qv, kv = fx_utils.fake_value(q_in), fx_utils.fake_value(k_in)
     if qv.shape[-1] != head_size or kv.shape[-1] != head_size or qv.dim() < 2 or kv.dim() < 2:
         return False
     heads, kv_heads = sizes[0] // head_size, sizes[1] // head_size
     if sizes != [heads * head_size, kv_heads * head_size, kv_heads * head_size]:
         return False
-    if not (_graph.known_equal(qv.shape[-2], heads) and _graph.known_equal(kv.shape[-2], kv_heads)):
+    if not (fx_utils.known_equal(qv.shape[-2], heads) and fx_utils.known_equal(kv.shape[-2], kv_heads)):
         return False
     lead = tuple(qkv_val.shape[:-1])
     if not (
-        _graph.same_shape(_graph.fake_value(q_end).shape, (*lead, sizes[0]))
-        and _graph.same_shape(_graph.fake_value(k_end).shape, (*lead, sizes[1]))
-        and _graph.same_shape(_graph.fake_value(positions).shape, lead)
+        fx_utils.same_shape(fx_utils.fake_value(q_end).shape, (*lead, sizes[0]))
+        and fx_utils.same_shape(fx_utils.fake_value(k_end).shape, (*lead, sizes[1]))
+        and fx_utils.same_shape(fx_utils.fake_value(positions).shape, lead)
     ):
         return False
-    outs = _graph.getitem_users(rotary)
+    outs = fx_utils.getitem_users(rotary)
     if outs is None:
         return False
 
-    pos = _graph.order(graph)
+    pos = fx_utils.order(graph)
     inputs = [a for a in (qkv, q_w, k_w, positions, cache) if isinstance(a, fx.Node)]
     latest = max(pos[a] for a in inputs)
     v_users = list(parts[2].users) if 2 in parts else []
@@ -137,8 +137,8 @@ def _try_fuse(graph: fx.Graph, split: fx.Node) -> bool:
         fused = graph.call_function(ops.split_qkv_rmsnorm_rope.torch_op, args)
         items = [graph.call_function(operator.getitem, (fused, i)) for i in range(3)]
     fused.meta.update({k: v for k, v in rotary.meta.items() if k != "val"})
-    q_out, k_out = (_graph.fake_value(outs[i]) if i in outs else None for i in (0, 1))
-    v_out = _graph.fake_value(parts[2]) if 2 in parts else None
+    q_out, k_out = (fx_utils.fake_value(outs[i]) if i in outs else None for i in (0, 1))
+    v_out = fx_utils.fake_value(parts[2]) if 2 in parts else None
     fused.meta["val"] = (q_out, k_out, v_out)
     for i, item in enumerate(items):
         src = outs.get(i) if i < 2 else parts.get(2)

@@ -42,7 +42,7 @@ import torch
 import torch.fx as fx
 
 from opcore.compile import opaque
-from opcore.compile.passes import _graph
+from opcore.compile.passes import fx_utils
 from opcore.compile.record import LoweringDecision
 from opcore.ir.op import Impl, IrOp
 
@@ -58,7 +58,7 @@ class LoweringError(RuntimeError):
 
 def _clone_activations(op: IrOp, args: list[Any]) -> list[Any]:
     args = list(args)
-    for index in op._activation_index:
+    for index in op.activation_index:
         if isinstance(args[index], torch.Tensor):
             args[index] = args[index].clone()
     return args
@@ -92,7 +92,7 @@ def _opaque_replacement(op: IrOp, impl: Impl, inplace: bool, functional_graph: b
     def call_inplace(*args: Any) -> Any:
         args = _clone_activations(op, list(args))
         target(*args)
-        outs = tuple(args[i] for i in op._activation_index)
+        outs = tuple(args[i] for i in op.activation_index)
         return outs if len(outs) > 1 else outs[0]
 
     return _functionalized(call_inplace) if functional_graph else call_inplace
@@ -119,21 +119,21 @@ def why_not_writable(graph: fx.Graph, node: fx.Node, op: IrOp, bound: list[Any],
     """``None`` when ``node``'s provider may write every activation of ``bound`` (see the
     module docstring), else the reason it may not. ``writable_inputs``: the graph inputs
     that may be written (donated ones in ``eager`` mode; none under Inductor)."""
-    pos = _graph.order(graph)
+    pos = fx_utils.order(graph)
     seen: set[fx.Node] = set()
-    for index in op._activation_index:
+    for index in op.activation_index:
         act = bound[index]
         if act is None:
             continue
         if not isinstance(act, fx.Node):
             return f"activation {op.param_names[index]!r} is not a graph value"
-        group = _graph.aliases(graph, act)
+        group = fx_utils.aliases(graph, act)
         if group is None:
             return f"aliasing of %{act.name} is unknown (a node without a fake tensor)"
         if seen & set(group):
             return f"activation %{act.name} shares storage with another activation"
         seen.update(group)
-        why = _graph.write_blocker(
+        why = fx_utils.write_blocker(
             group, node, pos, writable_inputs, "written only when donated, never under Inductor"
         )
         if why is not None:
@@ -165,11 +165,11 @@ def lower(
         register_graph_pattern,
     )
 
-    default_targets, inplace_targets = _graph.ir_targets()
+    default_targets, inplace_targets = fx_utils.ir_targets()
     leftover = [n for n in graph.nodes if n.op == "call_function" and n.target in inplace_targets]
     if leftover:
         raise LoweringError(
-            f"opcore.compile: {_graph.describe(leftover[0])} is a maybe_inplace node after "
+            f"opcore.compile: {fx_utils.describe(leftover[0])} is a maybe_inplace node after "
             f"AOTAutograd; the in-place functionalization pass must run first"
         )
     present = {n.target for n in graph.nodes if n.op == "call_function" and n.target in default_targets}
@@ -178,7 +178,7 @@ def lower(
     if functional_graph:
         writable = _NO_INPUTS
     else:
-        inputs = _graph.placeholders(graph)
+        inputs = fx_utils.placeholders(graph)
         writable = {inputs[i] for i in donated_inputs or () if i < len(inputs)}
     patterns = PatternMatcherPass(pass_name="opcore_lowering")
     for target in present:
@@ -190,7 +190,7 @@ def lower(
     if remaining:
         raise LoweringError(
             f"opcore.compile: {len(remaining)} opcore_ir node(s) were not lowered, first "
-            f"{_graph.describe(remaining[0])}"
+            f"{fx_utils.describe(remaining[0])}"
         )
     return count
 
@@ -198,8 +198,8 @@ def lower(
 def _handler(op: IrOp, graph: fx.Graph, decisions: list[LoweringDecision], functional_graph: bool, writable: set[fx.Node]):
     def handle(match: Any, *args: Any, **kwargs: Any) -> None:
         node = match.nodes[0]
-        bound = _graph.bind_args(op, node)
-        fake_args = [_graph.fake_value(a) for a in bound]
+        bound = fx_utils.bind_args(op, node)
+        fake_args = [fx_utils.fake_value(a) for a in bound]
         impl = op.dispatch(*fake_args)
         priority = op.effective_priority()
         inplace, form = impl.inplace, None
@@ -220,7 +220,7 @@ def _handler(op: IrOp, graph: fx.Graph, decisions: list[LoweringDecision], funct
                 match.replace_by_example(_opaque_replacement(op, impl, inplace, functional_graph), bound)
             except Exception as exc2:
                 raise LoweringError(
-                    f"opcore.compile: cannot lower {_graph.describe(node)} to provider "
+                    f"opcore.compile: cannot lower {fx_utils.describe(node)} to provider "
                     f"{impl.provider!r}: tracing failed ({error}) and so did the opaque call "
                     f"({type(exc2).__name__}: {exc2})"
                 ) from exc2

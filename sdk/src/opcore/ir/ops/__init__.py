@@ -1,18 +1,36 @@
-"""The op namespace: ``opcore.ir.ops.<name>`` is the registered `IrOp` of that name.
+"""The built-in ops: ``opcore.ir.ops.<name>`` is the `opcore.ir.IrOp` of that name.
 
-Every registered op is published here as a plain attribute (registering or removing an op
-updates it), so ``ops.rms_norm`` costs one dict lookup; unknown names fall through to the
-registry (PEP 562) for a clear error. The files of this package (leading underscore)
-declare the built-in ops; an op cannot take one of their names.
+Each op is defined (its native function, validator, fake implementation and samples) in
+one file of this package and imported here by name, so ``from opcore.ir.ops import
+rms_norm`` leads a reader, an IDE or a type checker to its definition, and ``ops.rms_norm``
+is a plain module attribute (one dict lookup on the hot path).
+
+Ops that plugins or users register at run time are reached through the `IrOp` their
+``register_op`` returned, or by name with `opcore.ir.get_op` / `opcore.ir.all_ops`;
+``ops.<name>`` also finds them (PEP 562 ``__getattr__``; a slower lookup, about a
+microsecond, so keep the `IrOp` in hot code). An unknown name is an ``AttributeError``
+listing the registered ops.
 """
 
-from __future__ import annotations
-
+from opcore.ir.op import IrOp as _IrOp
 from opcore.ir.op import all_ops as _all_ops
 from opcore.ir.op import get_op as _get_op
+from opcore.ir.ops._activation import gelu_and_mul, silu_and_mul
+from opcore.ir.ops._norm import fused_add_rms_norm, rms_norm
+from opcore.ir.ops._qkv import split_qkv_rmsnorm_rope
+from opcore.ir.ops._rotary import rotary_embedding
+
+__all__ = [
+    "fused_add_rms_norm",
+    "gelu_and_mul",
+    "rms_norm",
+    "rotary_embedding",
+    "silu_and_mul",
+    "split_qkv_rmsnorm_rope",
+]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> _IrOp:
     if name.startswith("__"):
         raise AttributeError(name)
     return _get_op(name)
@@ -20,10 +38,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_all_ops()))
-
-
-from opcore.ir.ops import _activation, _norm, _qkv, _rotary  # noqa: E402,F401  (register the built-in ops)
-
-for _name, _op in _all_ops().items():  # ops registered before this module finished importing
-    globals().setdefault(_name, _op)
-del _name, _op

@@ -43,22 +43,33 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return (F.gelu(xf[..., :d], approximate=approximate) * xf[..., d:]).to(x.dtype).contiguous()
 
 
-def _check_gated(op: str, x: torch.Tensor) -> None:
-    c.check_float(op, "x", x)
-    if x.shape[-1] % 2:
-        c.fail(op, "x", f"last dim is {x.shape[-1]}; it must be even (gate half, up half)")
-
-
+# Validators as `_checks` says: each rule one condition; a failing one raises via a helper.
 @silu_and_mul.register_validator
 def _validate_silu_and_mul(x):
-    _check_gated("silu_and_mul", x)
+    try:
+        if x.dtype not in c.FLOAT_SET or not x.ndim or x.shape[-1] % 2:
+            _bad_gated("silu_and_mul", x)
+    except AttributeError:
+        c.not_tensors("silu_and_mul", x=x)
+        raise
 
 
 @gelu_and_mul.register_validator
 def _validate_gelu_and_mul(x, approximate="none"):
-    _check_gated("gelu_and_mul", x)
+    try:
+        if x.dtype not in c.FLOAT_SET or not x.ndim or x.shape[-1] % 2:
+            _bad_gated("gelu_and_mul", x)
+    except AttributeError:
+        c.not_tensors("gelu_and_mul", x=x)
+        raise
     if approximate not in GELU_APPROXIMATIONS:
         c.fail("gelu_and_mul", "approximate", f"is {approximate!r}; expected 'none' or 'tanh'")
+
+
+def _bad_gated(op: str, x) -> None:
+    if x.dtype in c.FLOAT_SET and x.ndim:
+        c.fail(op, "x", f"last dim is {x.shape[-1]}; it must be even (gate half, up half)")
+    c.bad_float(op, "x", x)
 
 
 @silu_and_mul.register_fake

@@ -16,7 +16,7 @@ from opcore.ir.ops import _checks as c
 from opcore.ir.samples import SampleInput, randn
 
 _FLOAT = c.FLOAT_SET
-_EPS_BOUND = c.EPS_BOUND
+_INF = c.INF
 _NORM_TOLERANCES = {torch.float16: (1e-2, 2e-3), torch.bfloat16: (2e-2, 1.6e-2)}
 
 
@@ -54,68 +54,73 @@ def fused_add_rms_norm(
     return _rms(residual, weight, epsilon, variance_size), residual
 
 
-def _check_common(op: str, x: torch.Tensor, weight, epsilon, variance_size) -> None:
-    c.check_float(op, "x", x)
-    c.check_eps(op, "epsilon", epsilon)
-    hidden = x.shape[-1]
-    c.check_weight(op, "weight", weight, hidden, "x", x)
-    if variance_size is not None:
-        c.check_positive_int(op, "variance_size", variance_size)
-        if variance_size > hidden:
-            c.fail(op, "variance_size", f"is {variance_size}, larger than the last dim of 'x' ({hidden})")
-
-
+# The validators follow the rule in `_checks`: each rule is one condition, written once; a
+# failing one calls a helper that raises the message (a valid call pays only the compares).
+# "x has a last dim" is the ``x.shape[-1]`` in the weight rule when there is a weight (an
+# IndexError, turned into the message below) and ``x.ndim`` when there is none: a tensor
+# attribute read costs ~50 ns, and this runs on every eager call.
 @rms_norm.register_validator
 def _validate_rms_norm(x, weight, epsilon, variance_size=None):
-    # Fast path: a valid common call costs a few attribute reads (this runs on every
-    # eager call); anything else takes the full checks, which raise naming the argument.
+    op = "rms_norm"
     try:
-        if variance_size is None and type(epsilon) is float and 0.0 <= epsilon < _EPS_BOUND:
-            if weight is not None:
-                dt = weight.dtype
-                if (
-                    dt is x.dtype
-                    and dt in _FLOAT
-                    and weight.ndim == 1
-                    and weight.numel() == x.shape[-1]
-                    and weight.device == x.device
-                ):
-                    return
-            elif x.dtype in _FLOAT and x.ndim:
-                return
-    except (AttributeError, IndexError):
-        pass
-    _check_common("rms_norm", x, weight, epsilon, variance_size)
+        dt = x.dtype
+        if dt not in _FLOAT:
+            c.bad_float(op, "x", x)
+        if not (type(epsilon) is float and 0.0 <= epsilon < _INF) and not c.other_eps_ok(epsilon):
+            c.bad_eps(op, "epsilon", epsilon)
+        if weight is not None:
+            if not (
+                weight.dtype is dt
+                and weight.ndim == 1
+                and weight.numel() == x.shape[-1]
+                and weight.device == x.device
+            ):
+                c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
+        elif not x.ndim:
+            c.bad_float(op, "x", x)
+        if variance_size is not None and not _variance_ok(variance_size, x.shape[-1]):
+            c.bad_positive_int(op, "variance_size", variance_size, at_most=x.shape[-1], of="the last dim of 'x'")
+    except AttributeError:
+        c.not_tensors(op, x=x, weight=weight)
+        raise
+    except IndexError:
+        c.bad_float(op, "x", x)
 
 
 @fused_add_rms_norm.register_validator
 def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
-    try:  # fast path for a valid call, as in rms_norm
-        if variance_size is None and type(epsilon) is float and 0.0 <= epsilon < _EPS_BOUND:
-            dt = x.dtype
-            if (
-                dt in _FLOAT
-                and x_residual.dtype is dt
-                and x_residual.shape == x.shape
-                and x_residual.device == x.device
-                and (
-                    (weight is None and x.ndim)
-                    or (
-                        weight is not None
-                        and weight.dtype is dt
-                        and weight.ndim == 1
-                        and weight.numel() == x.shape[-1]
-                        and weight.device == x.device
-                    )
-                )
+    op = "fused_add_rms_norm"
+    try:
+        dt = x.dtype
+        if dt not in _FLOAT:
+            c.bad_float(op, "x", x)
+        if not (type(epsilon) is float and 0.0 <= epsilon < _INF) and not c.other_eps_ok(epsilon):
+            c.bad_eps(op, "epsilon", epsilon)
+        if not (
+            x_residual.dtype is dt and x_residual.shape == x.shape and x_residual.device == x.device
+        ):
+            c.bad_like(op, "x_residual", x_residual, "x", x, shape=tuple(x.shape), shape_text=" like 'x'")
+        if weight is not None:
+            if not (
+                weight.dtype is dt
+                and weight.ndim == 1
+                and weight.numel() == x.shape[-1]
+                and weight.device == x.device
             ):
-                return
-    except (AttributeError, IndexError):
-        pass
-    _check_common("fused_add_rms_norm", x, weight, epsilon, variance_size)
-    c.check_like("fused_add_rms_norm", "x_residual", x_residual, "x", x)
-    if x_residual.shape != x.shape:
-        c.fail("fused_add_rms_norm", "x_residual", f"has shape {tuple(x_residual.shape)}; expected {tuple(x.shape)} like 'x'")
+                c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
+        elif not x.ndim:
+            c.bad_float(op, "x", x)
+        if variance_size is not None and not _variance_ok(variance_size, x.shape[-1]):
+            c.bad_positive_int(op, "variance_size", variance_size, at_most=x.shape[-1], of="the last dim of 'x'")
+    except AttributeError:
+        c.not_tensors(op, x=x, x_residual=x_residual, weight=weight)
+        raise
+    except IndexError:
+        c.bad_float(op, "x", x)
+
+
+def _variance_ok(variance_size, hidden) -> bool:
+    return (type(variance_size) is int or isinstance(variance_size, c.SymInt)) and 0 < variance_size <= hidden
 
 
 @rms_norm.register_fake

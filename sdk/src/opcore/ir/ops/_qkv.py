@@ -58,59 +58,46 @@ def split_qkv_rmsnorm_rope(
 
 
 def _weight_ok(w, head_size, dt, dev) -> bool:
-    return w is None or (w.dtype is dt and w.ndim == 1 and w.numel() == head_size and w.device == dev)
+    return w is None or (w.dtype is dt and w.ndim == 1 and w.shape[0] == head_size and w.device == dev)
 
 
 @split_qkv_rmsnorm_rope.register_validator
 def _validate(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads, head_size, is_neox):
-    # Fast path for a valid call (metadata only, plus the CPU position check).
+    # Each rule one condition; a failing one raises via a `_checks` helper (see there).
     try:
         dt, dev = qkv.dtype, qkv.device
-        shape = qkv.shape
-        if (
-            type(is_neox) is bool
-            and type(epsilon) is float
-            and 0.0 <= epsilon < c.EPS_BOUND
-            and type(num_heads) is int
-            and type(num_kv_heads) is int
-            and type(head_size) is int
-            and num_heads > 0
-            and num_kv_heads > 0
-            and head_size > 0
-            and dt in c.FLOAT_SET
-            and shape[-1] == (num_heads + 2 * num_kv_heads) * head_size
-            and positions.dtype in c.INDEX_SET
-            and 1 <= positions.ndim <= 2
-            and shape[:-1] == positions.shape
-            and positions.device == dev
-            and c.cache_ok(cos_sin_cache, head_size, dt, dev)
-            and _weight_ok(q_weight, head_size, dt, dev)
-            and _weight_ok(k_weight, head_size, dt, dev)
-        ):
-            c.check_position_values(OP, positions, cos_sin_cache)
-            return
-    except (AttributeError, IndexError, TypeError):
-        pass
-    c.check_float(OP, "qkv", qkv, min_dim=2)
-    c.check_eps(OP, "epsilon", epsilon)
-    c.check_positive_int(OP, "num_heads", num_heads)
-    c.check_positive_int(OP, "num_kv_heads", num_kv_heads)
-    c.check_positive_int(OP, "head_size", head_size)
-    expected = (num_heads + 2 * num_kv_heads) * head_size
-    if qkv.shape[-1] != expected:
-        c.fail(
-            OP, "qkv",
-            f"last dim is {qkv.shape[-1]}, but (num_heads + 2 * num_kv_heads) * head_size = "
-            f"({num_heads} + 2 * {num_kv_heads}) * {head_size} = {expected}",
+        if dt not in c.FLOAT_SET or qkv.ndim < 2:
+            c.bad_float(OP, "qkv", qkv, min_dim=2)
+        if not (type(epsilon) is float and 0.0 <= epsilon < c.INF) and not c.other_eps_ok(epsilon):
+            c.bad_eps(OP, "epsilon", epsilon)
+        for arg, value in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads), ("head_size", head_size)):
+            if not c.positive_int_ok(value):
+                c.bad_positive_int(OP, arg, value)
+        expected = (num_heads + 2 * num_kv_heads) * head_size
+        if qkv.shape[-1] != expected:
+            c.fail(
+                OP, "qkv",
+                f"last dim is {qkv.shape[-1]}, but (num_heads + 2 * num_kv_heads) * head_size = "
+                f"({num_heads} + 2 * {num_kv_heads}) * {head_size} = {expected}",
+            )
+        if not _weight_ok(q_weight, head_size, dt, dev):
+            c.bad_weight(OP, "q_weight", q_weight, head_size, "qkv", qkv)
+        if not _weight_ok(k_weight, head_size, dt, dev):
+            c.bad_weight(OP, "k_weight", k_weight, head_size, "qkv", qkv)
+        if not c.cache_ok(cos_sin_cache, head_size, dt, dev):
+            c.bad_cache(OP, cos_sin_cache, head_size, "qkv", qkv)
+        if not c.positions_ok(positions, dev):
+            c.bad_positions(OP, positions, "qkv", qkv)
+        c.check_position_values(OP, positions, cos_sin_cache)
+        if qkv.shape[:-1] != positions.shape:
+            c.fail(OP, "qkv", f"has shape {tuple(qkv.shape)}; expected [*positions.shape, hidden] with positions.shape {tuple(positions.shape)}")
+    except AttributeError:
+        c.not_tensors(
+            OP, qkv=qkv, q_weight=q_weight, k_weight=k_weight, positions=positions, cos_sin_cache=cos_sin_cache
         )
-    c.check_weight(OP, "q_weight", q_weight, head_size, "qkv", qkv)
-    c.check_weight(OP, "k_weight", k_weight, head_size, "qkv", qkv)
-    c.check_cache(OP, cos_sin_cache, head_size, "qkv", qkv)
-    c.check_positions(OP, positions, cos_sin_cache, "qkv", qkv)
-    if tuple(qkv.shape[:-1]) != tuple(positions.shape):
-        c.fail(OP, "qkv", f"has shape {tuple(qkv.shape)}; expected [*positions.shape, hidden] with positions.shape {tuple(positions.shape)}")
-    if not isinstance(is_neox, bool):
-        raise TypeError(f"opcore.ir.ops.{OP}: argument 'is_neox': expected a bool, got {type(is_neox).__name__}")
+        raise
+    if type(is_neox) is not bool:
+        c.bad_bool(OP, "is_neox", is_neox)
 
 
 @split_qkv_rmsnorm_rope.register_fake

@@ -55,36 +55,28 @@ def rotary_embedding(
 
 @rotary_embedding.register_validator
 def _validate(positions, query, key, head_size, cos_sin_cache, is_neox):
-    # Fast path for a valid call (metadata only, plus the CPU position check).
+    # Each rule one condition; a failing one raises via a `_checks` helper (see there).
     try:
         dt, dev = query.dtype, query.device
+        if dt not in c.FLOAT_SET or query.ndim < 2:
+            c.bad_float(OP, "query", query, min_dim=2)
+        if not c.positive_int_ok(head_size):
+            c.bad_positive_int(OP, "head_size", head_size)
+        if not c.cache_ok(cos_sin_cache, head_size, dt, dev):
+            c.bad_cache(OP, cos_sin_cache, head_size, "query", query)
+        if not c.positions_ok(positions, dev):
+            c.bad_positions(OP, positions, "query", query)
+        c.check_position_values(OP, positions, cos_sin_cache)
         lead = positions.shape
-        if (
-            type(is_neox) is bool
-            and type(head_size) is int
-            and head_size > 0
-            and dt in c.FLOAT_SET
-            and positions.dtype in c.INDEX_SET
-            and 1 <= len(lead) <= 2
-            and positions.device == dev
-            and c.cache_ok(cos_sin_cache, head_size, dt, dev)
-            and c.heads_ok(query, lead, head_size)
-            and (key is None or (key.dtype is dt and key.device == dev and c.heads_ok(key, lead, head_size)))
-        ):
-            c.check_position_values(OP, positions, cos_sin_cache)
-            return
-    except (AttributeError, IndexError, TypeError):
-        pass
-    c.check_float(OP, "query", query, min_dim=2)
-    c.check_positive_int(OP, "head_size", head_size)
-    c.check_cache(OP, cos_sin_cache, head_size, "query", query)
-    c.check_positions(OP, positions, cos_sin_cache, "query", query)
-    c.check_heads(OP, "query", query, positions, head_size)
-    if key is not None:
-        c.check_like(OP, "key", key, "query", query)
-        c.check_heads(OP, "key", key, positions, head_size)
-    if not isinstance(is_neox, bool):
-        raise TypeError(f"opcore.ir.ops.{OP}: argument 'is_neox': expected a bool, got {type(is_neox).__name__}")
+        if not c.heads_ok(query, lead, head_size):
+            c.bad_heads(OP, "query", query, positions, head_size, "query", query)
+        if key is not None and not (key.dtype is dt and key.device == dev and c.heads_ok(key, lead, head_size)):
+            c.bad_heads(OP, "key", key, positions, head_size, "query", query)
+    except AttributeError:
+        c.not_tensors(OP, positions=positions, query=query, key=key, cos_sin_cache=cos_sin_cache)
+        raise
+    if type(is_neox) is not bool:
+        c.bad_bool(OP, "is_neox", is_neox)
 
 
 @rotary_embedding.register_fake
