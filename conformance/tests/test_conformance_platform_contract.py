@@ -61,7 +61,7 @@ def test_removed_forward_chain_member_is_flagged_with_the_migration():
     from opcore_plugin_cpu.platform import CpuPlatform
 
     class LegacyPlatform(CpuPlatform):
-        custom_op_forward_chain = ("forward_cpu", "forward_native")
+        custom_op_forward_chain = ("forward_acme", "forward_native")
 
     with pytest.raises(CheckFailed) as info:
         pc._overrides(_contract_ctx(LegacyPlatform), None)

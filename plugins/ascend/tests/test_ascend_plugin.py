@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from opcore.platforms import Absent
+from opcore.platforms.api_version import removed_members
 from opcore_plugin_ascend import detect
 from opcore_plugin_ascend.platform import AscendPlatform
 
@@ -97,7 +98,7 @@ def test_ascend_platform_identity_and_defaults():
     assert (p.name, p.device_type, p.dispatch_key) == ("ascend", "npu", "PrivateUse1")
     assert (p.dist_backend, p.device_control_env_var) == ("hccl", "ASCEND_RT_VISIBLE_DEVICES")
     assert "plugin_api" in vars(type(p)) and p.plugin_api == ("2.0", "3.0")  # declared, API 2.0
-    assert not hasattr(p, "custom_op_forward_chain")  # removed in plugin API 2.0
+    assert removed_members(type(p)) == {}  # nothing plugin API 2.0 removed
     priority = p.get_default_ir_op_priority(None)
     assert priority["rms_norm"] == ["npu"] and priority["split_qkv_rmsnorm_rope"] == ["ascend_triton"]
     assert p.get_attn_backend_candidates(None) == ["ASCEND", "TORCH_NATIVE"]

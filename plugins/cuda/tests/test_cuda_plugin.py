@@ -14,6 +14,7 @@ import torch
 
 import opcore_plugin_cuda
 from opcore.platforms import Absent, Platform
+from opcore.platforms.api_version import removed_members
 from opcore_plugin_cuda.platform import (
     TRITON_OPS,
     CudaPlatform,
@@ -108,7 +109,7 @@ def test_platform_identity():
     assert p.dist_backend == "nccl"
     assert p.device_control_env_var == "CUDA_VISIBLE_DEVICES"
     assert "plugin_api" in vars(type(p)) and p.plugin_api == ("2.0", "3.0")  # declared, API 2.0
-    assert not hasattr(p, "custom_op_forward_chain")  # removed in plugin API 2.0
+    assert removed_members(type(p)) == {}  # nothing plugin API 2.0 removed
     assert p.get_attn_backend_candidates(None) == ["TRITON_PAGED", "TORCH_NATIVE"]
     assert p.get_default_ir_op_priority(None) == {op: ["triton", "native"] for op in TRITON_OPS}
     assert set(TRITON_OPS) == {

@@ -13,6 +13,7 @@ import torch
 
 import opcore_plugin_rocm
 from opcore.platforms import Absent, Platform
+from opcore.platforms.api_version import removed_members
 from opcore_plugin_rocm.platform import TRITON_OPS, RocmPlatform, fp8_for_arch
 from opcore_plugin_rocm.probe import PLATFORM_CLASS, probe
 
@@ -78,7 +79,7 @@ def test_platform_identity():
     assert p.dist_backend == "nccl"
     assert p.device_control_env_var == "HIP_VISIBLE_DEVICES"
     assert "plugin_api" in vars(type(p)) and p.plugin_api == ("2.0", "3.0")  # declared, API 2.0
-    assert not hasattr(p, "custom_op_forward_chain")  # removed in plugin API 2.0
+    assert removed_members(type(p)) == {}  # nothing plugin API 2.0 removed
     assert p.get_attn_backend_candidates(None) == ["TRITON_PAGED", "TORCH_NATIVE"]
     assert p.get_default_ir_op_priority(None) == {op: ["triton", "native"] for op in TRITON_OPS}
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from opcore.platforms import Absent
+from opcore.platforms.api_version import removed_members
 from opcore_plugin_tpu import detect as probe_mod
 from opcore_plugin_tpu.platform import TpuPlatform
 
@@ -111,7 +112,7 @@ def test_tpu_platform_identity_and_hooks_without_a_tpu():
     assert p.device_control_env_var == "TPU_VISIBLE_CHIPS"
     assert p.dist_backend == "xla"
     assert "plugin_api" in vars(type(p)) and p.plugin_api == ("2.0", "3.0")  # declared, API 2.0
-    assert not hasattr(p, "custom_op_forward_chain")  # removed in plugin API 2.0
+    assert removed_members(type(p)) == {}  # nothing plugin API 2.0 removed
     assert p.device(1) == torch.device("xla", 1)
     # Not on a TPU (torch_xla absent or on XLA:CPU): no PALLAS candidate.
     assert p.get_attn_backend_candidates(None) == ["TORCH_NATIVE"]
