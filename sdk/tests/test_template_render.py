@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import opcore
-from opcore import templates
+from opcore import templates, version_policy
 from opcore.cli import main
 
 if sys.version_info >= (3, 11):
@@ -87,7 +87,10 @@ def test_renders_every_option_combination(tmp_path, name, vendor, device_type):
     meta = tomllib.loads(files["pyproject.toml"])
     assert meta["project"]["name"] == f"opcore-plugin-{name}"
     assert meta["project"]["authors"] == [{"name": vendor or f"The {name} authors"}]
-    assert meta["project"]["dependencies"] == [f"opcore>={opcore.__version__}"]
+    assert meta["project"]["dependencies"] == [version_policy.requirement()]
+    assert meta["project"]["optional-dependencies"]["test"][0] == version_policy.requirement(
+        name="opcore-conformance"
+    )
     assert meta["project"]["entry-points"]["opcore.platform_plugins"] == {name: f"opcore_plugin_{name}:probe"}
     assert meta["tool"]["setuptools"]["package-data"] == {f"opcore_plugin_{name}": ["expectations.toml"]}
 
@@ -152,6 +155,8 @@ def test_template_defaults_match_this_opcore():
     """Plain cookiecutter renders the defaults; they must be this opcore's versions."""
     context = json.loads((templates.plugin_template_dir() / "cookiecutter.json").read_text())
     assert context["__opcore_version"] == opcore.__version__
+    assert context["__opcore_requirement"] == version_policy.requirement()
+    assert context["__conformance_requirement"] == version_policy.requirement(name="opcore-conformance")
     assert (context["__plugin_api_min"], context["__plugin_api_max"]) == templates._api_range()
 
 

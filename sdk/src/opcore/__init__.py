@@ -6,7 +6,7 @@ range it was written for in ``Platform.plugin_api``; what changed between major 
 is in `opcore.platforms.api_version`.
 """
 
-__version__ = "0.1.0"
+__version__ = "2.0.0"  # its major is PLUGIN_API_VERSION's (opcore.version_policy)
 PLUGIN_API_VERSION = "2.0"
 
 __all__ = ["PLUGIN_API_VERSION", "__version__"]

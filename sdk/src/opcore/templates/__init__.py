@@ -128,6 +128,7 @@ def render_plugin(
     cookiecutter, CookiecutterException = cookiecutter_api()
 
     import opcore
+    from opcore import version_policy
 
     target = Path(os.path.abspath(output_dir)) / f"opcore-plugin-{name}"
     if target.exists():
@@ -137,6 +138,8 @@ def render_plugin(
         "plugin_name": name,
         "device_type": device_type,
         "__opcore_version": opcore.__version__,
+        "__opcore_requirement": version_policy.requirement(),
+        "__conformance_requirement": version_policy.requirement(name="opcore-conformance"),
         "__plugin_api_min": api_min,
         "__plugin_api_max": api_max,
     }
