@@ -5,7 +5,8 @@ whole (a trailing newline is refused, not trimmed); a bad one is one line on std
 the field, and exit status 2. Everything typed, ``-o DIR`` included, is data: it lands in the
 project exactly as typed and is never evaluated as a template (`opcore.templates`).
 Interactive runs (a terminal, no ``--no-input``) ask for the vendor and device type that
-were not given; otherwise the defaults are used.
+were not given; otherwise the defaults are used. A bad answer is reported in one line and
+asked again, at most `ATTEMPTS` times in all, then the run fails with that line.
 Rendering needs cookiecutter: ``pip install 'opcore[template]'``.
 """
 
@@ -37,9 +38,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def _ask(question: str, default: str) -> str:
-    answer = input(f"{question} [{default}]: ").strip()
-    return answer or default
+# Asked this many times in all: a person gets second chances, and a script feeding a
+# terminal the same bad line still ends.
+ATTEMPTS = 3
+
+
+class _NoValidAnswer(Exception):
+    """Every attempt at a prompt was refused; the message is the last refusal."""
+
+
+def _ask(question: str, default: str, problem) -> str:
+    """The first answer ``problem`` (text -> reason or None) accepts, the default for an
+    empty one; `_NoValidAnswer` after `ATTEMPTS` refusals."""
+    for _ in range(ATTEMPTS):
+        answer = input(f"{question} [{default}]: ").strip() or default
+        why = problem(answer)
+        if why is None:
+            return answer
+        print(f"{why}; try again", file=sys.stderr)
+    raise _NoValidAnswer(why)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,14 +76,22 @@ def run(args: argparse.Namespace) -> int:
     except templates.TemplateError as exc:
         return fail(str(exc))
     if not args.no_input and sys.stdin.isatty():
+        checks = templates.name_checks()
         try:
             if vendor is None:
-                vendor = _ask("Vendor (who publishes the plugin)", templates.default_vendor(args.name))
+                vendor = _ask(
+                    "Vendor (who publishes the plugin)", templates.default_vendor(args.name),
+                    checks.vendor_problem,
+                )
             if device_type is None:
-                device_type = _ask("torch device type", templates.DEFAULT_DEVICE_TYPE)
+                device_type = _ask(
+                    "torch device type", templates.DEFAULT_DEVICE_TYPE, checks.device_type_problem
+                )
         except (EOFError, KeyboardInterrupt):
             print(file=sys.stderr)
             return fail("cancelled")
+        except _NoValidAnswer as exc:
+            return fail(str(exc))
     try:
         project = templates.render_plugin(
             args.name,
