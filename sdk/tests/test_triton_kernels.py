@@ -289,6 +289,38 @@ else:
         assert ko is None and qo.shape == q.shape
         check(qo, ref_rope(positions, q, d, cache, is_neox), torch.bfloat16)
 
+    # Positions that are a strided or expanded view (a decode step's one position broadcast
+    # over the batch): the kernels index positions as a flat contiguous array, so the
+    # launchers must hand them one. Before the fix they read past the view (stride 2 here:
+    # every other token took the filler value 100; on a GPU, an expanded view read out of
+    # bounds).
+    def strided_positions():
+        base = torch.tensor([3, 100, 5, 100, 9, 100, 2, 100])
+        return {"strided": base[::2], "expanded": torch.tensor([[6]]).expand(4, 1).reshape(4)}
+
+    @pytest.mark.parametrize("kind", ["strided", "expanded"])
+    def test_rotary_embedding_non_contiguous_positions(kind):
+        positions = strided_positions()[kind]
+        d = 32
+        q = torch.randn(4, 2 * d)
+        k = torch.randn(4, d)
+        cache = make_cache(16, d)
+        qo, ko = rotary.rotary_embedding(positions, q, k, d, cache, True)
+        check(qo, ref_rope(positions.contiguous(), q, d, cache, True), torch.float32)
+        check(ko, ref_rope(positions.contiguous(), k, d, cache, True), torch.float32)
+
+    @pytest.mark.parametrize("kind", ["strided", "expanded"])
+    def test_split_qkv_rmsnorm_rope_non_contiguous_positions(kind):
+        positions = strided_positions()[kind]
+        h, kv, d = 2, 1, 32
+        qkv = torch.randn(4, (h + 2 * kv) * d)
+        cache = make_cache(16, d)
+        q, k, v = qk_norm_rope.split_qkv_rmsnorm_rope(
+            qkv, None, None, 1e-6, positions, cache, h, kv, d, True)
+        rq, rk, rv = ref_split(qkv, None, None, 1e-6, positions.contiguous(), cache, h, kv, d, True)
+        check(q, rq, torch.float32)
+        check(k, rk, torch.float32)
+
     # ------------------------------------------------------------------ fused split
     def ref_split(qkv, qw, kw, eps, positions, cache, h, kv, d, is_neox):
         q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)

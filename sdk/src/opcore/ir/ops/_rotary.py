@@ -102,6 +102,8 @@ _CASES = [
     ("cache_in_input_dtype_t4_h2_kv2_d64", 4, 2, 2, 64, 64, {"cache_dtype": "input"}),
     ("large_magnitude_t4_h2_kv1_d64", 4, 2, 1, 64, 64, {"scale": 300.0}),
     ("int32_positions_t4_h2_kv1_d64", 4, 2, 1, 64, 64, {"int32": True}),
+    # a decode step: one position broadcast over a batch of 4 (a stride-0 view)
+    ("expanded_positions_4x1_h2_kv1_d64", 4, 2, 1, 64, 64, {"batch": (4, 1), "expand_positions": True}),
 ]
 _FULL_CASES = [
     ("t128_h32_kv8_d128", 128, 32, 8, 128, 128, {}),
@@ -118,6 +120,8 @@ def _case_tensors(dtype, generator, tokens, heads, kv_heads, head_size, rot_dim,
     pos = torch.randperm(MAX_POSITION, generator=generator)[:tokens].reshape(lead)
     if tokens > 1:
         pos.view(-1)[-1] = MAX_POSITION - 1  # the last row of the cache is reachable
+    if opts.get("expand_positions"):
+        pos = pos.reshape(-1)[:1].reshape((1,) * len(lead)).expand(lead)
     if opts.get("int32"):
         pos = pos.to(torch.int32)
     scale = opts.get("scale", 1.0)

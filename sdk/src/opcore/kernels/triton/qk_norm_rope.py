@@ -110,7 +110,8 @@ def split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_sin_
     _split_qkv_rmsnorm_rope_kernel[(n_tokens, n_splits)](
         qkv, stride, q, k, v,
         q_weight if has_weight else qkv, k_weight if has_weight else qkv,
-        positions.reshape(-1), cos_sin_cache, cos_sin_cache.stride(0), float(epsilon),
+        # positions are read as one contiguous array (a strided or expanded view is not)
+        positions.reshape(-1).contiguous(), cos_sin_cache, cos_sin_cache.stride(0), float(epsilon),
         num_heads, num_kv_heads, head_size, rot, half,
         IS_NEOX=bool(is_neox), HAS_WEIGHT=has_weight, BLOCK_Q=block_q, BLOCK_KV=block_kv,
         HALF_PAD=half_pad,

@@ -135,7 +135,9 @@ def _rotary(positions, query, key, head_size, cos_sin_cache, is_neox, q_out, k_o
     tail = head_size - rot
     copy_tail = tail > 0 and q_out.data_ptr() != query.data_ptr()
     n_splits, block_q, block_k, warps = _launch.token_head_params(n_tokens, n_q, n_k, 2 * half_pad)
-    pos = positions.reshape(-1)
+    # The kernel reads positions as one contiguous array; a strided or expanded view (a
+    # decode position broadcast over the batch) must not be read past its elements.
+    pos = positions.reshape(-1).contiguous()
     _rotary_kernel[(n_tokens, n_splits)](
         pos, cos_sin_cache, cos_sin_cache.stride(0),
         query, q_tok, q_head, q_out, qo_tok, qo_head, n_q,
