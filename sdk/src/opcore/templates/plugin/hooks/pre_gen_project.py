@@ -45,6 +45,7 @@ FIRST_PARTY = {
     "ascend": "opcore-plugin-ascend",
     # torch_npu's device type: Ascend NPUs are the first-party ascend plugin's device.
     "npu": "opcore-plugin-ascend (Ascend NPUs, device type 'npu')",
+    "vdev": "opcore-plugin-vdev (the virtual accelerator)",
     "unspecified": "the core's fallback platform when no plugin is installed",
 }
 

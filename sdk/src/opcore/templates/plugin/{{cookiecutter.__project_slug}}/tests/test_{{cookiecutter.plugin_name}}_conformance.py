@@ -1,8 +1,9 @@
 """Run the opcore conformance suite on this plugin's platform.
 
-The suite runs in a fresh interpreter with ``OPCORE_PLATFORM={{ cookiecutter.plugin_name }}``, so it fails with
-the probe's reason when no {{ cookiecutter.plugin_name }} device is here: run it on the device, or with
-``{{ cookiecutter.__standin_env }}=1`` on the stand-in. ``OPCORE_CONFORMANCE_ARGS`` adds options
+The suite runs in a fresh interpreter with ``OPCORE_PLATFORM={{ cookiecutter.plugin_name }}``, on the device,
+or with ``{{ cookiecutter.__standin_env }}=1`` on the stand-in
+{%- if cookiecutter.__dispatch_key == "PrivateUse1" %} (opcore's virtual device renamed to '{{ cookiecutter.device_type }}'){% endif %}; with
+neither, the test is skipped with the probe's reason. ``OPCORE_CONFORMANCE_ARGS`` adds options
 (e.g. ``"--ops rms_norm --dtypes float32"`` for a quick look, ``"--full"`` before a release).
 Reports land in ``opcore-reports/`` under pytest's temporary directory; the failure message
 quotes the end of the output, repro commands included.
@@ -16,10 +17,18 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+from opcore.platforms import Absent
+
+import {{ cookiecutter.__module_name }} as plugin
+
 NAME = "{{ cookiecutter.plugin_name }}"
 
 
 def test_conformance_suite_passes(tmp_path):
+    found = plugin.probe()  # what opcore would decide: the device, or the stand-in
+    if isinstance(found, Absent):
+        pytest.skip(f"{NAME} is not active here: {found.reason}")
     report_dir = tmp_path / "opcore-reports"
     extra = shlex.split(os.environ.get("OPCORE_CONFORMANCE_ARGS", ""))
     command = [

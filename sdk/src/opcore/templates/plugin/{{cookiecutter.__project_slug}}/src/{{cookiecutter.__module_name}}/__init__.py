@@ -21,6 +21,18 @@ PLATFORM_CLASS = "{{ cookiecutter.__module_name }}.platform.{{ cookiecutter.__cl
 # reports the device present without looking for it, so the plugin can be installed, tried
 # and conformance-checked before real detection exists. Remove it once `_detect` is real.
 STANDIN_ENV = "{{ cookiecutter.__standin_env }}"
+DEVICE_TYPE = "{{ cookiecutter.device_type }}"
+
+
+def standin_on() -> bool:
+    """Whether the stand-in switch {{ cookiecutter.__standin_env }} is on (``1``; ``0`` or unset: off).
+
+    Raises ``ValueError`` for any other value, so a typo is reported instead of ignored.
+    """
+    standin = os.environ.get(STANDIN_ENV, "")
+    if standin not in ("", "0", "1"):
+        raise ValueError(f"{STANDIN_ENV}={standin!r}: expected '1' (stand-in on) or '0' (off)")
+    return standin == "1"
 
 
 def probe() -> str | Absent:
@@ -30,12 +42,24 @@ def probe() -> str | Absent:
     Raises ``ValueError`` when {{ cookiecutter.__standin_env }} is set to anything but ``1`` or
     ``0``, so a typo is reported instead of ignored.
     """
-    standin = os.environ.get(STANDIN_ENV, "")
-    if standin == "1":
+    if standin_on():
         return PLATFORM_CLASS
-    if standin not in ("", "0"):
-        raise ValueError(f"{STANDIN_ENV}={standin!r}: expected '1' (stand-in on) or '0' (off)")
     return _detect()
+{%- if cookiecutter.__dispatch_key == "PrivateUse1" %}
+
+
+def install_standin():
+    """The stand-in device: opcore's virtual accelerator (`opcore.vdev`) on torch's
+    PrivateUse1 key, renamed to '{{ cookiecutter.device_type }}', its data in host memory, so the
+    platform, its tests and the conformance suite run on '{{ cookiecutter.device_type }}:0' on any
+    machine. The platform installs it when constructed with the stand-in on (the probe
+    never does: probes only detect). Shaped by OPCORE_VDEV_DEVICES, OPCORE_VDEV_DTYPES and
+    OPCORE_VDEV_MEMORY; torch renames PrivateUse1 once per process. Delete it with the
+    stand-in once your torch extension provides the device."""
+    from opcore import vdev
+
+    return vdev.install(DEVICE_TYPE, **vdev.settings_from_env())
+{%- endif %}
 
 
 def _detect() -> str | Absent:
@@ -67,6 +91,10 @@ def _detect() -> str | Absent:
         return Absent(
             "torch has no 'torch.{{ cookiecutter.device_type }}' device module "
             "(is the torch extension for '{{ cookiecutter.device_type }}' installed and imported?)"
+{%- if cookiecutter.__dispatch_key == "PrivateUse1" %}
+            f"; {STANDIN_ENV}=1 runs this plugin on opcore's virtual device renamed to "
+            "'{{ cookiecutter.device_type }}'"
+{%- endif %}
         )
     try:
         count = module.device_count()

@@ -25,6 +25,7 @@ from opcore.platforms.torch_device import TorchDevicePlatform
 {%- endif %}
 
 from {{ cookiecutter.__module_name }} import PROVIDER
+{%- if cookiecutter.__dispatch_key == "PrivateUse1" %}, install_standin, standin_on{% endif %}
 
 # This platform's attention backend (attention.py): its registry name and class path.
 ATTENTION_BACKEND = "{{ cookiecutter.plugin_name.upper() }}_ATTN"
@@ -46,6 +47,14 @@ class {{ cookiecutter.__class_prefix }}Platform({% if cookiecutter.device_type =
     plugin_api = ("{{ cookiecutter.__plugin_api_min }}", "{{ cookiecutter.__plugin_api_max }}")
     # Declared expected failures and loosened tolerances, read by opcore-conformance.
     conformance_expectations = "{{ cookiecutter.__module_name }}:expectations.toml"
+{%- if cookiecutter.__dispatch_key == "PrivateUse1" %}
+
+    def __init__(self) -> None:
+        # The stand-in: opcore's virtual device renamed to '{{ cookiecutter.device_type }}'
+        # (install_standin). Delete this with the stand-in.
+        if standin_on():
+            install_standin()
+{%- endif %}
 {% if cookiecutter.device_type == "cpu" %}
     # ------------------------------------------------------------ device queries
     # TODO: answer these from your runtime. The stand-in is the host CPU as one device.
