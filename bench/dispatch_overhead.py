@@ -111,7 +111,7 @@ def measure(number: int, repeat: int) -> list[dict]:
     rows = _rms_norm_rows((1, 8), number, repeat) + _rms_norm_rows((4, 64), number, repeat)
     x, w = torch.randn(1, 8), torch.rand(8)
     args = (x, w, 1e-6)
-    validator = ops.rms_norm._validator
+    validator = ops.rms_norm.validator
     parts = {
         "tracing check": _best(lambda: is_tracing(args), number, repeat),
         "rms_norm validator": _best(lambda: validator(*args), number, repeat),

@@ -200,7 +200,7 @@ def _check_registered(
 
     Plugins register names when the platform's kernels and the general plugins load, which
     happens lazily; so when a name is missing and the config is for the current platform,
-    they are loaded first (`opcore.ir.ensure_kernels_loaded`, once per process) and the
+    they are loaded first (`opcore.platforms.kernels.ensure_kernels_loaded`, once per process) and the
     names are checked again. For another platform the registry is taken as it stands."""
     if getattr(_loading_names, "active", False):
         # A config made while this thread loads the kernels for a name check (a kernel
@@ -211,7 +211,7 @@ def _check_registered(
     if all(name in known for _, name in wanted):
         return
     if _is_current_platform(platform):
-        from opcore.ir import ensure_kernels_loaded
+        from opcore.platforms.kernels import ensure_kernels_loaded
 
         _loading_names.active = True
         try:

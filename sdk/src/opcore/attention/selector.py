@@ -11,8 +11,9 @@
 
 Each name is turned into a class by the registry (`registry.backend_class_path`), the
 one route from a name to a class. Before selecting for the current platform, its
-``import_kernels`` hook and the general plugins are run (`opcore.ir.ensure_kernels_loaded`,
-once per process), so every `register_backend` call a plugin makes there is in effect.
+``import_kernels`` hook and the general plugins are run
+(`opcore.platforms.kernels.ensure_kernels_loaded`, once per process), so every
+`register_backend` call a plugin makes there is in effect.
 For another platform object (tests, tools) the registry is taken as it stands, after the
 general plugins.
 The choice and every rejected candidate are logged on the ``opcore.attention`` logger and
@@ -105,7 +106,7 @@ def load_registrations(platform: Any = None) -> None:
     if platform is None or (
         platforms.is_resolved() and platforms.get_current_platform() is platform
     ):
-        from opcore.ir import ensure_kernels_loaded
+        from opcore.platforms.kernels import ensure_kernels_loaded
 
         ensure_kernels_loaded()
     else:

@@ -61,13 +61,12 @@ def fused_add_rms_norm(
 # attribute read costs ~50 ns, and this runs on every eager call.
 @rms_norm.register_validator
 def _validate_rms_norm(x, weight, epsilon, variance_size=None):
-    op = "rms_norm"
     try:
         dt = x.dtype
         if dt not in _FLOAT:
-            c.bad_float(op, "x", x)
+            c.bad_float("rms_norm", "x", x)
         if not (type(epsilon) is float and 0.0 <= epsilon < _INF) and not c.other_eps_ok(epsilon):
-            c.bad_eps(op, "epsilon", epsilon)
+            c.bad_eps("rms_norm", "epsilon", epsilon)
         if weight is not None:
             if not (
                 weight.dtype is dt
@@ -75,16 +74,16 @@ def _validate_rms_norm(x, weight, epsilon, variance_size=None):
                 and weight.numel() == x.shape[-1]
                 and weight.device == x.device
             ):
-                c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
+                c.bad_weight("rms_norm", "weight", weight, x.shape[-1], "x", x)
         elif not x.ndim:
-            c.bad_float(op, "x", x)
+            c.bad_float("rms_norm", "x", x)
         if variance_size is not None and not _variance_ok(variance_size, x.shape[-1]):
-            c.bad_positive_int(op, "variance_size", variance_size, at_most=x.shape[-1], of="the last dim of 'x'")
+            c.bad_positive_int("rms_norm", "variance_size", variance_size, at_most=x.shape[-1], of="the last dim of 'x'")
     except AttributeError:
-        c.not_tensors(op, x=x, weight=weight)
+        c.not_tensors("rms_norm", x=x, weight=weight)
         raise
     except IndexError:
-        c.bad_float(op, "x", x)
+        c.bad_float("rms_norm", "x", x)
 
 
 @fused_add_rms_norm.register_validator
