@@ -14,15 +14,32 @@ from opcore.cli import main
 
 
 def test_bench_quick_on_cpu_writes_reports(tmp_path):
-    rc = main(["bench", "--quick", "--device", "cpu", "--ops", "rms_norm,split_qkv_rmsnorm_rope",
-               "--tokens", "1,3", "--providers", "native,F.rms_norm", "--out", str(tmp_path)])
+    rc = main(
+        [
+            "bench",
+            "--quick",
+            "--device",
+            "cpu",
+            "--ops",
+            "rms_norm,split_qkv_rmsnorm_rope",
+            "--tokens",
+            "1,3",
+            "--providers",
+            "native,F.rms_norm",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     result = json.loads((tmp_path / "bench.json").read_text())
     got = {(r["op"], r["tokens"], r["provider"]) for r in result["records"]}
     assert got == {
-        ("rms_norm", 1, "native"), ("rms_norm", 3, "native"),
-        ("rms_norm", 1, "F.rms_norm"), ("rms_norm", 3, "F.rms_norm"),
-        ("split_qkv_rmsnorm_rope", 1, "native"), ("split_qkv_rmsnorm_rope", 3, "native"),
+        ("rms_norm", 1, "native"),
+        ("rms_norm", 3, "native"),
+        ("rms_norm", 1, "F.rms_norm"),
+        ("rms_norm", 3, "F.rms_norm"),
+        ("split_qkv_rmsnorm_rope", 1, "native"),
+        ("split_qkv_rmsnorm_rope", 3, "native"),
     }
     assert all(r["cpu_us"] > 0 for r in result["records"])
     assert result["environment"]["torch"]
@@ -120,8 +137,16 @@ def test_device_timers_use_the_platform_methods_with_stand_in_events(tmp_path):
         def empty_cache(self):
             calls["empty_cache"] += 1
 
-    opts = runner.Options(ops=("rms_norm",), tokens=(2,), hidden=(256,), providers={"native"},
-                          dtype=torch.float32, quick=True, rep_ms=1, copy_bytes=1 << 20)
+    opts = runner.Options(
+        ops=("rms_norm",),
+        tokens=(2,),
+        hidden=(256,),
+        providers={"native"},
+        dtype=torch.float32,
+        quick=True,
+        rep_ms=1,
+        copy_bytes=1 << 20,
+    )
     result = runner.run(opts, log=lambda line: None, platform=EventStandInPlatform())
     env = result["environment"]
     assert env["timers"] == "device" and env["copy_gbs"] > 0

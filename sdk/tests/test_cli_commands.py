@@ -167,7 +167,11 @@ def test_the_core_imports_no_sibling_distribution():
 
 def test_bench_and_cli_name_no_device_vendor():
     """The benchmark and the CLI reach the device through the `Platform` only."""
-    paths = [*(SRC / "bench").rglob("*.py"), *(SRC / "cli").rglob("*.py"), SRC / "attention" / "bench.py"]
+    paths = [
+        *(SRC / "bench").rglob("*.py"),
+        *(SRC / "cli").rglob("*.py"),
+        SRC / "attention" / "bench.py",
+    ]
     offenders = [
         f"{p.relative_to(SRC)}: {needle}"
         for p in paths

@@ -37,16 +37,31 @@ QUICK_CONTEXTS = (256, 1024)
 
 
 def build_decode_batch(
-    batch: int, context: int, *, kv_heads: int, heads: int, head_size: int, block_size: int,
-    dtype: torch.dtype, device: torch.device, backend_cls: type, generator: torch.Generator | None = None,
+    batch: int,
+    context: int,
+    *,
+    kv_heads: int,
+    heads: int,
+    head_size: int,
+    block_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    backend_cls: type,
+    generator: torch.Generator | None = None,
 ):
     """A random cache (the backend's layout), a block table scattering each sequence's
     blocks over it, one query token per sequence, and the metadata."""
     blocks_per_seq = math.ceil(context / block_size)
     num_blocks = batch * blocks_per_seq
-    cache = backend_cls.allocate_kv_cache(num_blocks, block_size, kv_heads, head_size, dtype, device)
+    cache = backend_cls.allocate_kv_cache(
+        num_blocks, block_size, kv_heads, head_size, dtype, device
+    )
     cache.normal_(generator=generator)
-    table = torch.randperm(num_blocks, device=device, generator=generator).to(torch.int32).view(batch, blocks_per_seq)
+    table = (
+        torch.randperm(num_blocks, device=device, generator=generator)
+        .to(torch.int32)
+        .view(batch, blocks_per_seq)
+    )
     query = torch.randn((batch, heads, head_size), device=device, dtype=dtype, generator=generator)
     metadata = PagedAttentionMetadata.build(
         torch.arange(batch + 1, device=device, dtype=torch.int32),
@@ -86,20 +101,32 @@ def decode_attention_records(
     device = platform.device() if device is None else torch.device(device)
     timers = timing.timers(platform, device)
     cfg = AttentionSelectorConfig(
-        head_size=head_size, num_heads=heads, num_kv_heads=kv_heads, dtype=dtype,
-        block_size=block_size, device_type=device.type,
+        head_size=head_size,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        dtype=dtype,
+        block_size=block_size,
+        device_type=device.type,
     )
     cls = backend_class(backend)
     reasons = cls.validate_configuration(cfg)
     if reasons:
-        raise ValueError(f"{backend} cannot run the decode benchmark on {device.type}: {'; '.join(reasons)}")
+        raise ValueError(
+            f"{backend} cannot run the decode benchmark on {device.type}: {'; '.join(reasons)}"
+        )
     impl = cls(heads, head_size, kv_heads, head_size**-0.5)
     records = []
     for context in contexts:
         for batch in batches:
             record: dict[str, Any] = {
-                "op": "decode_attention", "provider": backend, "batch": batch, "context": context,
-                "heads": heads, "kv_heads": kv_heads, "head_size": head_size, "block_size": block_size,
+                "op": "decode_attention",
+                "provider": backend,
+                "batch": batch,
+                "context": context,
+                "heads": heads,
+                "kv_heads": kv_heads,
+                "head_size": head_size,
+                "block_size": block_size,
                 "dtype": str(dtype).removeprefix("torch."),
             }
             try:
@@ -123,8 +150,15 @@ def _measure(
     from opcore.bench import timing
 
     cache, table, query, md = build_decode_batch(
-        batch, context, kv_heads=cfg.num_kv_heads, heads=cfg.num_heads, head_size=cfg.head_size,
-        block_size=cfg.block_size, dtype=cfg.dtype, device=device, backend_cls=cls,
+        batch,
+        context,
+        kv_heads=cfg.num_kv_heads,
+        heads=cfg.num_heads,
+        head_size=cfg.head_size,
+        block_size=cfg.block_size,
+        dtype=cfg.dtype,
+        device=device,
+        backend_cls=cls,
     )
     kv_bytes = 2 * batch * context * cfg.num_kv_heads * cfg.head_size * cache.element_size()
     out = impl.forward(query, cache, md)
@@ -133,8 +167,16 @@ def _measure(
     group = cfg.num_heads // cfg.num_kv_heads
 
     def gather():
-        k = key_cache[idx].view(batch, -1, cfg.num_kv_heads, cfg.head_size)[:, :context].transpose(1, 2)
-        v = value_cache[idx].view(batch, -1, cfg.num_kv_heads, cfg.head_size)[:, :context].transpose(1, 2)
+        k = (
+            key_cache[idx]
+            .view(batch, -1, cfg.num_kv_heads, cfg.head_size)[:, :context]
+            .transpose(1, 2)
+        )
+        v = (
+            value_cache[idx]
+            .view(batch, -1, cfg.num_kv_heads, cfg.head_size)[:, :context]
+            .transpose(1, 2)
+        )
         return k, v
 
     qg = query.view(batch, cfg.num_kv_heads, group, cfg.head_size)
@@ -190,6 +232,8 @@ def format_record(r: dict[str, Any]) -> str:
         parts.append(f"{r['pct_copy']:5.1f}% of copy")
     if "kv_splits" in r:
         parts.append(f"splits {r['kv_splits']:2d}")
-    parts.append(f"sdpa dense {r['sdpa_dense_us']:9.1f} us, gather+sdpa {r['sdpa_gather_us']:9.1f} us")
+    parts.append(
+        f"sdpa dense {r['sdpa_dense_us']:9.1f} us, gather+sdpa {r['sdpa_gather_us']:9.1f} us"
+    )
     parts.append(f"err {r['max_abs_err_vs_sdpa']:.1e}")
     return head + "  " + " | ".join(parts)

@@ -62,7 +62,9 @@ def providers(case: Case, wanted: set[str] | None = None) -> tuple[dict[str, Fn]
 
     if case.op == "rms_norm" and want("F.rms_norm"):
         x, w, eps = args
-        fns["F.rms_norm"] = functools.partial(torch.nn.functional.rms_norm, x, (x.shape[-1],), w, eps)
+        fns["F.rms_norm"] = functools.partial(
+            torch.nn.functional.rms_norm, x, (x.shape[-1],), w, eps
+        )
 
     if want("liger"):
         fn, why = _liger(case)
@@ -122,22 +124,32 @@ def _liger(case: Case) -> tuple[Fn | None, str]:
             from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
 
             x, r, w, eps = case.args
-            return functools.partial(LigerFusedAddRMSNormFunction.apply, x, r, w, eps, 0.0, "llama", True), ""
+            return functools.partial(
+                LigerFusedAddRMSNormFunction.apply, x, r, w, eps, 0.0, "llama", True
+            ), ""
         if case.op == "silu_and_mul":
             from liger_kernel.ops import swiglu
 
             if hasattr(swiglu, "LigerFusedGateUpSiLUMulFunction"):
-                return functools.partial(swiglu.LigerFusedGateUpSiLUMulFunction.apply, case.args[0]), ""
-            return functools.partial(swiglu.LigerSiLUMulFunction.apply, case.extras["gate"], case.extras["up"]), ""
+                return functools.partial(
+                    swiglu.LigerFusedGateUpSiLUMulFunction.apply, case.args[0]
+                ), ""
+            return functools.partial(
+                swiglu.LigerSiLUMulFunction.apply, case.extras["gate"], case.extras["up"]
+            ), ""
         if case.op == "gelu_and_mul":
             from liger_kernel.ops.geglu import LigerGELUMulFunction  # tanh approximation
 
-            return functools.partial(LigerGELUMulFunction.apply, case.extras["gate"], case.extras["up"]), ""
+            return functools.partial(
+                LigerGELUMulFunction.apply, case.extras["gate"], case.extras["up"]
+            ), ""
         if case.op == "rotary_embedding":
             from liger_kernel.ops.rope import LigerRopeFunction
 
             e = case.extras
-            return functools.partial(LigerRopeFunction.apply, e["q4"], e["k4"], e["cos"], e["sin"]), ""
+            return functools.partial(
+                LigerRopeFunction.apply, e["q4"], e["k4"], e["cos"], e["sin"]
+            ), ""
     except Exception as exc:
         return None, f"Liger kernel for {case.op} unavailable: {type(exc).__name__}: {exc}"
     return None, f"Liger has no {case.op} kernel"

@@ -61,7 +61,9 @@ def _quick_dims(hidden: int, quick: bool) -> tuple[int, int, int, int]:
     return (INTERMEDIATE.get(hidden, 4 * hidden), *HEADS.get(hidden, (hidden // 128, 8, 128)))
 
 
-def build(op: str, tokens: int, hidden: int, dtype: torch.dtype, device, *, quick: bool = False) -> Case:
+def build(
+    op: str, tokens: int, hidden: int, dtype: torch.dtype, device, *, quick: bool = False
+) -> Case:
     """The case for ``op`` at ``tokens`` x ``hidden`` (random data; never zeros)."""
     es = torch.empty((), dtype=dtype).element_size()
     inter, hq, hkv, d = _quick_dims(hidden, quick)
@@ -74,9 +76,13 @@ def build(op: str, tokens: int, hidden: int, dtype: torch.dtype, device, *, quic
         x, w = randn(tokens, hidden), randn(hidden)
         layout = f"H={hidden}"
         if op == "rms_norm":
-            return Case(op, tokens, hidden, layout, dtype, (x, w, 1e-6), (2 * tokens + 1) * hidden * es)
+            return Case(
+                op, tokens, hidden, layout, dtype, (x, w, 1e-6), (2 * tokens + 1) * hidden * es
+            )
         r = randn(tokens, hidden)
-        return Case(op, tokens, hidden, layout, dtype, (x, r, w, 1e-6), (4 * tokens + 1) * hidden * es)
+        return Case(
+            op, tokens, hidden, layout, dtype, (x, r, w, 1e-6), (4 * tokens + 1) * hidden * es
+        )
     if op in ("silu_and_mul", "gelu_and_mul"):
         x = randn(tokens, 2 * inter)
         args = (x,) if op == "silu_and_mul" else (x, "tanh")
@@ -99,14 +105,29 @@ def build(op: str, tokens: int, hidden: int, dtype: torch.dtype, device, *, quic
             "sin": sin.contiguous(),
         }
         nbytes = 2 * tokens * (hq + hkv) * d * es + cache_bytes
-        return Case(op, tokens, hidden, f"llama {layout}", dtype,
-                    (positions, q, k, d, cache, True), nbytes, extras)
+        return Case(
+            op,
+            tokens,
+            hidden,
+            f"llama {layout}",
+            dtype,
+            (positions, q, k, d, cache, True),
+            nbytes,
+            extras,
+        )
     if op == "split_qkv_rmsnorm_rope":
         qw, kw = randn(d), randn(d)
         nbytes = 2 * tokens * (hq + 2 * hkv) * d * es + cache_bytes
-        return Case(op, tokens, hidden, f"qwen3 {layout}", dtype,
-                    (qkv, qw, kw, 1e-6, positions, cache, hq, hkv, d, True), nbytes,
-                    {"heads": (hq, hkv, d)})
+        return Case(
+            op,
+            tokens,
+            hidden,
+            f"qwen3 {layout}",
+            dtype,
+            (qkv, qw, kw, 1e-6, positions, cache, hq, hkv, d, True),
+            nbytes,
+            {"heads": (hq, hkv, d)},
+        )
     raise ValueError(f"opcore bench: unknown op {op!r}; known: {', '.join(OPS)}")
 
 

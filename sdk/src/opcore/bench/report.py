@@ -28,12 +28,16 @@ def markdown(result: dict[str, Any]) -> str:
     recs = result["records"]
     gpu = any("device_us" in r for r in recs)  # the platform's timing events were used
     if gpu:
-        head = ("| op | layout | tokens | provider | device µs | graph µs | GB/s | % copy "
-                "| × native (graph) | × compile (graph) | × compile (device) |")
+        head = (
+            "| op | layout | tokens | provider | device µs | graph µs | GB/s | % copy "
+            "| × native (graph) | × compile (graph) | × compile (device) |"
+        )
         lines += [head, "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     else:
-        lines += ["| op | layout | tokens | provider | host µs | × native | × compile |",
-                  "|---|---|---:|---|---:|---:|---:|"]
+        lines += [
+            "| op | layout | tokens | provider | host µs | × native | × compile |",
+            "|---|---|---:|---|---:|---:|---:|",
+        ]
     for r in recs:
         row = f"| {r['op']} | {r['layout']} | {r['tokens']} | {r['provider']} |"
         if "skipped" in r or "error" in r:
@@ -45,12 +49,15 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(
                 row + f" {_f(r.get('device_us'))} | {_f(r.get('graph_us'))} | "
                 f"{_f(r.get('device_gbs'), '{:.0f}')} | {_f(r.get('device_pct_copy'), '{:.1f}')} | "
-                f"{_f(r.get('speedup_vs_native_graph'))} | {_f(r.get('speedup_vs_compile_graph'))} | "
+                f"{_f(r.get('speedup_vs_native_graph'))} | "
+                f"{_f(r.get('speedup_vs_compile_graph'))} | "
                 f"{_f(r.get('speedup_vs_compile_device'))} |"
             )
         else:
-            lines.append(row + f" {_f(r.get('cpu_us'), '{:.1f}')} | "
-                         f"{_f(r.get('speedup_vs_native_cpu'))} | {_f(r.get('speedup_vs_compile_cpu'))} |")
+            lines.append(
+                row + f" {_f(r.get('cpu_us'), '{:.1f}')} | "
+                f"{_f(r.get('speedup_vs_native_cpu'))} | {_f(r.get('speedup_vs_compile_cpu'))} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -76,19 +83,29 @@ def plot(result: dict[str, Any], path: str) -> str | None:
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
     for ax, (op, layout) in zip(axes.flat, panels, strict=False):
-        for prov in sorted({r["provider"] for r in recs if r["op"] == op and r["layout"] == layout}):
-            pts = sorted((r["tokens"], r[key]) for r in recs
-                         if r["op"] == op and r["layout"] == layout and r["provider"] == prov and key in r)
+        for prov in sorted(
+            {r["provider"] for r in recs if r["op"] == op and r["layout"] == layout}
+        ):
+            pts = sorted(
+                (r["tokens"], r[key])
+                for r in recs
+                if r["op"] == op and r["layout"] == layout and r["provider"] == prov and key in r
+            )
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=prov,
-                        color=colours[prov])
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    marker="o",
+                    label=prov,
+                    color=colours[prov],
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(f"{op}\n{layout}", fontsize=9)
         ax.set_xlabel("tokens")
         ax.set_ylabel("µs (" + key.removesuffix("_us") + ")")
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -98,7 +115,10 @@ def plot(result: dict[str, Any], path: str) -> str | None:
 
 def write_all(result: dict[str, Any], out_dir: str) -> dict[str, str]:
     os.makedirs(out_dir, exist_ok=True)
-    paths = {"json": os.path.join(out_dir, "bench.json"), "markdown": os.path.join(out_dir, "bench.md")}
+    paths = {
+        "json": os.path.join(out_dir, "bench.json"),
+        "markdown": os.path.join(out_dir, "bench.md"),
+    }
     write_json(result, paths["json"])
     with open(paths["markdown"], "w", encoding="utf-8") as f:
         f.write(markdown(result))

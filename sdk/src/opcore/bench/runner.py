@@ -114,8 +114,10 @@ def run(opts: Options, log=print, platform: Any | None = None) -> dict[str, Any]
     env["timers"] = timers
     copy_gbs = timing.copy_bandwidth_gbs(platform, opts.copy_bytes) if timers == "device" else None
     env["copy_gbs"] = copy_gbs
-    log(f"opcore bench on {env.get('device', device.type)} ({timers} timers): copy bandwidth "
-        f"{'n/a' if copy_gbs is None else f'{copy_gbs:.0f} GB/s'}")
+    log(
+        f"opcore bench on {env.get('device', device.type)} ({timers} timers): copy bandwidth "
+        f"{'n/a' if copy_gbs is None else f'{copy_gbs:.0f} GB/s'}"
+    )
     on_platform = device.type == platform.device_type
     records: list[dict[str, Any]] = []
     sink = open(opts.jsonl, "a", encoding="utf-8") if opts.jsonl else None  # noqa: SIM115
@@ -157,8 +159,12 @@ def run(opts: Options, log=print, platform: Any | None = None) -> dict[str, Any]
 
 def _record(case, provider, env, t, *, skipped=None, error=None) -> dict[str, Any]:
     rec: dict[str, Any] = {
-        "op": case.op, "layout": case.layout, "tokens": case.tokens, "hidden": case.hidden,
-        "dtype": str(case.dtype).removeprefix("torch."), "provider": provider,
+        "op": case.op,
+        "layout": case.layout,
+        "tokens": case.tokens,
+        "hidden": case.hidden,
+        "dtype": str(case.dtype).removeprefix("torch."),
+        "provider": provider,
         "bytes": case.nbytes,
     }
     if skipped:
@@ -198,5 +204,6 @@ def _line(r: dict[str, Any]) -> str:
     if "cpu_us" in r:
         return head + f" {r['cpu_us']:10.1f} us"
     graph = f"  graph {r['graph_us']:9.2f} us" if "graph_us" in r else ""
-    return head + (f" device {r['device_us']:9.2f} us{graph}"
-                   f"  {r.get('device_pct_copy', 0):5.1f}% copy")
+    return head + (
+        f" device {r['device_us']:9.2f} us{graph}  {r.get('device_pct_copy', 0):5.1f}% copy"
+    )

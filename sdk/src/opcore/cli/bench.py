@@ -20,7 +20,9 @@ def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(t) for t in text.split(",") if t)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -33,30 +35,68 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="time ops x providers x shapes (JSON, Markdown, PNG)",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
-    p.add_argument("--ops", type=_names, default=cases.OPS, help="comma-separated ops (default: all six)")
-    p.add_argument("--providers", type=_names, default=None,
-                   help="only these providers/baselines (e.g. triton,native,compile,F.rms_norm,liger,triton-unfused)")
-    p.add_argument("--tokens", type=_ints, default=None,
-                   help=f"token counts (default: {','.join(map(str, cases.DECODE_TOKENS + cases.PREFILL_TOKENS))})")
-    p.add_argument("--hidden", type=_ints, default=None,
-                   help=f"hidden sizes (default: {','.join(map(str, cases.HIDDEN))})")
+    p.add_argument(
+        "--ops", type=_names, default=cases.OPS, help="comma-separated ops (default: all six)"
+    )
+    p.add_argument(
+        "--providers",
+        type=_names,
+        default=None,
+        help="only these providers/baselines "
+        "(e.g. triton,native,compile,F.rms_norm,liger,triton-unfused)",
+    )
+    p.add_argument(
+        "--tokens",
+        type=_ints,
+        default=None,
+        help="token counts (default: "
+        f"{','.join(map(str, cases.DECODE_TOKENS + cases.PREFILL_TOKENS))})",
+    )
+    p.add_argument(
+        "--hidden",
+        type=_ints,
+        default=None,
+        help=f"hidden sizes (default: {','.join(map(str, cases.HIDDEN))})",
+    )
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     p.add_argument("--device", default=None, help="torch device (default: the current platform's)")
-    p.add_argument("--quick", action="store_true",
-                   help=f"small shapes for a CPU: tokens {cases.QUICK_TOKENS}, hidden {cases.QUICK_HIDDEN}")
-    p.add_argument("--rep-ms", type=int, default=60, help="milliseconds per timer per case (device timers)")
-    p.add_argument("--out", default="opcore-bench", help="output directory (default: ./opcore-bench)")
-    p.add_argument("--jsonl", default=None,
-                   help="also append each record to this JSON Lines file as it is measured")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"small shapes for a CPU: tokens {cases.QUICK_TOKENS}, hidden {cases.QUICK_HIDDEN}",
+    )
+    p.add_argument(
+        "--rep-ms", type=int, default=60, help="milliseconds per timer per case (device timers)"
+    )
+    p.add_argument(
+        "--out", default="opcore-bench", help="output directory (default: ./opcore-bench)"
+    )
+    p.add_argument(
+        "--jsonl",
+        default=None,
+        help="also append each record to this JSON Lines file as it is measured",
+    )
     att = p.add_argument_group("decode attention (instead of the ops)")
-    att.add_argument("--decode-attention", action="store_true",
-                     help="time paged decode attention against SDPA over the same KV "
-                          "(writes attention.json and attention.md)")
-    att.add_argument("--backend", default=None,
-                     help="attention backend (default: the one the selector picks here)")
-    att.add_argument("--batches", type=_ints, default=None, help="batch sizes (default: 1,8,32,64,128,256)")
-    att.add_argument("--contexts", type=_ints, default=None,
-                     help="context lengths (default: 1024,4096,16384,32768)")
+    att.add_argument(
+        "--decode-attention",
+        action="store_true",
+        help="time paged decode attention against SDPA over the same KV "
+        "(writes attention.json and attention.md)",
+    )
+    att.add_argument(
+        "--backend",
+        default=None,
+        help="attention backend (default: the one the selector picks here)",
+    )
+    att.add_argument(
+        "--batches", type=_ints, default=None, help="batch sizes (default: 1,8,32,64,128,256)"
+    )
+    att.add_argument(
+        "--contexts",
+        type=_ints,
+        default=None,
+        help="context lengths (default: 1024,4096,16384,32768)",
+    )
     p.set_defaults(run=run)
 
 
@@ -77,14 +117,19 @@ def run(args: argparse.Namespace) -> int:
 
     unknown = [o for o in args.ops if o not in cases.OPS]
     if unknown:
-        print(f"opcore bench: error: unknown op(s) {', '.join(unknown)}; known: "
-              f"{', '.join(cases.OPS)}", file=sys.stderr)
+        print(
+            f"opcore bench: error: unknown op(s) {', '.join(unknown)}; known: "
+            f"{', '.join(cases.OPS)}",
+            file=sys.stderr,
+        )
         return 2
     # the ops; loading the platform's kernels registers its providers
     from opcore.ir import ensure_kernels_loaded
 
     ensure_kernels_loaded()
-    default_tokens = cases.QUICK_TOKENS if args.quick else cases.DECODE_TOKENS + cases.PREFILL_TOKENS
+    default_tokens = (
+        cases.QUICK_TOKENS if args.quick else cases.DECODE_TOKENS + cases.PREFILL_TOKENS
+    )
     default_hidden = cases.QUICK_HIDDEN if args.quick else cases.HIDDEN
     opts = runner.Options(
         ops=tuple(args.ops),

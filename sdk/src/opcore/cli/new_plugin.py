@@ -24,15 +24,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "and passes the conformance suite out of the box on the cpu device, ready for you to "
         "point at your hardware. See docs/new-plugin.md.",
     )
-    parser.add_argument("name", metavar="NAME", help="plugin name: a lowercase identifier, e.g. acme")
     parser.add_argument(
-        "-o", "--output-dir", default=".", metavar="DIR",
+        "name", metavar="NAME", help="plugin name: a lowercase identifier, e.g. acme"
+    )
+    parser.add_argument(
+        "-o",
+        "--output-dir",
+        default=".",
+        metavar="DIR",
         help="where to create opcore-plugin-NAME (default: the current directory)",
     )
-    parser.add_argument("--no-input", action="store_true", help="ask nothing; use defaults for what is not given")
-    parser.add_argument("--vendor", metavar="TEXT", help="who publishes the plugin, any printable text on one line (default: 'The NAME authors')")
     parser.add_argument(
-        "--device-type", metavar="TYPE", default=None,
+        "--no-input", action="store_true", help="ask nothing; use defaults for what is not given"
+    )
+    parser.add_argument(
+        "--vendor",
+        metavar="TEXT",
+        help="who publishes the plugin, any printable text on one line "
+        "(default: 'The NAME authors')",
+    )
+    parser.add_argument(
+        "--device-type",
+        metavar="TYPE",
+        default=None,
         help="torch device type the platform uses (default: cpu, so the scaffold runs anywhere)",
     )
     parser.set_defaults(run=run)
@@ -80,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             if vendor is None:
                 vendor = _ask(
-                    "Vendor (who publishes the plugin)", templates.default_vendor(args.name),
+                    "Vendor (who publishes the plugin)",
+                    templates.default_vendor(args.name),
                     checks.vendor_problem,
                 )
             if device_type is None:
@@ -110,5 +125,8 @@ def run(args: argparse.Namespace) -> int:
     print('  pip install -e ".[test]"')
     print(f"  {standin}=1 opcore info     # your platform wins, on the stand-in")
     print(f"  {standin}=1 pytest          # its tests and the conformance suite")
-    print("  then README.md, 'Next steps': detection, device queries, kernels, conformance on the device")
+    print(
+        "  then README.md, 'Next steps': detection, device queries, kernels, "
+        "conformance on the device"
+    )
     return 0
