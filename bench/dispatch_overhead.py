@@ -1,4 +1,4 @@
-"""Eager dispatch overhead of `opcore.ir` ops (DESIGN §10: at most 1 us per call).
+"""Eager dispatch overhead of `opcore.ir` ops (<= 1 us: docs/design.md#performance-targets).
 
 Measures, on the CPU with tiny tensors:
 

@@ -2,7 +2,7 @@
 
 Each sample is a fresh interpreter that imports torch, then times `import opcore.platforms`
 plus the first `get_current_platform()` (entry-point scan, every probe, class import).
-Reports the median over N processes. Target (DESIGN §10): < 30 ms.
+Reports the median over N processes. Target (docs/design.md#performance-targets): < 30 ms.
 
     python bench/resolution_cold_start.py [-n 15]
 """

@@ -59,7 +59,7 @@ else:
         atol, rtol = TOL[dtype]
         torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
 
-    # ---- float64 references, written from DESIGN §3, independent of the kernels ----
+    # ---- float64 references from the op semantics (docs/design.md#op-semantics), not kernels ----
     def ref_rms(x, w, eps, var_size=None):
         xd = x.double()
         n = xd.shape[-1] if var_size is None else var_size

@@ -80,7 +80,7 @@ def impl_supported(impl: Any) -> bool:
 
 
 def op_dtypes(op: Any) -> list[str]:
-    """The dtypes an op is checked in (DESIGN §3: fp32, fp16, bf16 unless it says)."""
+    """Dtypes an op is checked in (fp32, fp16, bf16 unless it says; docs/design.md#op-semantics)."""
     names = getattr(op, "dtypes", None)
     if names:
         return [str(d).removeprefix("torch.") for d in names]

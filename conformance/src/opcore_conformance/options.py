@@ -10,7 +10,7 @@ import torch
 from opcore_conformance.report.dirs import DEFAULT_BASE
 
 DEFAULT_REPORT_DIR = str(DEFAULT_BASE)  # the base of the per-run directories
-# The dtypes an op is checked in when it does not say otherwise (DESIGN §3).
+# The dtypes an op is checked in when it does not say otherwise (docs/design.md#op-semantics).
 DEFAULT_DTYPES = ("float32", "float16", "bfloat16")
 
 

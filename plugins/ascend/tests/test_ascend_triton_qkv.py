@@ -1,5 +1,5 @@
 """The Ascend plugin's NPU-tiled Triton ``split_qkv_rmsnorm_rope``, in Triton's CPU
-interpreter, against a float64 reference written from the op's definition (DESIGN §3),
+interpreter, against a float64 reference from the op's definition (docs/design.md#op-semantics),
 not from the native function.
 
 The interpreter is chosen when the kernel is decorated, so it must be on before the kernel

@@ -60,7 +60,7 @@ class CompilationConfig:
 @dataclasses.dataclass
 class KernelConfig:
     """``ir_op_priority``: ``{op: [provider, ...]}``, the user's order, tried before the
-    platform default (DESIGN §3)."""
+    platform default (docs/design.md#priority-rule)."""
 
     ir_op_priority: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 

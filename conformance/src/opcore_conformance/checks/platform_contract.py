@@ -30,7 +30,7 @@ from opcore_conformance.options import dtype_name
 
 # Members that platform interfaces elsewhere (vLLM's above all) have and opcore's does not.
 # A plugin ported from there that still defines them expects the core to call them; it never
-# will, so they are flagged. Identity checks are replaced by capability queries (DESIGN §2).
+# will, so they are flagged: capabilities, not identities (docs/design.md#platform-interface).
 STALE_MEMBERS = {
     "is_cuda": "identity checks are not part of the interface; declare capabilities",
     "is_rocm": "identity checks are not part of the interface; declare capabilities",
@@ -383,7 +383,7 @@ def _configs() -> list[tuple[str, Any]]:
 @contextlib.contextmanager
 def _no_ambient_config():
     """Make any read of the ambient config inside the block an error: hooks receive the
-    config explicitly (DESIGN §2) and must not fetch one of their own."""
+    config explicitly (docs/design.md#platform-interface) and must not fetch one of their own."""
     import opcore.config as C
 
     original = C.get_current_config

@@ -247,7 +247,7 @@ class IrOp:
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Compute the op with the selected provider; never mutates the arguments."""
-        # The hot path of every eager call: keep it free of avoidable work (DESIGN §10).
+        # The hot path of every eager call: no avoidable work (docs/design.md#performance-targets).
         if kwargs:
             return self._call_kwargs(args, kwargs)
         if _is_compiling() or _dispatch_stack_len() or _has_torch_function(args):

@@ -7,7 +7,7 @@ warnings it has to give come back in `Decision.warnings`, and `opcore.ir.op.IrOp
 gathers the inputs (after loading the platform's kernels) and caches the result, emits
 them with `warn_once`.
 
-Merge rule (docs/design.md), for op ``o`` under config ``c`` on the current platform ``p``:
+Merge rule (docs/design.md#priority-rule), for op ``o``, config ``c``, current platform ``p``:
 
 1. the user list: ``o.set_priority([...])`` inside its block (the innermost one open in
    this thread or asyncio task), else ``c.kernel.ir_op_priority[o]`` (which includes

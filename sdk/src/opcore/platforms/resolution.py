@@ -1,6 +1,6 @@
 """Platform resolution: which plugin's platform this process runs on, and why.
 
-The rules (DESIGN §2), applied by `resolve()`:
+The rules (docs/design.md#resolution-rules), applied by `resolve()`:
 
 1. ``OPCORE_PLATFORM=<name>`` is authoritative: only that plugin is probed (``unspecified``
    selects `UnspecifiedPlatform`); a probe that says no or fails raises with its reason.
