@@ -18,10 +18,12 @@ API summary::
     with ops.rms_norm.set_priority(["triton", "native"]): ...
     print(ops.rms_norm.explain(x, w, 1e-6))    # who runs, why the others do not
     ops.rms_norm.effective_priority()          # ["triton", "native"]
+    ops.rms_norm.decision()                    # the priority.Decision (why each provider)
     ops.rms_norm.sample_inputs("cuda", torch.bfloat16)   # named SampleInputs
     ops.rms_norm.tolerance(torch.bfloat16)     # (atol, rtol)
     ops.rms_norm.identity_hash("triton")       # for compile caches
     torch.ops.opcore_ir.rms_norm               # the op as torch.compile sees it
+    from opcore.ir.ops import rms_norm         # the same IrOp, defined in ops/_norm.py
     opcore.ir.all_ops(); opcore.ir.info(config) # data for `opcore info`
 
 Contracts:
