@@ -161,6 +161,11 @@ class ConformanceSession:
                 importlib.import_module(module)
             except Exception as exc:
                 raise SetupError(f"--import {module}: {type(exc).__name__}: {exc}") from exc
+        from opcore.platforms.device_check import device_type_problem
+
+        problem = device_type_problem(platform)  # the plugin and what to install or switch on
+        if problem is not None:
+            raise SetupError(problem)
         try:
             device = platform.device(0)
         except Exception as exc:  # every case runs there: the run cannot start without it

@@ -139,10 +139,12 @@ def collect(args: argparse.Namespace | None = None) -> dict[str, Any]:
 def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[str, Any]:
     from opcore import plugins
     from opcore.config import ConfigError, config_from_args, get_current_config, set_current_config
+    from opcore.platforms.device_check import device_type_problem
 
     platform = decision.platform
+    problem = device_type_problem(platform)  # torch lacks the device type: say whose and why
     try:
-        data["devices"] = platform.device_summary()
+        data["devices"] = {"error": problem} if problem else platform.device_summary()
     except Exception as exc:  # a device query failing must not hide the decision
         data["devices"] = {"error": f"{type(exc).__name__}: {exc}"}
     try:
@@ -260,7 +262,7 @@ def render(data: dict[str, Any]) -> str:
         mem = d["total_memory_bytes"] / 2**30
         cap = f", capability {d['capability']}" if d.get("capability") else ""
         out.append(f"  [{d['index']}] {d['name']}, {mem:.1f} GiB{cap}")
-    extra = {k: v for k, v in devices.items() if k not in ("count", "devices")}
+    extra = {k: v for k, v in devices.items() if k not in ("count", "devices", "error")}
     for key, value in extra.items():
         out.append(f"  {key}: {value}")
     out.append("")
