@@ -266,3 +266,20 @@ def test_one_case_id_names_the_same_inputs_in_quick_and_full_mode():
                 assert torch.equal(a, b) and a.stride() == b.stride(), f"{name} {sample_name} {key}"
             checked += 1
     assert checked > 100
+
+
+def test_an_op_declares_its_budget_next_to_its_tolerances():
+    import opcore.ir as ir
+    from opcore.ir.op import unregister_op
+
+    def budget_probe_op(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    op = ir.register_op(budget_probe_op, tolerances={torch.float16: (1e-3, 1e-3)},
+                        error_budgets={torch.float16: (3.0, 2.5)})
+    try:
+        assert op.error_budget(torch.float16) == (3.0, 2.5) and op.error_budget(torch.bfloat16) is None
+        assert budget_for(op, "float16") == B.Budget(3.0, 2.5, "op")
+        assert budget_for(op, "bfloat16").source == "default"
+    finally:
+        unregister_op("budget_probe_op")

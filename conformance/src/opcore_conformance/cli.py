@@ -51,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expectations", metavar="FILE",
                         help="the expectations TOML file (default: the platform's own, from its "
                              "conformance_expectations attribute; 'none' to ignore it)")
+    parser.add_argument("--dump", metavar="DIR",
+                        help="with --case: write each numerics case's inputs, float64 reference, "
+                             "provider and native outputs (torch.save) and a standalone repro.py "
+                             "that shows the mismatch without the suite, to DIR/<case id>/")
     parser.add_argument("--list", action="store_true", dest="list_only",
                         help="list the selected case ids as JSON lines and exit")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
@@ -73,7 +77,18 @@ def options_from_args(args: argparse.Namespace):
         overwrite=args.overwrite,
         expectations=args.expectations,
         progress=args.progress,
+        dump=args.dump or None,
     )
+
+
+def _say_dumped(base) -> None:
+    folders = sorted(p for p in base.iterdir() if (p / "repro.py").is_file()) if base.is_dir() else []
+    if folders:
+        print(f"opcore conformance: dumped {len(folders)} case(s) under {base} "
+              f"(each: python {folders[0] / 'repro.py'})", file=sys.stderr)
+    else:
+        print(f"opcore conformance: --dump {base}: no numerics case ran, nothing dumped "
+              f"(dumps are written for numerics[...] cases)", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,9 +108,16 @@ def run(args: argparse.Namespace) -> int:
                 print("opcore conformance: --overwrite needs --report-dir (without it each run "
                       "writes a new directory and overwrites nothing)", file=sys.stderr)
                 return 2
+            if args.dump and not args.cases:
+                print("opcore conformance: --dump needs --case ID (a dump is written per case; "
+                      "name the cases to dump)", file=sys.stderr)
+                return 2
             from opcore_conformance.runner import run as run_session
 
-            return run_session(options, list_only=args.list_only, interruptions=interruptions)
+            status = run_session(options, list_only=args.list_only, interruptions=interruptions)
+            if options.dump is not None and not args.list_only:
+                _say_dumped(options.dump)
+            return status
         except Interrupted as exc:  # while importing torch, before the runner took over
             print(f"opcore conformance: interrupted by {exc.signal_name} before the run "
                   f"started; no report written", file=sys.stderr)

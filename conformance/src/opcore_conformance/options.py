@@ -58,10 +58,14 @@ class Options:
     overwrite: bool = False
     expectations: str | None = None
     progress: bool = True
+    # --dump DIR: each numerics case that runs writes DIR/<case id>/ (`opcore_conformance.dump`)
+    dump: Path | None = None
 
     def __post_init__(self) -> None:
         if self.report_dir is not None:
             self.report_dir = Path(self.report_dir)
+        if self.dump is not None:
+            self.dump = Path(self.dump)
         for name in self.dtypes or ():
             dtype_from_name(name)
 

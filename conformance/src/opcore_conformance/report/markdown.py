@@ -12,7 +12,7 @@ from typing import Any
 
 from opcore_conformance import status as S
 from opcore_conformance.report.jsonl import as_float, footer, read, read_footer
-from opcore_conformance.report.tables import check_rows, op_rows, ratio_text, red
+from opcore_conformance.report.tables import check_rows, op_rows, ratio_text, red, ulp_text
 
 
 def _cell(text: Any) -> str:
@@ -69,15 +69,17 @@ def render(header: dict[str, Any], records: list[dict[str, Any]],
             "## Ops: op × provider × dtype",
             "",
             "Worst err/tol is the largest `|out - ref| / (atol + rtol·|ref|)` over the row's "
-            "cases (1.00 is the bound).",
+            "cases (1.00 is the bound). Peak ULP is the row's largest error in ULPs of the output "
+            "dtype against the float64 reference, with native's on the same case and device in "
+            "brackets (the error budget compares the two).",
             "",
             "| op | provider | dtype | " + " | ".join(S.SYMBOL[s] + " " + s for s in S.ALL)
-            + " | worst err/tol | max abs | tolerance (atol, rtol) |",
-            "|---|---|---|" + "---:|" * len(S.ALL) + "---:|---:|---|",
+            + " | worst err/tol | peak ULP (native) | max abs | tolerance (atol, rtol) |",
+            "|---|---|---|" + "---:|" * len(S.ALL) + "---:|---:|---:|---|",
         ]
         for r in rows:
             tol = f"{r.tolerance[0]:g}, {r.tolerance[1]:g}" if r.tolerance else ""
-            out.append("| " + " | ".join([*r.key, *_counts_cells(r.counts), ratio_text(r),
+            out.append("| " + " | ".join([*r.key, *_counts_cells(r.counts), ratio_text(r), ulp_text(r),
                                            "" if r.worst_abs is None else f"{r.worst_abs:.2e}", tol]) + " |")
         out.append("")
     others = check_rows([r for r in records if not r.get("op")])

@@ -18,9 +18,17 @@ class Row:
     worst_abs: float | None = None
     worst_id: str | None = None
     tolerance: tuple[float, float] | None = None
+    # the row's largest peak error in ULPs (numerics), and native's on that same case
+    peak_ulp: float | None = None
+    native_peak_ulp: float | None = None
 
     def add(self, rec: dict[str, Any]) -> None:
         self.counts[rec["status"]] += 1
+        details = rec.get("details") or {}
+        peak = as_float(details.get("peak_ulp"))
+        if peak is not None and (self.peak_ulp is None or peak > self.peak_ulp):
+            self.peak_ulp = peak
+            self.native_peak_ulp = as_float(details.get("native_peak_ulp"))
         ratio = as_float(rec.get("max_ratio"))
         if ratio is not None and (self.worst_ratio is None or ratio > self.worst_ratio):
             self.worst_ratio = ratio
@@ -58,6 +66,14 @@ def ratio_text(row: Row) -> str:
     if row.worst_ratio is None:
         return "-"
     return f"{row.worst_ratio:.2f}"
+
+
+def ulp_text(row: Row) -> str:
+    """``"1.39 (0.50)"``: the row's worst peak ULP error and native's on that case."""
+    if row.peak_ulp is None:
+        return "-"
+    native = "-" if row.native_peak_ulp is None else f"{row.native_peak_ulp:.2f}"
+    return f"{row.peak_ulp:.2f} ({native})"
 
 
 def red(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from opcore_conformance import status as S
-from opcore_conformance.report.tables import check_rows, counts_text, op_rows, ratio_text, red
+from opcore_conformance.report.tables import (
+    check_rows,
+    counts_text,
+    op_rows,
+    ratio_text,
+    red,
+    ulp_text,
+)
 
 MAX_LISTED = 25
 COLUMNS = (S.PASS, S.FAIL, S.XFAIL, S.XPASS, S.ERROR, S.SKIP, S.UNSUPPORTED, S.NOT_APPLICABLE)
@@ -32,9 +39,10 @@ def render(header: dict[str, Any], records: list[dict[str, Any]], paths: dict[st
     rows = op_rows(records)
     if rows:
         table = [[*r.key, *(str(r.counts.get(s, 0) or ".") for s in COLUMNS),
-                  ratio_text(r), "-" if r.worst_abs is None else f"{r.worst_abs:.2e}"] for r in rows]
+                  ratio_text(r), ulp_text(r), "-" if r.worst_abs is None else f"{r.worst_abs:.2e}"]
+                 for r in rows]
         lines += [""] + _table(["op", "provider", "dtype", *(SHORT[s] for s in COLUMNS),
-                                "worst err/tol", "max abs"], table)
+                                "worst err/tol", "peak ULP (native)", "max abs"], table)
     others = [r for r in check_rows([x for x in records if not x.get("op")])]
     if others:
         table = [[r.key[0], counts_text(r.counts)] for r in others]

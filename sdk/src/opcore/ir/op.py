@@ -189,6 +189,7 @@ class IrOp:
         activations: Sequence[str] | None = None,
         allow_inplace: bool = False,
         tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
+        error_budgets: Mapping[torch.dtype, tuple[float, float]] | None = None,
     ):
         self.name = name
         self.native = native
@@ -234,6 +235,7 @@ class IrOp:
         self._fake: Callable[..., Any] | None = None
         self._sample_fn: SampleGenerator | None = None
         self._tolerances: dict[torch.dtype, tuple[float, float]] = dict(tolerances or {})
+        self._error_budgets: dict[torch.dtype, tuple[float, float]] = dict(error_budgets or {})
         # Dispatch cache: one tuple, replaced whole so a reader in another thread always
         # sees a consistent one: (scope stack, registry generation, fast provider or None,
         # Decision, log dispatch, the fast provider's callable). See the module docstring.
@@ -614,6 +616,12 @@ class IrOp:
     def override_tolerance(self, dtype: torch.dtype, *, atol: float, rtol: float) -> None:
         self._tolerances[dtype] = (float(atol), float(rtol))
 
+    def error_budget(self, dtype: torch.dtype) -> tuple[float, float] | None:
+        """``(factor, floor_ulps)`` declared for this op's outputs in ``dtype``: how much
+        less accurate than ``native`` a provider may be, in the conformance suite's error
+        budget (peak ULP error <= max(factor x native's, floor_ulps)); None: the suite's."""
+        return self._error_budgets.get(dtype)
+
     def identity_hash(self, provider: str) -> str:
         """SHA-256 of the provider's source file (plus op and provider names)."""
         try:
@@ -765,6 +773,7 @@ def register_op(
     activations: Sequence[str] | None = None,
     allow_inplace: bool = False,
     tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
+    error_budgets: Mapping[torch.dtype, tuple[float, float]] | None = None,
 ) -> Any:
     """Declare an op by its native function; returns the `IrOp`.
 
@@ -772,7 +781,8 @@ def register_op(
     name and must match ``^[a-z_][a-z0-9_]*$``. ``activations`` default to the parameters
     whose name starts with ``x``; ``allow_inplace`` adds `IrOp.maybe_inplace` and the
     ``opcore_ir::<name>.maybe_inplace`` overload (activations marked mutable).
-    ``tolerances`` override the default ``(atol, rtol)`` per dtype.
+    ``tolerances`` override the default ``(atol, rtol)`` per dtype; ``error_budgets`` set
+    the conformance suite's ``(factor, floor_ulps)`` per dtype (`IrOp.error_budget`).
     """
 
     def decorator(fn: Callable) -> IrOp:
@@ -788,6 +798,7 @@ def register_op(
                 activations=activations,
                 allow_inplace=allow_inplace,
                 tolerances=tolerances,
+                error_budgets=error_budgets,
             )
             op._register_torch_op()
             _REGISTRY[op_name] = op
