@@ -197,9 +197,8 @@ def test_a_platform_still_mapping_names_itself_is_reported_as_written_for_api_1(
             return "pkg.Backend"
 
     reason = removed_members_reason("pkg.Mapping", Mapping)
-    assert (
-        reason is not None and "defines get_attn_backend_cls (removed in plugin API 2.0" in reason
-    )
+    assert reason is not None and "defines get_attn_backend_cls" in reason
+    assert "removed in plugin API 2.0" in reason
     assert "register_backend" in reason and "import_kernels" in reason
     assert removed_members_reason("pkg.Platform", Platform) is None
 
@@ -220,3 +219,12 @@ def test_the_first_thing_a_process_does_can_be_selecting_the_plugin_backend(site
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == {"known_before": False, "selected": "ACME_ATTN"}
+
+
+def test_info_text_lists_the_plugin_backend(site):
+    proc = run_python(
+        "", site=site, env={"OPCORE_PLATFORM": "acme"}, args=["-m", "opcore", "info"], timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "registered backends: TORCH_NATIVE, TRITON_PAGED, ACME_ATTN" in proc.stdout
+    assert ": ACME_ATTN (from platform)" in proc.stdout
