@@ -1,5 +1,6 @@
-"""``TRITON_PAGED``: paged attention in Triton (CUDA and ROCm GPUs; the CPU under
-``TRITON_INTERPRET=1``).
+"""``TRITON_PAGED``: paged attention in Triton, a core backend: it names no vendor, and runs
+on the device types Triton compiles for (`supported_device_types`; the CPU under
+``TRITON_INTERPRET=1``). Platforms whose devices Triton drives list it as a candidate.
 
 This module imports without Triton; the kernels (`_triton_kernels`) are imported on first
 use, and `unavailable_reason` says why the backend cannot run when Triton is missing.
