@@ -32,9 +32,9 @@ MIGRATIONS: dict[int, str] = {
 # would never call it, so the kernels behind it would silently stop running.
 REMOVED_MEMBERS: dict[str, str] = {
     "custom_op_forward_chain": (
-        "removed in plugin API 2.0 (CustomOp runs forward_native, which dispatches the op by "
-        "the platform's provider priority, or a register_oot replacement's forward_oot): "
-        f"move kernels to opcore.ir providers ({MIGRATION_DOC})"
+        "removed in plugin API 2.0: layers run forward_native, whose ops dispatch by the "
+        "platform's provider priority, or a register_oot replacement's forward_oot; move "
+        f"kernels to opcore.ir providers ({MIGRATION_DOC})"
     ),
     "get_attn_backend_cls": (
         "removed in plugin API 2.0 (the attention registry alone maps a backend name to its "
@@ -88,5 +88,5 @@ def removed_members_reason(class_path: str, cls: type) -> str | None:
     found = removed_members(cls)
     if not found:
         return None
-    parts = [f"{name} ({why})" for name, why in found.items()]
+    parts = [f"{name}, {why}" for name, why in found.items()]
     return f"{class_path} defines " + "; ".join(parts)

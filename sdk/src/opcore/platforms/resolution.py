@@ -41,6 +41,7 @@ from typing import Any
 
 from opcore import PLUGIN_API_VERSION
 from opcore import plugins as _plugins
+from opcore.platforms.api_version import refusal_reason, removed_members_reason
 from opcore.platforms.interface import Platform, UnspecifiedPlatform
 from opcore.plugin_output import plugin_output_to_stderr
 
@@ -440,15 +441,15 @@ def _conclude(
     except Exception as exc:  # anything a hostile class attribute raises
         return fail("declares a malformed plugin_api", exc)
     if not api_compatible(cand.plugin_api):
-        low, high = cand.plugin_api
+        distribution = cand.distribution or plugin.name
         return fail(
-            "was refused",
-            RuntimeError(
-                f"{result} was written for opcore plugin API >={low},<{high}, but this opcore "
-                f"provides plugin API {PLUGIN_API_VERSION}; install a version of "
-                f"{cand.distribution or plugin.name} built for plugin API {PLUGIN_API_VERSION}"
-            ),
+            "was refused", RuntimeError(refusal_reason(result, cand.plugin_api, distribution))
         )
+    # A class still defining a member an API version removed was written for the older API,
+    # whatever range it declares (1.x classes inherited theirs): its kernels would not run.
+    removed = removed_members_reason(result, cls)
+    if removed is not None:
+        return fail("was refused", RuntimeError(removed))
     cand.activated = True
     return cls
 
