@@ -763,6 +763,7 @@ def register_op(
     activations: Sequence[str] | None = None,
     allow_inplace: bool = False,
     tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
+    error_budgets: Mapping[torch.dtype, tuple[float, float]] | None = None,
 ) -> Callable[[Callable], IrOp]: ...
 
 
