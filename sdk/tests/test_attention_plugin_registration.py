@@ -228,3 +228,36 @@ def test_info_text_lists_the_plugin_backend(site):
     assert proc.returncode == 0, proc.stderr
     assert "registered backends: TORCH_NATIVE, TRITON_PAGED, ACME_ATTN" in proc.stdout
     assert ": ACME_ATTN (from platform)" in proc.stdout
+
+
+RESOLVE = """
+import json, warnings
+warnings.simplefilter("ignore")
+from opcore.platforms import explain
+d = explain().to_dict()
+print(json.dumps({"platform": d["platform"]["name"],
+                  "oldattn": [c for c in d["candidates"] if c["name"] == "oldattn"]}))
+"""
+
+
+def test_a_platform_still_defining_get_attn_backend_cls_is_refused_at_resolution(tmp_path):
+    """Its mapping would be ignored in silence (the registry is the only route), so the
+    plugin is refused with the member and its replacement named."""
+    source = PLUGIN.replace("AcmePlatform", "OldattnPlatform").replace('"acme"', '"oldattn"')
+    source = source.replace("plugin_acme", "plugin_oldattn") + (
+        "\n    def get_attn_backend_cls(self, selected, cfg):\n"
+        '        return "plugin_oldattn.attention.AcmeBackend"\n'
+    )
+    make_distribution(
+        tmp_path / "site",
+        "opcore-plugin-oldattn",
+        entry_points={PLATFORM_PLUGINS_GROUP: {"oldattn": "plugin_oldattn:probe"}},
+        files={"plugin_oldattn/__init__.py": source, "plugin_oldattn/attention.py": BACKEND},
+    )
+    proc = run_python(RESOLVE, site=tmp_path / "site", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["platform"] != "oldattn"
+    (old,) = got["oldattn"]
+    assert not old["activated"]
+    assert "defines get_attn_backend_cls" in old["error"] and "register_backend" in old["error"]
