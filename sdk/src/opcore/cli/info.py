@@ -314,13 +314,15 @@ def _render_layers(data: Any) -> list[str]:
     early = _error_section("Layers", data)
     if early is not None:
         return early
-    rows = [["OP NAME", "LAYER CLASS", "BOUND METHOD", "WHY"]]
+    # ROUTE: how a kernel reaches the layer (forward_native -> ops by priority, or a
+    # register_oot whole-layer replacement), as `opcore.layers.describe_route` words it.
+    rows = [["OP NAME", "LAYER CLASS", "ROUTE", "WHY"]]
     for name, entry in sorted(data.get("registry", {}).items()):
         cls = entry["replacement"] or entry["class"]
         if entry["replacement"]:
             cls += f" (replaces {entry['class']})"
-        bound = entry.get("bound", "")
-        rows.append([name, cls, bound, entry.get("why", "")])
+        route = entry.get("route") or entry.get("bound", "")
+        rows.append([name, cls, route, entry.get("why", "")])
     # Instances constructed in this process are in the JSON (`layers.bindings`).
     return ["Layers:", *_table(rows), ""]
 
