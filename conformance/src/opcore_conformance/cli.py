@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="import MODULE before collecting (repeatable): providers no plugin "
                              "registers on this platform, e.g. opcore.kernels.triton with "
                              "TRITON_INTERPRET=1 on the CPU")
+    parser.add_argument("--device-index", type=int, default=0, metavar="N",
+                        help="run the cases on the platform's device N (default 0): a second "
+                             "device of a multi-device platform")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="quick", action="store_true", default=True,
                       help="the op generators' quick sample sets (default)")
@@ -72,6 +75,7 @@ def options_from_args(args: argparse.Namespace):
         checks=parse_list(args.checks),
         cases=args.cases,
         imports=args.imports,
+        device_index=args.device_index,
         quick=args.quick,
         report_dir=args.report_dir or None,
         overwrite=args.overwrite,

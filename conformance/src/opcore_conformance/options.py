@@ -40,7 +40,8 @@ class Options:
     = all). ``cases``: exact case ids or globs to run (the repro form). ``quick``: the
     generators' quick sample sets (default) instead of the whole grid. ``imports``: modules
     imported before collection, for providers no plugin registers on this platform (e.g.
-    ``opcore.kernels.triton`` under ``TRITON_INTERPRET=1`` on the CPU). ``expectations``: a
+    ``opcore.kernels.triton`` under ``TRITON_INTERPRET=1`` on the CPU). ``device_index``: the
+    platform's device the cases run on (``platform.device(device_index)``). ``expectations``: a
     TOML file, ``"none"`` to ignore the platform's, or ``None`` for the platform's own.
     ``report_dir``: where the reports go, exactly (refused when it holds a report, unless
     ``overwrite``); ``None``: a new directory per run under ``opcore-reports/``
@@ -54,6 +55,7 @@ class Options:
     cases: list[str] | None = None
     quick: bool = True
     imports: list[str] | None = None
+    device_index: int = 0
     report_dir: Path | None = None
     overwrite: bool = False
     expectations: str | None = None
@@ -68,6 +70,8 @@ class Options:
             self.dump = Path(self.dump)
         for name in self.dtypes or ():
             dtype_from_name(name)
+        if isinstance(self.device_index, bool) or not isinstance(self.device_index, int) or self.device_index < 0:
+            raise ValueError(f"device index {self.device_index!r}: expected an int >= 0")
 
     @property
     def mode(self) -> str:

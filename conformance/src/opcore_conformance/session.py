@@ -166,10 +166,20 @@ class ConformanceSession:
         problem = device_type_problem(platform)  # the plugin and what to install or switch on
         if problem is not None:
             raise SetupError(problem)
+        index = self.options.device_index
+        if index:
+            try:
+                count = platform.device_count()
+            except Exception as exc:
+                raise SetupError(f"--device-index {index}: platform {platform.name!r}: device_count() "
+                                 f"failed: {type(exc).__name__}: {exc}") from exc
+            if index >= count:
+                raise SetupError(f"--device-index {index}: platform {platform.name!r} has {count} "
+                                 f"device(s) (indices 0 to {count - 1})")
         try:
-            device = platform.device(0)
+            device = platform.device(index)
         except Exception as exc:  # every case runs there: the run cannot start without it
-            raise SetupError(f"platform {platform.name!r}: device(0) failed: "
+            raise SetupError(f"platform {platform.name!r}: device({index}) failed: "
                              f"{type(exc).__name__}: {exc}") from exc
         self.ctx = Context(
             options=self.options, platform=platform, device=device, seed=irapi.sample_seed(),
@@ -358,6 +368,8 @@ class ConformanceSession:
         for module in self.options.imports or ():
             parts += ["--import", shlex.quote(module)]
         parts += ["--case", shlex.quote(case.id)]
+        if self.options.device_index:
+            parts += ["--device-index", str(self.options.device_index)]
         if not self.options.quick:
             parts.append("--full")
         if self.options.expectations:
