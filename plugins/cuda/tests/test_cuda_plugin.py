@@ -150,3 +150,18 @@ def test_device_queries_are_answered_by_torch_cuda_through_the_shared_base():
     assert p.device_count() == 0
     with pytest.raises(AssertionError, match="not compiled with CUDA"):
         p.get_device_name(0)
+
+
+def test_graphs_captured_through_torch_cuda_where_torch_accelerator_has_no_graph():
+    # `opcore bench` times decode sizes by graph replay (Platform.capture_graph). Where torch
+    # has no torch.accelerator.Graph for this device (torch 2.11, or a build whose accelerator
+    # is not CUDA, like this CPU machine's) the platform must still name a graph class.
+    from opcore_plugin_cuda.platform import CudaPlatform
+
+    graph_cls = CudaPlatform().graph_class()
+    accel_graph = getattr(torch.accelerator, "Graph", None)
+    current = torch.accelerator.current_accelerator()
+    if accel_graph is not None and current is not None and current.type == "cuda":
+        assert graph_cls is accel_graph
+    else:
+        assert graph_cls is torch.cuda.CUDAGraph

@@ -96,3 +96,15 @@ def test_device_queries_are_answered_by_torch_cuda_through_the_shared_base():
     p = RocmPlatform()
     assert p.device_module() is torch.cuda
     assert p.device_count() == torch.cuda.device_count()
+
+
+def test_graphs_captured_through_torch_cuda_where_torch_accelerator_has_no_graph():
+    from opcore_plugin_rocm.platform import RocmPlatform
+
+    graph_cls = RocmPlatform().graph_class()
+    accel_graph = getattr(torch.accelerator, "Graph", None)
+    current = torch.accelerator.current_accelerator()
+    if accel_graph is not None and current is not None and current.type == "cuda":
+        assert graph_cls is accel_graph
+    else:
+        assert graph_cls is torch.cuda.CUDAGraph

@@ -67,6 +67,11 @@ class CudaPlatform(TorchDevicePlatform):
     plugin_api = ("2.0", "3.0")
 
     # ------------------------------------------------------------------ hooks
+    def graph_class(self) -> Any:
+        # torch before torch.accelerator.Graph (the H200's 2.11 among them) captures through
+        # torch.cuda.CUDAGraph, which has the same capture_begin/capture_end/replay shape.
+        return super().graph_class() or torch.cuda.CUDAGraph
+
     def import_ir_kernels(self) -> None:
         import opcore.kernels.triton  # noqa: F401  (registers provider "triton")
 

@@ -62,6 +62,11 @@ class RocmPlatform(TorchDevicePlatform):
     supported_quantization = ("fp8",) if fp8_dtype is not None else ()
     plugin_api = ("2.0", "3.0")
 
+    def graph_class(self) -> Any:
+        # torch before torch.accelerator.Graph (2.11 among them) captures through
+        # torch.cuda.CUDAGraph, which has the same capture_begin/capture_end/replay shape.
+        return super().graph_class() or torch.cuda.CUDAGraph
+
     def gcn_arch(self, index: int = 0) -> str:
         """The device's architecture name, e.g. ``"gfx942:sramecc+:xnack-"``."""
         return torch.cuda.get_device_properties(index).gcnArchName

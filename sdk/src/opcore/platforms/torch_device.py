@@ -162,16 +162,26 @@ class TorchDevicePlatform(Platform):
         """``torch.<device_type>.Event(enable_timing=True)``."""
         return self._device_function("timing_event", "Event")(enable_timing=True)
 
-    def capture_graph(self, fn: Callable[[], object]) -> Callable[[], object] | None:
-        """``fn`` captured with ``torch.accelerator.Graph`` on a side stream (after three
-        warm-up calls there), returned as the graph's ``replay``.
-
-        ``None`` when this torch has no ``torch.accelerator.Graph`` or its accelerator is
-        not this platform's device type: that class captures only on the accelerator torch
-        was built for. The device's own capture errors pass through."""
+    def graph_class(self) -> Any:
+        """The class that captures and replays work on this device (``capture_begin``,
+        ``capture_end``, ``replay``): ``torch.accelerator.Graph`` where this torch has it and
+        its accelerator is this platform's device type, else ``None`` (no graphs). A plugin
+        whose torch predates that class but has a device-specific one of the same shape
+        returns it here; `capture_graph` needs nothing else."""
         graph_cls = getattr(torch.accelerator, "Graph", None)
         accelerator = torch.accelerator.current_accelerator()
         if graph_cls is None or accelerator is None or accelerator.type != self.device_type:
+            return None
+        return graph_cls
+
+    def capture_graph(self, fn: Callable[[], object]) -> Callable[[], object] | None:
+        """``fn`` captured with `graph_class` on a side stream (after three warm-up calls
+        there), returned as the graph's ``replay``.
+
+        ``None`` when `graph_class` is ``None``. The device's own capture errors pass
+        through."""
+        graph_cls = self.graph_class()
+        if graph_cls is None:
             return None
         device = self.device()
         caller = torch.accelerator.current_stream(device)
