@@ -35,10 +35,12 @@ EXPECTED_FILES = {
     "README.md",
     "pyproject.toml",
     "src/opcore_plugin_{name}/__init__.py",
+    "src/opcore_plugin_{name}/attention.py",
     "src/opcore_plugin_{name}/expectations.toml",
     "src/opcore_plugin_{name}/layers.py",
     "src/opcore_plugin_{name}/platform.py",
     "src/opcore_plugin_{name}/providers.py",
+    "tests/test_{name}_attention.py",
     "tests/test_{name}_conformance.py",
     "tests/test_{name}_plugin.py",
 }
