@@ -8,6 +8,7 @@ reports.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 import platform as _pyplatform
@@ -442,11 +443,44 @@ class ConformanceSession:
             "device_name": device_name,
             "providers": irapi.provider_table(),
             "seed": self.ctx.seed,
+            # For certificate.json: what a certificate must name to be checked later.
+            "identities": _identities(),
+            "device_summary": _device_summary(p),
+            "driver": {"cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)},
         })
         return head
 
     def exit_code(self) -> int:
         return 1 if any(S.is_red(r.status) for r in self.results) else 0
+
+
+def _identities() -> dict[str, dict[str, dict[str, str | None]]]:
+    """``{op: {provider: {"identity": full hash, "distribution": "name@version"}}}``: the
+    whole identity hash (the header's provider table shows a prefix) and the distribution
+    whose module defines the provider."""
+    try:
+        from opcore.ir.op import all_ops
+    except ImportError:
+        return {}
+    out: dict[str, dict[str, dict[str, str | None]]] = {}
+    for name, op in all_ops().items():
+        out[name] = {}
+        for provider, impl in op.impls.items():
+            try:
+                ident = impl.identity_hash()
+            except Exception:  # a provider without readable source: no identity to certify
+                ident = None
+            module = getattr(impl.impl_fn, "__module__", None) or ""
+            out[name][provider] = {"identity": ident,
+                                   "distribution": _distribution_of(module) if module else None}
+    return out
+
+
+def _device_summary(platform: Any) -> dict[str, Any]:
+    try:
+        return platform.device_summary()
+    except Exception as exc:  # reported by the platform checks; the certificate says so
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _absolute(path: str) -> str:
@@ -464,9 +498,15 @@ def _version(dist: str) -> str | None:
 
 
 def _distribution_of(module: str) -> str | None:
-    import importlib.metadata as md
-
     top = module.split(".")[0]
-    for dist_name in md.packages_distributions().get(top, []):
+    for dist_name in _packages_distributions().get(top, []):
         return f"{dist_name}@{_version(dist_name)}"
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> dict[str, list[str]]:
+    # Scans every installed distribution: once per run, not once per provider.
+    import importlib.metadata as md
+
+    return md.packages_distributions()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 DEFAULT_BASE = Path("opcore-reports")
 LATEST = "latest"
-REPORT_NAMES = ("conformance.jsonl", "conformance.md", "conformance-junit.xml")
+REPORT_NAMES = ("conformance.jsonl", "conformance.md", "conformance-junit.xml", "certificate.json")
 
 
 class ReportDirError(ValueError):

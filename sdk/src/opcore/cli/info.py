@@ -41,7 +41,8 @@ EXIT_STATUS = {
 }
 
 # The sections collected once the platform is resolved; null until then.
-SECTIONS = ("devices", "general_plugins", "config", "ops", "layers", "attention", "compile")
+SECTIONS = ("devices", "general_plugins", "config", "ops", "layers", "attention", "compile",
+            "certificates")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -173,7 +174,7 @@ def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[st
 
 def _sections():
     """The subsystem sections: each a name and a zero-argument function returning data."""
-    from opcore import attention, ir, layers
+    from opcore import attention, certificates, ir, layers
     from opcore import compile as opcore_compile
     from opcore.config import get_current_config
 
@@ -182,6 +183,8 @@ def _sections():
     yield "layers", layers.binding_info
     yield "attention", lambda: {**attention.selection_info(), "probe": attention.probe_selection()}
     yield "compile", opcore_compile.info
+    # Per provider in use: whether a shipped conformance certificate covers it here.
+    yield "certificates", lambda: certificates.info(config=get_current_config())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -280,6 +283,7 @@ def render(data: dict[str, Any]) -> str:
     out += _render_layers(data.get("layers"))
     out += _render_attention(data.get("attention"))
     out += _render_compile(data.get("compile"))
+    out += _render_certificates(data.get("certificates"))
     return "\n".join(out) + "\n"
 
 
@@ -360,4 +364,20 @@ def _render_compile(data: Any) -> list[str]:
     for op in ops:
         rows.append([op, *(" > ".join(m["priorities"][op]) for m in data["modes"].values())])
     out += _table(rows)
+    return out + [""]
+
+
+def _render_certificates(data: Any) -> list[str]:
+    early = _error_section("Certificates", data)
+    if early is not None:
+        return early
+    out = [f"Certificates (providers in use, device type {data['device_type']}):"]
+    rows = [["OP", "PROVIDER", "IDENTITY", "STATUS"]]
+    for op, providers in sorted(data["ops"].items()):
+        for provider, cov in providers.items():
+            status = (f"certified ({', '.join(cov['modes'])})" if cov["modes"]
+                      else f"not certified: {cov['why']}")
+            rows.append([op, provider, cov["identity"], status])
+    out += _table(rows)
+    out += [f"  warning: {e}" for e in data.get("errors") or []]
     return out + [""]
