@@ -302,7 +302,29 @@ class IrOp:
 
     def dispatch(self, *args: Any, **kwargs: Any) -> Impl:
         """The provider that runs for these arguments (first in the effective priority
-        whose ``supports_args`` accepts them). Works on fake tensors."""
+        whose ``supports_args`` accepts them). Works on fake tensors.
+
+        Args:
+            *args: the op's arguments, as for calling it.
+            **kwargs: the op's keyword arguments.
+
+        Returns:
+            The chosen `Impl` (``.provider`` names it, ``.impl_fn`` is the function);
+            nothing is run.
+
+        Raises:
+            TypeError: the arguments do not fit the op's parameters, or a
+                ``supports_args`` returned something other than a bool.
+            ValueError: a configured priority names an unknown provider.
+
+        Example:
+            >>> import torch
+            >>> from opcore.ir import ops
+            >>> x, w = torch.ones(2, 8), torch.ones(8)
+            >>> with ops.rms_norm.set_priority(["native"]):
+            ...     ops.rms_norm.dispatch(x, w, 1e-6).provider
+            'native'
+        """
         c = self._cache
         if c[0] is not current_scopes() or c[1] != _GENERATION:
             c = self._refresh()
@@ -439,7 +461,25 @@ class IrOp:
         The block is scoped to the thread or asyncio task that opens it (other threads
         and tasks keep their own priority); blocks may be left in any order. Names are
         checked against the registered providers after the platform's kernels are
-        loaded (``ValueError`` for an unknown one)."""
+        loaded.
+
+        Args:
+            providers: provider names, most preferred first.
+
+        Returns:
+            A context manager; the previous priority is back when the block is left.
+
+        Raises:
+            TypeError: ``providers`` is a single string instead of a list of names.
+            ValueError: a name is not a registered provider of this op.
+
+        Example:
+            >>> import torch
+            >>> from opcore.ir import ops
+            >>> with ops.rms_norm.set_priority(["native"]):
+            ...     ops.rms_norm.effective_priority()[0]
+            'native'
+        """
         if isinstance(providers, str):
             raise TypeError(
                 f"op {self.name!r}: set_priority takes a list of provider names, got the "
@@ -452,9 +492,29 @@ class IrOp:
             yield
 
     def explain(self, *args: Any, **kwargs: Any):
-        """Which provider runs for these arguments, and why each other one does not
-        (`opcore.ir.priority.Explanation`; ``str()`` gives a readable report). With no
-        arguments, explains the priority only."""
+        """Which provider runs for these arguments, and why each other one does not.
+        With no arguments, explains the priority only.
+
+        Args:
+            *args: the op's arguments, as for calling it (optional).
+            **kwargs: the op's keyword arguments (optional).
+
+        Returns:
+            An `opcore.ir.priority.Explanation`: ``.selected`` is the provider that runs
+            (``None`` without arguments), ``.providers`` one row per provider with its
+            status and reason; ``str()`` gives a readable report.
+
+        Raises:
+            ValueError: a configured priority names an unknown provider.
+
+        Example:
+            >>> import torch
+            >>> from opcore.ir import ops
+            >>> x, w = torch.ones(2, 8), torch.ones(8)
+            >>> with ops.rms_norm.set_priority(["native"]):
+            ...     ops.rms_norm.explain(x, w, 1e-6).selected
+            'native'
+        """
         return priority.explain(self.decision(), args, kwargs)
 
     # ------------------------------------------------------------------ registration
@@ -473,10 +533,38 @@ class IrOp:
         ``functional`` (an out-of-place kernel with the same parameters) when given, and
         otherwise ``fn`` on clones of the activations.
 
-        Raises ``ValueError`` for a malformed or reserved name, a duplicate provider,
-        parameters that differ from the native function's, a ``supports_args`` with other
-        parameters, ``inplace=True`` on an op without ``allow_inplace``, or ``functional``
-        without ``inplace=True``."""
+        Args:
+            provider: the provider's name (``^[a-z_][a-z0-9_]*$``, not a reserved one).
+            supported: whether the provider can run in this process at all (e.g. its
+                kernel library imported); an unsupported one is left out of every chain.
+            supports_args: a predicate with the native function's parameters returning a
+                plain bool: whether this provider takes these particular arguments.
+            inplace: ``fn`` writes its results into the activations.
+            functional: the out-of-place kernel used by the default overload of an
+                ``inplace`` provider.
+
+        Returns:
+            The decorator; it returns ``fn`` unchanged.
+
+        Raises:
+            ValueError: a malformed or reserved name, a duplicate provider, parameters
+                that differ from the native function's, a ``supports_args`` with other
+                parameters, ``inplace=True`` on an op without ``allow_inplace``, or
+                ``functional`` without ``inplace=True``.
+            TypeError: ``supported`` is not a bool.
+
+        Example:
+            >>> import torch
+            >>> from opcore.ir import ops
+            >>> @ops.rms_norm.register_impl("doc_example")
+            ... def rms_norm_doc(x, weight, epsilon, variance_size=None):
+            ...     return ops.rms_norm.native(x, weight, epsilon, variance_size)
+            >>> x, w = torch.ones(2, 8), torch.ones(8)
+            >>> with ops.rms_norm.set_priority(["doc_example"]):
+            ...     ops.rms_norm.dispatch(x, w, 1e-6).provider
+            'doc_example'
+            >>> ops.rms_norm.unregister_impl("doc_example")  # undo the example
+        """
         _check_name("provider", provider)
         if provider in RESERVED_PROVIDERS:
             raise ValueError(f"op {self.name!r}: provider name {provider!r} is reserved")
@@ -784,6 +872,33 @@ def register_op(
     ``opcore_ir::<name>.maybe_inplace`` overload (activations marked mutable).
     ``tolerances`` override the default ``(atol, rtol)`` per dtype; ``error_budgets`` set
     the conformance suite's ``(factor, floor_ulps)`` per dtype (`IrOp.error_budget`).
+
+    Args:
+        f: the native function, when used bare; its body is the op's semantics.
+        name: the op's name (default: the function's name).
+        activations: names of the parameters that are activations.
+        allow_inplace: add the ``maybe_inplace`` entry point and overload.
+        tolerances: ``{dtype: (atol, rtol)}`` overriding the defaults.
+        error_budgets: ``{dtype: (factor, floor_ulps)}`` for the conformance suite.
+
+    Returns:
+        The `IrOp` when used bare, else a decorator returning it. The op is also
+        ``opcore.ir.ops.<name>`` and ``torch.ops.opcore_ir.<name>``.
+
+    Raises:
+        ValueError: the name is malformed, already registered, or taken by a member of
+            `opcore.ir.ops` or an existing ``opcore_ir`` torch op.
+
+    Example:
+        >>> import torch
+        >>> from opcore.ir import register_op
+        >>> from opcore.testing.ir import unregister_op
+        >>> @register_op
+        ... def doc_scale(x: torch.Tensor, factor: float) -> torch.Tensor:
+        ...     return x * factor
+        >>> doc_scale(torch.ones(2), 3.0)
+        tensor([3., 3.])
+        >>> unregister_op("doc_scale")  # undo the example
     """
 
     def decorator(fn: Callable) -> IrOp:
