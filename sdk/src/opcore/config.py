@@ -287,7 +287,30 @@ def create_config(
 ) -> OpcoreConfig:
     """Build a config in precedence order, calling the platform hooks on it.
 
-    ``platform`` defaults to the current platform; ``env`` to ``os.environ``.
+    Precedence, lowest first: defaults, the platform's
+    ``apply_config_platform_defaults``, the ``OPCORE_*`` environment variables, then the
+    keyword arguments; ``check_and_update_config`` sees the result last.
+
+    Args:
+        platform: the platform whose hooks run (default: the current platform).
+        custom_ops: ``compilation.custom_ops`` items such as ``["none", "+rms_norm"]``.
+        mode: the compilation mode.
+        ir_op_priority: ``{op name: [provider, ...]}`` user priority lists.
+        attention_backend: the attention backend name to use.
+        env: the environment to read ``OPCORE_*`` from (default: ``os.environ``).
+
+    Returns:
+        A new `OpcoreConfig` (not made current: see `set_current_config`).
+
+    Raises:
+        ConfigError: a value or environment variable is malformed or names something
+            unknown (the message names it).
+
+    Example:
+        >>> from opcore.config import create_config
+        >>> config = create_config(ir_op_priority={"rms_norm": ["native"]}, env={})
+        >>> config.kernel.ir_op_priority["rms_norm"]
+        ['native']
     """
     if platform is None:
         from opcore.platforms import get_current_platform

@@ -87,6 +87,14 @@ def register_backend(name: str, class_path: str | None = None) -> Any:
     Raises:
         ValueError: ``name`` is not an identifier, ``class_path`` is not dotted, ``name`` is
             a core backend, or ``name`` is already registered to a different path.
+
+    Example:
+        >>> from opcore.attention import known_names, register_backend
+        >>> from opcore.attention.registry import unregister_backend
+        >>> register_backend("doc_paged", "opcore.attention.backends.torch_native.TorchNativeBackend")
+        >>> "DOC_PAGED" in known_names()
+        True
+        >>> unregister_backend("DOC_PAGED")  # undo the example
     """
     key = normalize_name(name)
 

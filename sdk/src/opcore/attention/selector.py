@@ -152,10 +152,31 @@ def select_backend(
     platform: Any = None,
     config: Any = None,
 ) -> Selection:
-    """Choose the backend for ``cfg``; see the module docstring. Returns the `Selection`
-    (``.backend_cls`` is the class). Raises `AttentionSelectionError` when the requested
-    backend, or every candidate, is invalid; unknown names raise
-    `registry.UnknownBackendError`."""
+    """Choose the backend for ``cfg``; see the module docstring.
+
+    Args:
+        cfg: what the attention layer needs (head sizes, dtype, KV-cache layout).
+        backend: a backend name to use instead of the config's or platform's choice.
+        platform: the platform whose candidates are tried (default: the current one).
+        config: the `opcore.config.OpcoreConfig` (default: the current one).
+
+    Returns:
+        The `Selection`: ``.selected`` is the name, ``.backend_cls`` the class,
+        ``.candidates`` every backend tried with its reasons.
+
+    Raises:
+        AttentionSelectionError: the requested backend, or every candidate, is invalid.
+        registry.UnknownBackendError: a requested name is not registered.
+
+    Example:
+        >>> import torch
+        >>> from opcore.attention import AttentionSelectorConfig, select_backend
+        >>> cfg = AttentionSelectorConfig(head_size=64, num_heads=8, num_kv_heads=8,
+        ...                               dtype=torch.float32)
+        >>> selection = select_backend(cfg, "torch_native")
+        >>> selection.selected, selection.backend_cls.__name__
+        ('TORCH_NATIVE', 'TorchNativeBackend')
+    """
     from opcore.config import get_current_config
 
     load_registrations(platform)
