@@ -36,6 +36,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import linecache
+import logging
+import re
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -160,9 +164,15 @@ def _compiling(ctx, mode: str) -> Iterator[None]:
     cases made them no faster.)"""
     if mode == "inductor" and (reason := _inductor_reason(ctx.device.type)):
         raise NotApplicable(reason)
+    # torch logs a guard that cannot be built (30 lines of stack) before raising; the case's
+    # details carry the traceback, so the terminal is spared.
+    guards_logger = logging.getLogger("torch._guards")
+    level = guards_logger.level
+    guards_logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
+        guards_logger.setLevel(level)
         torch._dynamo.reset()
 
 
@@ -180,8 +190,47 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def _run(what: str, fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Call a check of `opcore.compile.testing`; its exceptions become statuses."""
+TRACE_RULE = "providers are traced by torch.compile: no Python control flow on sizes"
+_TRACEBACK_LINES = 60  # the end of the traceback: where the failure is, not torch's preamble
+
+
+def _traceback(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    lines = text.splitlines()
+    return "\n".join(lines[-_TRACEBACK_LINES:])
+
+
+def _source_file(fn: Callable) -> str | None:
+    try:
+        return inspect.getsourcefile(inspect.unwrap(fn))
+    except TypeError:
+        return None
+
+
+def _failing_node(exc: BaseException, impl: Any) -> str | None:
+    """Where in the provider's source the failure is: a frame of its file in the
+    exception chain, or a ``File "...", line N`` of it in the message (Dynamo prints the
+    user code it was tracing there). None when neither names it."""
+    path = _source_file(impl.impl_fn) if impl is not None else None
+    if not path:
+        return None
+    for e in _chain(exc):
+        for frame in reversed(traceback.extract_tb(e.__traceback__)):
+            if frame.filename == path:
+                return f"{path}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
+        m = re.search(rf'File "{re.escape(path)}", line (\d+)(?:, in (\w+))?(?:\n\s+(.+))?', str(e))
+        if m:
+            code = f": {m.group(3).strip()}" if m.group(3) else ""
+            return f"{path}:{m.group(1)}{f' in {m.group(2)}' if m.group(2) else ''}{code}"
+    return None
+
+
+def _run(what: str, fn: Callable[..., dict[str, Any]], *args: Any, culprit: Callable[[], Any] | None = None,
+         impl: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """Call a check of `opcore.compile.testing`; its exceptions become statuses. A failure
+    while compiling carries its traceback and, where known, the op, provider and source
+    line that failed: ``impl`` is the one provider the check compiles; ``culprit`` (for a
+    whole model) finds it by lowering op by op."""
     testing = _testing()
     from opcore.compile import LoweringError
 
@@ -198,7 +247,120 @@ def _run(what: str, fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any
             raise NotApplicable(f"{what}: the provider cannot be lowered here: {_first_line(lowering)}") from None
         root = chain[-1]
         cause = f" (caused by {_first_line(root)})" if root is not exc else ""
-        raise CheckFailed(f"{what} raised {_first_line(exc)}{cause}") from None
+        details: dict[str, Any] = {"traceback": _traceback(exc)}
+        found = None
+        if impl is not None:
+            found = {"op": impl.op_name, "provider": impl.provider, "node": _failing_node(exc, impl)}
+        elif culprit is not None:
+            found = culprit()
+        where = ""
+        if found:
+            details["culprit"] = found
+            node = f" at {found['node']}" if found.get("node") else ""
+            alone = f" (lowered alone: {found['error']})" if found.get("error") else ""
+            where = (f"; op {found['op']!r}, provider {found['provider']!r} fails to lower{node}{alone}"
+                     f" ({TRACE_RULE})")
+        raise CheckFailed(f"{what} raised {_first_line(exc)}{cause}{where}", details) from None
+
+
+def _token_marked(sample: Any) -> tuple[tuple, dict]:
+    """A copy of ``sample``'s arguments with the token dim (dim 0 of the first tensor, and of
+    every tensor of that length in dim 0 with 2 or more dims) marked dynamic, as the
+    decoder checks mark theirs."""
+    copy = sample.clone()
+    args, kwargs = copy.args, dict(copy.kwargs)
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    tokens = tensors[0].shape[0] if tensors and tensors[0].dim() else None
+    for i, t in enumerate(tensors):
+        if t.dim() and t.shape[0] == tokens and (i == 0 or t.dim() >= 2):
+            torch._dynamo.mark_dynamic(t, 0)
+    return args, kwargs
+
+
+def _lower_op_by_op(ctx, mode: str) -> dict[str, Any] | None:
+    """Compile each op alone, with the provider eager dispatch picks under the current
+    config and its token dim dynamic (as the decoder runs it): the first that raises is the
+    culprit, with its failing source line. None when each lowers alone."""
+    import opcore.compile as oc
+
+    for op_name in irapi.op_names():
+        op = irapi.get_op(op_name)
+        sample = None
+        for name in ctx.cache.names(op, DECODER_DTYPE, True):
+            candidate = ctx.cache.get(op, DECODER_DTYPE, True, name)
+            first = next((a for a in candidate.args if isinstance(a, torch.Tensor)), None)
+            if first is not None and first.dim() and first.shape[0] >= 2:  # 0/1 are specialized
+                sample = candidate.to(ctx.device)
+                break
+        if sample is None:
+            continue
+        provider = None
+        guards: list[str] = []
+        try:
+            provider = op.dispatch(*sample.args, **sample.kwargs).provider
+            args, kwargs = _token_marked(sample)
+            compiled = torch.compile(lambda *a, **k: op(*a, **k),  # noqa: B023 (called at once)
+                                     backend=oc.backend(mode=mode, fusion=False), fullgraph=True)
+            with torch.no_grad(), _guards_added(guards):
+                compiled(*args, **kwargs)
+        except Exception as exc:
+            impl = op.impls.get(provider) if provider is not None else None
+            node = _failing_node(exc, impl) or _guard_node(guards, impl)
+            return {"op": op_name, "provider": provider, "node": node, "error": _first_line(exc)}
+        finally:
+            torch._dynamo.reset()
+    return None
+
+
+_SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
+
+
+@contextlib.contextmanager
+def _guards_added(into: list[str]) -> Iterator[None]:
+    """Collect the shape guards torch adds while tracing (its debug log): a guard that
+    pins a dynamic size names the source line that asked for it, which the exception
+    (``ConstraintViolationError``) does not."""
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if "[guard added]" in message:
+                into.append(message)
+
+    logger = logging.getLogger(_SHAPES_LOGGER)
+    handler, level, propagate = _Collect(logging.DEBUG), logger.level, logger.propagate
+    # Lowering the level turns on torch's related dynamic-shape logs elsewhere too: its
+    # own handlers (on the "torch" logger) are muted meanwhile, so nothing is printed.
+    muted = [(h, h.level) for name, lg in list(logging.root.manager.loggerDict.items())
+             if name.split(".")[0] == "torch" and isinstance(lg, logging.Logger) for h in lg.handlers]
+    for h, _ in muted:
+        h.setLevel(logging.CRITICAL)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False  # collected, not printed
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+        for h, h_level in muted:
+            h.setLevel(h_level)
+
+
+def _guard_node(guards: list[str], impl: Any) -> str | None:
+    """The provider's source line behind a guard of `_guards_added` (torch shortens the
+    path in the message: matched by its end), with the guard."""
+    path = _source_file(impl.impl_fn) if impl is not None else None
+    if not path:
+        return None
+    for message in guards:
+        m = re.search(r"\(([^()\s]+):(\d+) in (\w+)\)", message)
+        if m and path.endswith(m.group(1)):
+            line = linecache.getline(path, int(m.group(2))).strip()
+            guard = message.split(" [guard added]")[0].removeprefix("eval ").strip()
+            return f"{path}:{m.group(2)} in {m.group(3)}: {line} (guard {guard})"
+    return None
 
 
 def _device_sample(ctx, op_name: str, dtype: str, sample_name: str) -> tuple[Any, Any]:
@@ -211,7 +373,8 @@ def _matches_eager_body(mode: str, op_name: str, provider: str, dtype: str, samp
         op, sample = _device_sample(ctx, op_name, dtype, sample_name)
         with _compiling(ctx, mode):
             m = _run(f"compiling {op_name} with provider {provider!r} ({mode})",
-                     _testing().compiled_matches_eager, op, provider, sample, mode=mode)
+                     _testing().compiled_matches_eager, op, provider, sample, mode=mode,
+                     impl=op.impls.get(provider))
         atol, rtol = irapi.tolerance(op, dtype)  # the bound compiled_matches_eager used
         return {"max_abs": m.get("max_abs_err"), "atol": atol, "rtol": rtol, "mode": mode,
                 "how": m.get("how")}
@@ -223,8 +386,9 @@ def _lowering_body(mode: str, op_name: str, dtype: str, sample_name: str):
     def body(ctx, _tol) -> dict[str, Any]:
         op, sample = _device_sample(ctx, op_name, dtype, sample_name)
         with _compiling(ctx, mode):
+            picked = op.dispatch(*sample.args, **sample.kwargs).provider  # what lowering should pick
             m = _run(f"compiling {op_name} ({mode})", _testing().lowering_matches_dispatch,
-                     op, sample, mode=mode)
+                     op, sample, mode=mode, impl=op.impls.get(picked))
         return {"mode": mode, "chosen": m.get("provider")}
 
     return body
@@ -245,7 +409,8 @@ def _dynamic_batch_body(mode: str):
     def body(ctx, _tol) -> dict[str, Any]:
         fn = _testing().no_recompile_on_dynamic_batch
         with _compiling(ctx, mode):
-            m = _run(f"the small decoder with a dynamic batch ({mode})", fn, mode=mode, **_device_kwargs(ctx, fn))
+            m = _run(f"the small decoder with a dynamic batch ({mode})", fn, mode=mode,
+                     culprit=lambda: _lower_op_by_op(ctx, mode), **_device_kwargs(ctx, fn))
         return {"max_abs": m.get("max_abs_err"), "mode": mode, "graphs": m.get("graphs")}
 
     return body
@@ -255,7 +420,8 @@ def _fusion_body(mode: str):
     def body(ctx, _tol) -> dict[str, Any]:
         fn = _testing().fusion_fires_on_small_decoder
         with _compiling(ctx, mode):
-            m = _run(f"the small decoder with fusion ({mode})", fn, mode=mode, **_device_kwargs(ctx, fn))
+            m = _run(f"the small decoder with fusion ({mode})", fn, mode=mode,
+                     culprit=lambda: _lower_op_by_op(ctx, mode), **_device_kwargs(ctx, fn))
         return {"max_abs": m.get("max_abs_err"), "mode": mode, "fusions": m.get("fusions")}
 
     return body

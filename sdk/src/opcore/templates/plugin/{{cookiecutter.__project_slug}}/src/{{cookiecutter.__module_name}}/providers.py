@@ -8,6 +8,11 @@ against the native reference on your device.
 The example below is plain torch, so it runs wherever torch does. Replace its body with a
 call into your kernel library, keep `_supports_rms_norm` honest about what the kernel
 accepts, and add providers for the other ops (`opcore info` lists them).
+
+Providers are traced by torch.compile: no Python control flow on sizes. A body that turns
+a size into a Python int (`int(x.shape[0])`, `if x.shape[0] > 8`, `range(n)`) pins it, and a
+model compiled with a dynamic batch fails; decide on sizes in `_supports_rms_norm` or in
+the kernel launch instead.
 """
 
 from __future__ import annotations
