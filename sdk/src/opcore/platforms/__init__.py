@@ -7,6 +7,24 @@ decision as data.
 
 Resolution runs once per process. When it fails, the failure is kept: every later access
 raises the same error again (same type, message and candidates) without running a probe.
+
+``current_platform`` (module attribute):
+    The `Platform` instance of this process: the installed platform plugin whose probe
+    won (see `explain()` for why), or `UnspecifiedPlatform` when none applies. Reading it
+    resolves the platform on first access; it is the object `get_current_platform()`
+    returns.
+
+    Raises:
+        PlatformResolutionError: resolution failed (every access raises it again), or
+            a platform plugin read it while being probed, imported or constructed.
+
+    Example:
+        >>> import opcore.platforms
+        >>> from opcore.platforms import Platform, current_platform
+        >>> isinstance(current_platform, Platform)
+        True
+        >>> current_platform is opcore.platforms.get_current_platform()
+        True
 """
 
 from __future__ import annotations
@@ -50,7 +68,22 @@ _failure: Exception | None = None  # why resolution failed, once it has
 
 
 def get_current_platform() -> Platform:
-    """The platform of this process, resolved on first call (thread-safe, once)."""
+    """The platform of this process, resolved on first call (thread-safe, once).
+
+    Returns:
+        The `Platform` instance that ``opcore.platforms.current_platform`` also gives.
+
+    Raises:
+        PlatformResolutionError: resolution failed (kept: every later call raises it
+            again without probing), or a platform plugin called this while being
+            probed, imported or constructed.
+
+    Example:
+        >>> from opcore.platforms import Platform, get_current_platform
+        >>> platform = get_current_platform()
+        >>> isinstance(platform, Platform), platform is get_current_platform()
+        (True, True)
+    """
     decision = _decision
     if decision is None:
         decision = _resolve_once()
