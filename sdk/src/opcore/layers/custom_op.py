@@ -106,7 +106,34 @@ class _Replaceable:
         class's op name). Usable as ``@RMSNorm.register_oot``,
         ``@CustomOp.register_oot(name="rms_norm")`` or called directly. Registering the
         same class again is a no-op (general plugins run in every process); a different
-        class for the same name is an error."""
+        class for the same name is an error.
+
+        Args:
+            oot_cls: the replacement class, a subclass of the registered layer's class;
+                omitted, a decorator is returned.
+            name: the registered layer's op name (default: this class's).
+
+        Returns:
+            ``oot_cls``, or a class decorator when it is omitted. Constructing the base
+            layer afterwards builds the replacement.
+
+        Raises:
+            TypeError: no ``name`` and this class is not a registered layer, the argument
+                is not a class, or it does not subclass the layer's class.
+            KeyError: no layer is registered under ``name``.
+            ValueError: the layer already has a different replacement.
+
+        Example:
+            >>> from opcore.layers import RMSNorm
+            >>> @RMSNorm.register_oot
+            ... class DocRMSNorm(RMSNorm):
+            ...     pass
+            >>> type(RMSNorm(8)).__name__
+            'DocRMSNorm'
+            >>> RMSNorm.unregister_oot()  # undo the example
+            >>> type(RMSNorm(8)).__name__
+            'RMSNorm'
+        """
 
         def decorator(replacement: type) -> type:
             key = (
