@@ -12,7 +12,7 @@ import pytest
 from opcore.plugins import GENERAL_PLUGINS_GROUP
 from opcore.testing import make_distribution, run_python
 
-PLUGIN = '''
+PLUGIN = """
 from opcore.layers import Attention, SiluAndMul
 
 
@@ -28,7 +28,7 @@ class AcmeAttention(Attention):
 def register():
     SiluAndMul.register_oot(AcmeSiluAndMul)
     Attention.register_oot(AcmeAttention)
-'''
+"""
 
 INFO = "from opcore.cli import main; raise SystemExit(main({args!r}))"
 

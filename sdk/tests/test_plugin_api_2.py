@@ -25,7 +25,7 @@ MIGRATION = (
     "(docs/design.md#plugin-api-2-0)"
 )
 
-PLUGIN = '''
+PLUGIN = """
 from opcore.platforms import Platform
 
 def probe():
@@ -38,14 +38,14 @@ class {cls}(Platform):
     def device_count(self): return 1
     def get_device_name(self, index=0): return "{name} device"
     def get_device_total_memory(self, index=0): return 1 << 30
-'''
+"""
 
 # What a 1.x plugin made from the 1.x template declared.
-LEGACY = '''    plugin_api = ("1.0", "2.0")
-    custom_op_forward_chain = ("forward_oot", "forward_native")'''
+LEGACY = """    plugin_api = ("1.0", "2.0")
+    custom_op_forward_chain = ("forward_oot", "forward_native")"""
 # A 1.x plugin that relied on the 1.x base class's range.
-UNDECLARED = '''    custom_op_forward_chain = ("forward_acme", "forward_native")'''
-MODERN = '''    plugin_api = ("2.0", "3.0")'''
+UNDECLARED = """    custom_op_forward_chain = ("forward_acme", "forward_native")"""
+MODERN = """    plugin_api = ("2.0", "3.0")"""
 
 RESOLVE = """
 import json, sys, warnings
@@ -60,8 +60,9 @@ def _install(site, name: str, body: str) -> None:
         site,
         f"opcore-plugin-{name}",
         entry_points={PLATFORM_PLUGINS_GROUP: {name: f"plugin_{name}:probe"}},
-        files={f"plugin_{name}.py": PLUGIN.format(name=name, cls=f"{name.title()}Platform",
-                                                  body=body)},
+        files={
+            f"plugin_{name}.py": PLUGIN.format(name=name, cls=f"{name.title()}Platform", body=body)
+        },
     )
 
 
@@ -89,7 +90,8 @@ def test_1x_plugins_are_refused_naming_the_migration_and_a_2x_plugin_wins(site):
 
     legacy = cands["legacy"]
     assert not legacy["activated"]
-    assert "plugin API >=1.0,<2.0" in legacy["error"] and "provides plugin API 2.0" in legacy["error"]
+    assert "plugin API >=1.0,<2.0" in legacy["error"]
+    assert "provides plugin API 2.0" in legacy["error"]
     assert MIGRATION in legacy["error"]
 
     undeclared = cands["undeclared"]

@@ -163,7 +163,7 @@ class _Replaceable:
                         f"cannot also register {_qualname(replacement)}"
                     )
                 entry.oot = replacement
-            replacement.op_name = key
+            replacement.op_name = key  # type: ignore[attr-defined]  # a _Replaceable subclass
             logger.info(
                 "layer %s: %s replaces %s", key, _qualname(replacement), _qualname(entry.base)
             )
@@ -185,7 +185,7 @@ class _Replaceable:
         """Remove the replacement of layer ``name`` (tests and plugin unloading)."""
         key = name or cls.op_name
         with _lock:
-            entry = _registry.get(key)
+            entry = _registry.get(key) if key else None
             if entry is None or entry.oot is None:
                 raise KeyError(f"layer {key!r} has no replacement")
             entry.oot = None
@@ -343,13 +343,16 @@ def resolve_binding(
             "%s defines forward_oot but is not a register_oot replacement: forward_native runs",
             _qualname(cls),
         )
-        return "forward_native", enabled, f"{why}; forward_oot ignored: not a register_oot replacement"
+        ignored = "forward_oot ignored: not a register_oot replacement"
+        return "forward_native", enabled, f"{why}; {ignored}"
     if not enabled:
         return "forward_native", False, why
-    if has_oot:
-        return "forward_oot", True, f"{why}; the replacement {_qualname(replacement)} defines forward_oot"
+    if has_oot and replacement is not None:
+        defines = f"the replacement {_qualname(replacement)} defines forward_oot"
+        return "forward_oot", True, f"{why}; {defines}"
     platform_name = getattr(platform, "name", platform)
-    return "forward_native", True, f"{why}; kernels from platform {platform_name!r} provider priority"
+    priority = f"kernels from platform {platform_name!r} provider priority"
+    return "forward_native", True, f"{why}; {priority}"
 
 
 def describe_route(cls: type, method: str) -> str:
