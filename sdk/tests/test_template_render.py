@@ -40,6 +40,7 @@ EXPECTED_FILES = {
     "src/opcore_plugin_{name}/layers.py",
     "src/opcore_plugin_{name}/platform.py",
     "src/opcore_plugin_{name}/providers.py",
+    "src/opcore_plugin_{name}/py.typed",
     "tests/test_{name}_attention.py",
     "tests/test_{name}_conformance.py",
     "tests/test_{name}_plugin.py",
@@ -94,7 +95,9 @@ def test_renders_every_option_combination(tmp_path, name, vendor, device_type):
         name="opcore-conformance"
     )
     assert meta["project"]["entry-points"]["opcore.platform_plugins"] == {name: f"opcore_plugin_{name}:probe"}
-    assert meta["tool"]["setuptools"]["package-data"] == {f"opcore_plugin_{name}": ["expectations.toml"]}
+    assert meta["tool"]["setuptools"]["package-data"] == {
+        f"opcore_plugin_{name}": ["expectations.toml", "py.typed"]
+    }
 
     device = device_type or "cpu"
     platform_src = files[f"src/opcore_plugin_{name}/platform.py"]
