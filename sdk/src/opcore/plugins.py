@@ -269,14 +269,7 @@ def load_general_plugins() -> list[GeneralPluginResult]:
     results = _general_results
     if results is not None:
         return results
-    running: DiscoveredPlugin | None = getattr(_general_running, "plugin", None)
-    if running is not None:
-        raise PluginError(
-            f"opcore general plugin {running.name!r} (from {running.where()}) re-entered "
-            f"opcore.plugins.load_general_plugins() while it was being loaded, for example by "
-            f"dispatching an op (the first dispatch loads the general plugins): a general "
-            f"plugin must only register things; dispatch ops later, not while it loads"
-        )
+    refuse_reentry_from_general_plugin()
     with _general_lock:
         if _general_results is not None:
             return _general_results
@@ -291,6 +284,22 @@ def load_general_plugins() -> list[GeneralPluginResult]:
         _general_results = results
         return results
 
+
+def refuse_reentry_from_general_plugin() -> None:
+    """Raise `PluginError` naming the general plugin this thread is loading, if any.
+
+    Called on every path by which a general plugin's own code can come back into loading
+    (this module, and the platform's kernel loading that runs the general plugins), so that
+    re-entry is an error naming the plugin on each of them, never a hang or a half-loaded
+    registry."""
+    running: DiscoveredPlugin | None = getattr(_general_running, "plugin", None)
+    if running is not None:
+        raise PluginError(
+            f"opcore general plugin {running.name!r} (from {running.where()}) re-entered "
+            f"opcore.plugins.load_general_plugins() while it was being loaded, for example by "
+            f"dispatching an op (the first dispatch loads the general plugins): a general "
+            f"plugin must only register things; dispatch ops later, not while it loads"
+        )
 
 def _general_result(plugin: DiscoveredPlugin, error: str | None) -> GeneralPluginResult:
     return GeneralPluginResult(plugin.name, plugin.distribution, plugin.version, error)

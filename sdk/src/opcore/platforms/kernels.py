@@ -51,7 +51,14 @@ def ensure_kernels_loaded() -> None:
     if _loaded:
         return
     with _lock:
-        if _loaded or _loading:
+        if _loading:
+            # This thread is inside the load: a kernel module dispatching while it is
+            # imported goes on; a general plugin doing so is an error naming it.
+            from opcore.plugins import refuse_reentry_from_general_plugin
+
+            refuse_reentry_from_general_plugin()
+            return
+        if _loaded:
             return
         _loading = True
         try:
