@@ -301,6 +301,7 @@ def refuse_reentry_from_general_plugin() -> None:
             f"plugin must only register things; dispatch ops later, not while it loads"
         )
 
+
 def _general_result(plugin: DiscoveredPlugin, error: str | None) -> GeneralPluginResult:
     return GeneralPluginResult(plugin.name, plugin.distribution, plugin.version, error)
 
