@@ -8,6 +8,7 @@ plugins/tpu/scripts/run_conformance_xla.sh (see plugins/tpu/reports/).
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.metadata as md
 import importlib.util
 import sys
@@ -81,14 +82,76 @@ def test_tpu_probe_simulated_tpu_chips_activate_without_pjrt_device(fake_torch_x
     assert probe_mod.probe() == "opcore_plugin_tpu.platform.TpuPlatform"
 
 
-def test_tpu_probe_simulated_broken_torch_xla_keeps_the_import_error(fake_torch_xla, monkeypatch):
-    fake_torch_xla("raise ImportError('libtpu.so: cannot open shared object file')\n")
+def test_tpu_probe_simulated_torch_xla_for_another_torch_release_says_so(fake_torch_xla, monkeypatch):
+    fake_torch_xla()
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    result = probe_mod.probe()
-    assert isinstance(result, Absent)
-    assert result.reason == (
-        "torch_xla failed to import: ImportError: libtpu.so: cannot open shared object file"
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "1.0.0" if name == "torch_xla" else real_version(name)
     )
+    assert probe_mod.torch_xla_mismatch("1.0.3") is None  # same release: loads
+    expected = (
+        f"torch_xla 1.0.0 is built for torch 1.0, this is torch {torch.__version__} "
+        "(install the torch_xla release matching torch)"
+    )
+    assert probe_mod.torch_xla_mismatch() == expected
+    result = probe_mod.probe()
+    assert isinstance(result, Absent) and result.reason == expected
+
+
+# A stand-in torch_xla distribution (simulated: no torch_xla exists in this venv) whose
+# import takes SLOW_IMPORT_S, as the real one takes seconds; installed as a real
+# distribution and resolved in a fresh interpreter with a probe budget below that.
+SLOW_IMPORT_S = 2.0
+
+
+def _stand_in_torch_xla(site, body: str) -> None:
+    from opcore.testing import make_distribution
+
+    make_distribution(
+        site, "torch_xla", version=torch.__version__.split("+")[0],
+        files={"torch_xla/__init__.py": body},
+    )
+
+
+RESOLVE = """
+import json, warnings
+warnings.simplefilter("always")
+from opcore.platforms import explain
+d = explain()
+print(json.dumps({"platform": d.platform.name,
+                  "tpu": [c.to_dict() for c in d.candidates if c.name == "tpu"][0]}))
+"""
+
+
+def test_tpu_probe_budget_does_not_pay_a_simulated_slow_torch_xla_import(tmp_path):
+    import json
+
+    from opcore.testing import run_python
+
+    _stand_in_torch_xla(tmp_path, f"import time\ntime.sleep({SLOW_IMPORT_S})\n")
+    res = run_python(
+        RESOLVE, site=tmp_path, timeout=120,
+        env={"PJRT_DEVICE": "CPU", "OPCORE_PROBE_TIMEOUT_S": str(SLOW_IMPORT_S / 2)},
+    )
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    # The import runs when the winner is constructed, outside the probe budget.
+    assert out["platform"] == "tpu", out
+    assert "probe took" not in res.stderr and "did not answer in time" not in res.stderr
+
+
+def test_tpu_simulated_broken_torch_xla_refuses_the_platform_with_the_import_error(tmp_path):
+    import json
+
+    from opcore.testing import run_python
+
+    _stand_in_torch_xla(tmp_path, "raise ImportError('libtpu.so: cannot open shared object file')\n")
+    res = run_python(RESOLVE, site=tmp_path, timeout=120, env={"PJRT_DEVICE": "CPU"})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["platform"] == "cpu", out  # the fallback, with the reason on the tpu candidate
+    assert "ImportError: libtpu.so: cannot open shared object file" in (out["tpu"]["error"] or ""), out
 
 
 def test_tpu_chip_count_reads_pci_ids_from_a_simulated_sysfs(tmp_path):
@@ -106,7 +169,8 @@ def test_tpu_chip_count_reads_pci_ids_from_a_simulated_sysfs(tmp_path):
     assert probe_mod.count_tpu_chips(str(tmp_path / "missing")) == 0
 
 
-def test_tpu_platform_identity_and_hooks_without_a_tpu():
+def test_tpu_platform_identity_and_hooks_without_a_tpu(fake_torch_xla):
+    fake_torch_xla()  # constructing the platform imports torch_xla (simulated here)
     p = TpuPlatform()
     assert (p.name, p.device_type, p.dispatch_key) == ("tpu", "xla", "XLA")
     assert p.device_control_env_var == "TPU_VISIBLE_CHIPS"
@@ -120,11 +184,12 @@ def test_tpu_platform_identity_and_hooks_without_a_tpu():
     assert isinstance(p.inference_mode(), torch.no_grad)
 
 
-def test_tpu_pallas_backend_is_registered_by_name_and_unavailable_here():
+def test_tpu_pallas_backend_is_registered_by_name_and_unavailable_here(fake_torch_xla):
     from opcore.attention import UnknownBackendError, backend_class_path
     from opcore.attention.registry import load_backend_class, unregister_backend
     from opcore.attention.selector_config import AttentionSelectorConfig
 
+    fake_torch_xla()  # constructing the platform imports torch_xla (simulated here)
     p = TpuPlatform()
     assert not hasattr(p, "get_attn_backend_cls")  # removed in plugin API 2.0: the registry maps
     with pytest.raises(UnknownBackendError):  # the core reserves no vendor name

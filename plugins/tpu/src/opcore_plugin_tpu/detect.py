@@ -2,8 +2,13 @@
 
 Activation rules (pure: no registration, no runtime initialisation):
 
-* ``torch_xla`` must be installed and import cleanly; otherwise `Absent` with the reason
-  (not installed, or the import error itself).
+* ``torch_xla`` must be installed, built for the running torch's release (its major.minor
+  equals torch's, as torch_xla requires); otherwise `Absent` with the reason. The probe does
+  not import it: that loads the PJRT runtime and takes seconds (about 5 s on a loaded
+  2-core host, more from a cold page cache), which a probe must not spend (resolution runs
+  probes in a worker thread within ``OPCORE_PROBE_TIMEOUT_S``, default 10 s, and warns
+  over 1 s). `TpuPlatform` imports it when it is constructed, i.e. once it has won
+  resolution; an import failure there refuses the platform with the error itself.
 * ``PJRT_DEVICE=TPU``: activate when at least one TPU chip is on the PCI bus.
 * ``PJRT_DEVICE=CPU``: activate on XLA:CPU. Setting the variable is an explicit request
   for XLA; this is how the conformance suite runs the plugin on a machine without a TPU.
@@ -21,8 +26,10 @@ uses to pick its default device.
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import importlib.util
 import os
+import re
 
 from opcore.platforms import Absent
 
@@ -59,6 +66,32 @@ def pjrt_device() -> str | None:
     return raw.split("_")[0].upper() if raw else None
 
 
+def _release(version: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a version string such as ``2.9.0+cu128``; ``None`` if unparsable."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def torch_xla_mismatch(torch_version: str | None = None) -> str | None:
+    """Why the installed torch_xla cannot load into this torch (``None``: same release, or
+    not decidable from the metadata). Reads distribution metadata only; imports nothing."""
+    try:
+        xla_version = importlib.metadata.version("torch_xla")
+    except importlib.metadata.PackageNotFoundError:
+        return None  # importable without metadata (a source checkout): let the import decide
+    if torch_version is None:
+        import torch  # already imported by opcore: free
+
+        torch_version = torch.__version__
+    xla, tor = _release(xla_version), _release(torch_version)
+    if xla is None or tor is None or xla == tor:
+        return None
+    return (
+        f"torch_xla {xla_version} is built for torch {xla[0]}.{xla[1]}, this is torch "
+        f"{torch_version} (install the torch_xla release matching torch)"
+    )
+
+
 def probe() -> str | Absent:
     """Entry point of ``opcore.intree_platform_plugins:tpu``."""
     if importlib.util.find_spec("torch_xla") is None:
@@ -80,8 +113,7 @@ def probe() -> str | Absent:
                 f"{how} no TPU chip is on the PCI bus (vendor {GOOGLE_PCI_VENDOR}); "
                 f"set PJRT_DEVICE=CPU to run this plugin on XLA:CPU"
             )
-    try:
-        import torch_xla  # noqa: F401  (the import is the check: it loads libtpu / PJRT)
-    except Exception as exc:  # any import failure is the reason, kept verbatim
-        return Absent(f"torch_xla failed to import: {type(exc).__name__}: {exc}")
+    mismatch = torch_xla_mismatch()
+    if mismatch is not None:
+        return Absent(mismatch)
     return PLATFORM_CLASS

@@ -6,7 +6,8 @@ provider (`opcore_plugin_tpu.pallas_provider`) is registered too, `supported` on
 real TPU, and opt-in (see `get_default_ir_op_priority`).
 
 Everything torch_xla is imported inside methods: this module imports without torch_xla,
-so `opcore info` can describe the class on any host.
+so `opcore info` can describe the class on any host. Constructing `TpuPlatform` imports
+torch_xla (resolution constructs only the winner).
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ class TpuPlatform(Platform):
     supported_dtypes = (torch.float32, torch.bfloat16, torch.float16)
     plugin_api = ("2.0", "3.0")
     conformance_expectations = "opcore_plugin_tpu:expectations.toml"
+
+    def __init__(self) -> None:
+        # The probe only checks that torch_xla is installed for this torch (it must answer
+        # within the probe budget); the import itself takes seconds (it loads the PJRT
+        # runtime), so it happens here, once this platform has won resolution (outside the
+        # budget). A failing import refuses the platform: resolution records the error on
+        # the candidate and falls back to the next rule.
+        import torch_xla  # noqa: F401
 
     # ------------------------------------------------------------------ device queries
     # Written here rather than inherited from `TorchDevicePlatform`: torch_xla registers no
