@@ -124,7 +124,9 @@ class SampleCache:
         self._names[key] = names
         for sample in got:
             strided = any(not t.is_contiguous() for _, t in sample.tensors())
-            self._layouts[(*key, sample.name)] = "strided" if strided else "contiguous"
+            # Named first: mypy reads d[(*k, n)] as 3.11-only d[*k, n] syntax.
+            layout_key = (*key, sample.name)
+            self._layouts[layout_key] = "strided" if strided else "contiguous"
         self._lru[key] = got
         full = [k for k in self._lru if not k[2]]
         while len(full) > self._size:

@@ -121,7 +121,8 @@ def parse_custom_ops(items: list[str] | str, *, source: str = "custom_ops") -> l
         raise ConfigError(
             f"{source}: more than one base in {items!r}: use exactly one of all / none"
         )
-    enabled, disabled = set(), set()
+    enabled: set[str] = set()
+    disabled: set[str] = set()
     for item in items:
         if item in ("all", "none"):
             continue

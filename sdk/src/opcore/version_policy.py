@@ -34,6 +34,8 @@ def requirement(version: str | None = None, name: str = "opcore") -> str:
     declares: ``opcore>=X.Y,<X+1``. ``name`` gives the same range for a distribution
     released with opcore (``opcore-conformance``)."""
     if version is None:
-        from opcore import __version__ as version
+        from opcore import __version__
+
+        version = __version__
     major, minor = major_minor(version)
     return f"{name}>={major}.{minor},<{major + 1}"

@@ -36,7 +36,7 @@ def build(header: dict[str, Any], records: list[dict[str, Any]],
         by_check[rec["check"]].append(rec)
     for check, recs in by_check.items():
         suite = ET.SubElement(root, "testsuite", name=check, tests=str(len(recs)))
-        counts = collections.Counter()
+        counts: collections.Counter[str] = collections.Counter()
         for rec in recs:
             tc = ET.SubElement(suite, "testcase", classname=f"opcore.conformance.{check}",
                                name=rec["id"], time=f"{rec.get('duration_s') or 0:.6f}")

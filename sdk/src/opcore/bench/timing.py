@@ -39,7 +39,7 @@ def host_median_us(
         fn()
     if synchronize is not None:
         synchronize()
-    samples = []
+    samples: list[float] = []
     start = time.perf_counter()
     while len(samples) < reps and (time.perf_counter() - start) < budget_s or len(samples) < 3:
         t0 = time.perf_counter()

@@ -120,6 +120,7 @@ def _resolve_once() -> Decision:
                 raise
         if _failure is not None:
             raise _again(_failure)
+        assert _decision is not None  # resolved above; a failure was raised instead
         return _decision
 
 

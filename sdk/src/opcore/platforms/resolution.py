@@ -393,8 +393,9 @@ def _conclude(
     when activated. Failures are recorded, warned about, or raised when authoritative or
     strict."""
 
-    def fail(what: str, exc: BaseException) -> None:
+    def fail(what: str, exc: BaseException) -> type[Platform] | None:
         _fail(plugin, cand, what, exc, authoritative=authoritative)
+        return None  # recorded (or raised): no class is activated
 
     cand.probed = run.probed
     if run.timed_out:

@@ -24,7 +24,7 @@ rounding and half-precision results within the ops' tolerances.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -45,15 +45,27 @@ ATTRS = (
     "_opcore_eager_attention",
 )
 
+if TYPE_CHECKING:
 
-class RMSNormMixin:
+    class _Host:
+        """For the type checker only: a mixin reads the attributes of the transformers
+        module it is put in front of (and the ``ATTRS`` the patch set), which vary by
+        model and are untyped here."""
+
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+    _Host = object
+
+
+class RMSNormMixin(_Host):
     """``forward(x) = rms_norm(x, weight, variance_epsilon)``."""
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return ops.rms_norm(hidden_states, self.weight, self.variance_epsilon)
 
 
-class FusedBuffersMixin:
+class FusedBuffersMixin(_Host):
     """Re-point fused parameters at their buffers after ``_apply`` (``.to()``, ``.half()``)."""
 
     def _apply(self, fn, recurse=True):
@@ -87,7 +99,7 @@ class FusedMLPMixin(FusedBuffersMixin):
         return self.down_proj(_gated(self, gate_up))
 
 
-class SplitMLPMixin:
+class SplitMLPMixin(_Host):
     """``down(act_and_mul(cat(gate(x), up(x))))``: the projections run as they are."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -95,7 +107,7 @@ class SplitMLPMixin:
         return self.down_proj(_gated(self, gate_up))
 
 
-class RotaryMixin:
+class RotaryMixin(_Host):
     """``forward(x, position_ids) -> (cos_sin_cache, positions)``, positions one per token
     of ``x``.
 
@@ -127,7 +139,7 @@ def build_cache(rotary: Any, max_position: int) -> torch.Tensor:
     return torch.cat((freqs.cos() * scale, freqs.sin() * scale), dim=-1).contiguous()
 
 
-class DecoderLayerMixin:
+class DecoderLayerMixin(_Host):
     """The pre-norm decoder layer with the post-attention residual add fused into its
     RMSNorm: ``h, residual = fused_add_rms_norm(attn_out, residual)``."""
 
