@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opcore.attention.backend import AttentionBackend
 
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
@@ -182,7 +185,7 @@ def registered_backends() -> dict[str, dict[str, Any]]:
     return out
 
 
-def load_backend_class(class_path: str) -> type:
+def load_backend_class(class_path: str) -> type[AttentionBackend]:
     """Import ``class_path`` and check that it is an `AttentionBackend` subclass."""
     from opcore.attention.backend import AttentionBackend
     from opcore.plugins import resolve_qualname

@@ -243,8 +243,9 @@ class IrOp:
         # (id(config), override) -> (config, generation, Decision, log): decisions by value
         self._decisions: dict[tuple, tuple] = {}
         self._torch: torch_lib.TorchRegistration | None = None
-        self.torch_op = None
-        self.torch_op_inplace = None
+        # The torch.library overloads, set by _register_torch_op (None only before it).
+        self.torch_op: Any = None
+        self.torch_op_inplace: Any = None
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -799,8 +800,8 @@ def _cloning_wrapper(fn: Callable, indices: tuple[int, ...], names: tuple[str, .
     """Call in-place ``fn`` on clones of the activations, so the caller's tensors are
     untouched (the default overload's contract)."""
 
-    def functional(*args: Any, **kwargs: Any) -> Any:
-        args = list(args)
+    def functional(*given: Any, **kwargs: Any) -> Any:
+        args = list(given)
         for i, name in zip(indices, names, strict=True):
             if i < len(args):
                 if args[i] is not None:

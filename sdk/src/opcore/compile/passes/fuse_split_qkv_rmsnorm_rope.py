@@ -82,9 +82,12 @@ def _try_fuse(graph: fx.Graph, split: fx.Node) -> bool:
     qkv, sizes = split.args[0], split.args[1]
     dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
     qkv_val = fx_utils.fake_value(qkv)
-    if not isinstance(qkv_val, torch.Tensor) or qkv_val.dim() < 2 or len(sizes) != 3:
+    if not isinstance(qkv_val, torch.Tensor) or qkv_val.dim() < 2:
         return False
-    if dim not in (-1, qkv_val.dim() - 1) or not all(isinstance(s, int) for s in sizes):
+    if not isinstance(sizes, (list, tuple)) or len(sizes) != 3:  # sizes given as a node: skip
+        return False
+    int_sizes = [s for s in sizes if isinstance(s, int)]
+    if dim not in (-1, qkv_val.dim() - 1) or len(int_sizes) != 3:
         return False
     parts = fx_utils.getitem_users(split)
     if parts is None or set(parts) - {0, 1, 2} or 0 not in parts or 1 not in parts:
@@ -105,8 +108,8 @@ def _try_fuse(graph: fx.Graph, split: fx.Node) -> bool:
     qv, kv = fx_utils.fake_value(q_in), fx_utils.fake_value(k_in)
     if qv.shape[-1] != head_size or kv.shape[-1] != head_size or qv.dim() < 2 or kv.dim() < 2:
         return False
-    heads, kv_heads = sizes[0] // head_size, sizes[1] // head_size
-    if sizes != [heads * head_size, kv_heads * head_size, kv_heads * head_size]:
+    heads, kv_heads = int_sizes[0] // head_size, int_sizes[1] // head_size
+    if int_sizes != [heads * head_size, kv_heads * head_size, kv_heads * head_size]:
         return False
     if not (fx_utils.known_equal(qv.shape[-2], heads) and fx_utils.known_equal(kv.shape[-2], kv_heads)):
         return False
