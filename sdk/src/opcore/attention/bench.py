@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from opcore.attention.paged import PagedAttentionMetadata
+
+if TYPE_CHECKING:
+    from opcore.attention.backend import AttentionBackend
 
 BATCHES = (1, 8, 32, 64, 128, 256)
 CONTEXTS = (1024, 4096, 16384, 32768)
@@ -46,7 +49,7 @@ def build_decode_batch(
     block_size: int,
     dtype: torch.dtype,
     device: torch.device,
-    backend_cls: type,
+    backend_cls: type[AttentionBackend],
     generator: torch.Generator | None = None,
 ):
     """A random cache (the backend's layout), a block table scattering each sequence's

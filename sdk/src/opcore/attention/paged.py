@@ -138,8 +138,8 @@ class PagedAttentionMetadata:
                 )
         if self.num_seqs and width:
             cols = torch.arange(width, device=self.block_table.device)
-            need = (self.seq_lens.to(torch.int64) + block_size - 1) // block_size
-            used = cols[None, :] < need[:, None]
+            needed = (self.seq_lens.to(torch.int64) + block_size - 1) // block_size
+            used = cols[None, :] < needed[:, None]
             bad = used & ((self.block_table < 0) | (self.block_table >= num_blocks))
             if bool(bad.any()):
                 i, j = (int(x) for x in bad.nonzero()[0])

@@ -25,10 +25,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opcore.attention import registry
 from opcore.attention.selector_config import AttentionSelectorConfig
+
+if TYPE_CHECKING:
+    from opcore.attention.backend import AttentionBackend
 
 logger = logging.getLogger("opcore.attention")
 
@@ -62,7 +65,7 @@ class Selection:
     source: str  # "argument", "config" or "platform"
     requested: str | None
     selected: str | None
-    backend_cls: type | None
+    backend_cls: type[AttentionBackend] | None
     candidates: list[CandidateResult]
     error: str | None = None
 
@@ -113,7 +116,7 @@ def load_registrations(platform: Any = None) -> None:
         load_general_plugins()
 
 
-def backend_class(name: str) -> type:
+def backend_class(name: str) -> type[AttentionBackend]:
     """The class registered for backend ``name``, with the current platform's registrations
     loaded first; no validation (`select_backend` validates). Raises
     `registry.UnknownBackendError` for a name nobody registered, ``ImportError`` /
@@ -122,7 +125,7 @@ def backend_class(name: str) -> type:
     return registry.load_backend_class(registry.backend_class_path(name))
 
 
-def _evaluate(name: str, cfg: AttentionSelectorConfig) -> tuple[CandidateResult, type | None]:
+def _evaluate(name: str, cfg: AttentionSelectorConfig) -> tuple[CandidateResult, type[AttentionBackend] | None]:
     """Resolve and validate one name; every failure becomes a reason, never an exception."""
     try:
         path = registry.backend_class_path(name)
@@ -198,10 +201,11 @@ def select_backend(
 
     # The platform object itself is part of the key (not its id, which a later object
     # could reuse); an unhashable platform simply is not cached.
-    key = (cfg, requested, platform, registry.registry_generation())
+    full_key = (cfg, requested, platform, registry.registry_generation())
+    key: tuple | None = full_key
     try:
         with _lock:
-            hit = _cache.get(key)
+            hit = _cache.get(full_key)
     except TypeError:
         key, hit = None, None
     if hit is not None:
@@ -278,9 +282,11 @@ def select_backend(
 
 def get_attn_backend(
     cfg: AttentionSelectorConfig, backend: str | None = None, **kwargs: Any
-) -> type:
+) -> type[AttentionBackend]:
     """`select_backend` returning the backend class only."""
-    return select_backend(cfg, backend, **kwargs).backend_cls
+    selection = select_backend(cfg, backend, **kwargs)
+    assert selection.backend_cls is not None  # select_backend raises when none is valid
+    return selection.backend_cls
 
 
 def _record(key: tuple | None, selection: Selection) -> None:

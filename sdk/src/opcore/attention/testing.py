@@ -33,13 +33,16 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from opcore.attention.paged import PagedAttentionMetadata, compute_slot_mapping
 from opcore.attention.registry import normalize_name
 from opcore.attention.selector_config import AttentionSelectorConfig, dtype_name
+
+if TYPE_CHECKING:
+    from opcore.attention.backend import AttentionBackend
 
 # (query_lens, seq_lens) per batch mix. Lengths straddle block boundaries on purpose, and
 # include a context of 1, a prompt shorter than a block and a chunked prefill.
@@ -187,7 +190,7 @@ def conformance_cases(quick: bool) -> Iterator[AttentionCase]:
     yield from _extra_cases()
 
 
-def _backend_class(backend_name: str, cfg: AttentionSelectorConfig) -> type:
+def _backend_class(backend_name: str, cfg: AttentionSelectorConfig) -> type[AttentionBackend]:
     from opcore.attention.selector import backend_class
 
     return backend_class(normalize_name(backend_name))
@@ -250,7 +253,7 @@ def make_case_data(case: AttentionCase) -> CaseData:
     )
 
 
-def run_backend(cls: type, case: AttentionCase, data: CaseData, device, dtype: torch.dtype) -> torch.Tensor:
+def run_backend(cls: type[AttentionBackend], case: AttentionCase, data: CaseData, device, dtype: torch.dtype) -> torch.Tensor:
     """Write the case's context into a fresh NaN-filled cache of ``cls`` in two steps
     (the earlier context, then the new tokens mixed with padding rows of slot -1 and NaN
     data) and run the batch. Returns the output on the CPU."""

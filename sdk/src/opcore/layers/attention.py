@@ -62,7 +62,11 @@ class Attention(PluggableLayer):
             logits_soft_cap=logits_soft_cap,
         )
         self.selection = select_backend(self.selector_config, backend)
-        self.backend_cls = self.selection.backend_cls
+        backend_cls, backend_name = self.selection.backend_cls, self.selection.selected
+        # select_backend raises when no backend is valid: a returned selection has both.
+        assert backend_cls is not None and backend_name is not None
+        self.backend_cls = backend_cls
+        self._backend_name = backend_name
         self.impl = self.backend_cls(
             num_heads,
             head_size,
@@ -76,7 +80,7 @@ class Attention(PluggableLayer):
 
     @property
     def backend_name(self) -> str:
-        return self.selection.selected
+        return self._backend_name
 
     def kv_cache_shape(self, num_blocks: int) -> tuple[int, ...]:
         return tuple(
@@ -132,7 +136,7 @@ class Attention(PluggableLayer):
                 "Attention.forward: pass both key and value, or neither (attend to the cache only)"
             )
         q = self._heads("query", query, self.num_heads)
-        if key is not None:
+        if key is not None and value is not None:  # both or neither (checked above)
             if metadata.slot_mapping is None:
                 raise ValueError(
                     "Attention.forward: metadata.slot_mapping is required to write key and value"
