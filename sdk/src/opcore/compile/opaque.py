@@ -50,6 +50,8 @@ def has_out_of_place(impl: Impl) -> bool:
 
 
 def _inplace_schema(op: IrOp) -> str:
+    if op.inplace_schema is None:
+        raise TypeError(f"op {op.name!r} was not registered with allow_inplace=True")
     params = op.inplace_schema.split(" -> ")[0]
     return params + " -> ()"
 

@@ -120,7 +120,7 @@ def compiled_matches_eager(op: IrOp | str, provider: str, sample: SampleInput, *
             raise CompileCheckFailed(f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}): argument {name} was written")
     record = be.last_record
     lowered = record.by_op().get(op.name, []) if record else []
-    if lowered != [provider]:
+    if record is None or lowered != [provider]:
         raise CompileCheckFailed(f"{op.name}: compiled graph lowered to {lowered}, expected [{provider!r}]")
     dtype = next((t.dtype for t in _tensors(want) if t is not None), torch.float32)
     atol, rtol = op.tolerance(dtype)
@@ -147,6 +147,8 @@ def lowering_matches_dispatch(op: IrOp | str, sample: SampleInput, *, mode: str 
         args, kwargs = _clone_args(sample)
         compiled(*args, **kwargs)
         torch._dynamo.reset()
+    if be.last_record is None:
+        raise CompileCheckFailed(f"{op.name}: the backend recorded no compiled graph")
     lowered = be.last_record.by_op().get(op.name, [])
     if lowered != [expected]:
         raise CompileCheckFailed(
@@ -217,6 +219,8 @@ def fusion_fires_on_small_decoder(
         got = torch.compile(model, backend=be)(positions, hidden)
         torch._dynamo.reset()
     record = be.last_record
+    if record is None:
+        raise CompileCheckFailed("the backend recorded no compiled graph")
     expected = {"fuse_split_qkv_rmsnorm_rope": layers, "fuse_add_rms_norm": 2 * layers}
     fired = {k: record.fusions.get(k, 0) for k in expected}
     if fired != expected:

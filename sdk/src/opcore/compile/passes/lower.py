@@ -89,8 +89,8 @@ def _opaque_replacement(op: IrOp, impl: Impl, inplace: bool, functional_graph: b
 
     target = opaque.get(op, impl)
 
-    def call_inplace(*args: Any) -> Any:
-        args = _clone_activations(op, list(args))
+    def call_inplace(*given: Any) -> Any:
+        args = _clone_activations(op, list(given))
         target(*args)
         outs = tuple(args[i] for i in op.activation_index)
         return outs if len(outs) > 1 else outs[0]

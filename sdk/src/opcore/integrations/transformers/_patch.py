@@ -132,7 +132,7 @@ def _instance_forward(module: nn.Module, where: str) -> str | None:
 
 def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
     """Check the whole model; return the `Plan`, or the problems (nothing changed)."""
-    config = model.config
+    config: Any = model.config  # a transformers PretrainedConfig (not typed here)
     problems = config_problems(config)
     if problems:
         return problems

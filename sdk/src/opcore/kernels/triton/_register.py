@@ -23,6 +23,7 @@ from opcore.kernels.triton._support import (
     row_layout,
 )
 
+INTERPRETED: bool  # the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1)
 if HAS_TRITON:
     from opcore.kernels.triton import activation, norm, qk_norm_rope, rotary
 
@@ -30,7 +31,7 @@ if HAS_TRITON:
 else:
     INTERPRETED = False
 
-DEVICE_TYPES = driven_device_types(INTERPRETED) if HAS_TRITON else frozenset()
+DEVICE_TYPES: frozenset[str] = driven_device_types(INTERPRETED) if HAS_TRITON else frozenset()
 # These checks run on every eager dispatch: each reads a tensor's metadata once.
 _on_device = device_check(DEVICE_TYPES)
 _Tensor = torch.Tensor
