@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --case: write each numerics case's inputs, float64 reference, "
                              "provider and native outputs (torch.save) and a standalone repro.py "
                              "that shows the mismatch without the suite, to DIR/<case id>/")
+    parser.add_argument("--draft-expectations", metavar="FILE",
+                        help="after the run, write FILE: an expectations file with an xfail entry "
+                             "per group of identical failures, each with a reason to fill in")
     parser.add_argument("--list", action="store_true", dest="list_only",
                         help="list the selected case ids as JSON lines and exit")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
@@ -82,6 +85,7 @@ def options_from_args(args: argparse.Namespace):
         expectations=args.expectations,
         progress=args.progress,
         dump=args.dump or None,
+        draft_expectations=args.draft_expectations or None,
     )
 
 

@@ -62,6 +62,8 @@ class Options:
     progress: bool = True
     # --dump DIR: each numerics case that runs writes DIR/<case id>/ (`opcore_conformance.dump`)
     dump: Path | None = None
+    # --draft-expectations FILE: xfail entries for this run's failures (`opcore_conformance.draft`)
+    draft_expectations: Path | None = None
 
     def __post_init__(self) -> None:
         if self.report_dir is not None:

@@ -10,7 +10,7 @@ from opcore_conformance import report
 from opcore_conformance.interrupt import Interrupted, Interruptions, exit_status
 from opcore_conformance.options import Options
 from opcore_conformance.report import dirs, markdown, terminal
-from opcore_conformance.report.progress import Progress
+from opcore_conformance.report.progress import Progress, expected_cost
 from opcore_conformance.session import ConformanceSession, SetupError
 
 EXIT_RED = 1
@@ -71,14 +71,15 @@ def _run(session: ConformanceSession, rd: dirs.ReportDir | None, out: TextIO, li
             raise SetupError(f"no case matches {options.cases}")
         phase = "cases"
         stream, paths = report.open_stream(rd.path, session.header())
-        progress = Progress(len(cases), enabled=options.progress)
-        for case in cases:
+        costs = [expected_cost(c.check, c.info.get("mode")) for c in cases]
+        progress = Progress(len(cases), enabled=options.progress, weight=sum(costs))
+        for case, cost in zip(cases, costs, strict=True):
             result = session.run(case)
             if intr.signal_name:  # the signal came inside the case and was swallowed there
                 session.results.pop()
                 break
             stream.add(result.to_record())
-            progress.update(case.id, result.status)
+            progress.update(case.id, result.status, cost)
     except Interrupted:
         pass
     except SetupError:
@@ -101,6 +102,13 @@ def _run(session: ConformanceSession, rd: dirs.ReportDir | None, out: TextIO, li
     out.write(terminal.render(session.header(), records, {k: str(v) for k, v in paths.items()}, note)
               + "\n")
     out.flush()
+    if options.draft_expectations is not None:
+        from opcore_conformance import draft
+
+        n = draft.write(options.draft_expectations, records, platform=session.header().get("platform"),
+                        mode=options.mode)
+        print(f"opcore conformance: drafted {n} xfail entr{'y' if n == 1 else 'ies'} in "
+              f"{options.draft_expectations}: fill in each reason", file=sys.stderr)
     if intr.signal_name:
         print(f"opcore conformance: {note or f'stopped by {intr.signal_name}'}; "
               f"the reports hold what ran: {rd.path}", file=sys.stderr)

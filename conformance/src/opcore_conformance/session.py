@@ -34,6 +34,7 @@ from opcore_conformance.case import (
     case_id,
 )
 from opcore_conformance.options import Options
+from opcore_conformance.wording import near_globs
 
 REPORT_SCHEMA = 1
 # Variables outside OPCORE_* that change what a run does, carried by rerun commands.
@@ -305,16 +306,21 @@ class ConformanceSession:
         out = []
         # The quick inventory first; the full grid (slower to generate) only when some
         # entry matched nothing there.
-        unmatched = self.expectations.unmatched(self.inventory((True,)))
+        ids = self.inventory((True,))
+        unmatched = self.expectations.unmatched(ids)
         if unmatched:
-            unmatched = self.expectations.unmatched(self.inventory((True, False)))
+            ids = self.inventory((True, False))
+            unmatched = self.expectations.unmatched(ids)
         for entry in unmatched:
+            near = near_globs(entry.match, ids)
+            hint = ("; did you mean " + " or ".join(f"{g!r} ({n} case{'s' if n > 1 else ''})"
+                                                     for g, n in near) + "?") if near else ""
             out.append(Case(
                 id=case_id("expectations", f"entry{entry.index}"), check="expectations",
                 preset=S.ERROR,
                 preset_reason=(f"{self.expectations.source}: {entry.label()} matches no case of "
                                f"platform {self.ctx.platform.name!r} (or only cases an earlier "
-                               f"entry already takes): remove it or fix the glob"),
+                               f"entry already takes): remove it or fix the glob{hint}"),
             ))
         return out
 

@@ -15,6 +15,7 @@ not implement it for other backends: ``not_applicable`` there, recorded in the c
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 import torch
@@ -133,8 +134,11 @@ def _opcheck_body(op_name: str, provider: str, dtype: str, sample_name: str):
                     raise NotApplicable(f"opcheck({name}) cannot run on {ctx.device.type}: {exc}") from None
                 except Exception as exc:
                     first = str(exc).strip().splitlines()
+                    # the stack (down to the provider's line) and opcheck's whole message
+                    stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
                     raise CheckFailed(f"torch.library.opcheck({name}) failed: "
-                                      f"{type(exc).__name__}: {first[0] if first else ''}") from None
+                                      f"{type(exc).__name__}: {first[0] if first else ''}",
+                                      {"traceback": "\n".join(stack.splitlines()[-60:])}) from None
                 bad = {k: v for k, v in (result or {}).items() if v not in ("SUCCESS", "xfail", "skip")}
                 if bad:
                     raise CheckFailed(f"torch.library.opcheck({name}): {bad}")

@@ -28,6 +28,7 @@ from opcore_conformance import status as S
 from opcore_conformance.case import Case, CheckFailed, NotApplicable, Tolerance, case_id
 from opcore_conformance.options import DEFAULT_DTYPES, dtype_from_name
 from opcore_conformance.tensors import compare, iter_tensors
+from opcore_conformance.wording import call_words, output_words
 
 CHECK = "layers"
 
@@ -201,29 +202,30 @@ def _agree_body(name: str, build, calls, dtype_name_: str):
                                    "method": layer.bound_method, "class": type(layer).__qualname__,
                                    "ref_dtype": dtype_name_, "ref_device": str(ctx.device)}
         problems = []
-        for i, args in enumerate(calls(dtype, g)):
+        for args in calls(dtype, g):
             dev_args = tuple(a.to(ctx.device) if isinstance(a, torch.Tensor) else a for a in args)
+            call = call_words(entry.base.forward_native, dev_args)  # which call, in words
             try:
                 got = layer(*dev_args)
             except Exception as exc:
-                raise CheckFailed(f"{type(layer).__qualname__}.{layer.bound_method} (call form {i}) "
+                raise CheckFailed(f"{type(layer).__qualname__}.{layer.bound_method} ({call}) "
                                   f"raised {type(exc).__name__}: {exc}") from None
             want = entry.base.forward_native(layer, *dev_args)
             for (path, o), (_, w) in zip(iter_tensors(got), iter_tensors(want), strict=False):
                 if (o is None) != (w is None):
-                    problems.append(f"call form {i}: {path} is None on one side only")
+                    problems.append(f"{call}: {output_words(path)} is None on one side only")
                     continue
                 if o is None:
                     continue
                 if o.shape != w.shape or o.dtype != w.dtype:
-                    problems.append(f"call form {i}: {path} is {tuple(o.shape)} {o.dtype}, native "
+                    problems.append(f"{call}: {output_words(path)} is {tuple(o.shape)} {o.dtype}, native "
                                     f"{tuple(w.shape)} {w.dtype}")
                     continue
                 m = compare(o, w, tol.atol, tol.rtol)
                 metrics["max_ratio"] = max(metrics["max_ratio"], m["max_ratio"])
                 metrics["max_abs"] = max(metrics["max_abs"], m["max_abs"])
                 if m["mismatched"]:
-                    problems.append(f"call form {i}: {path}: {m['mismatched']}/{m['numel']} elements "
+                    problems.append(f"{call}: {output_words(path)}: {m['mismatched']}/{m['numel']} elements "
                                     f"differ from forward_native beyond atol={tol.atol:g} rtol={tol.rtol:g}")
         if problems:
             raise CheckFailed(f"{type(layer).__qualname__}.{layer.bound_method} disagrees with "

@@ -73,13 +73,14 @@ def render(header: dict[str, Any], records: list[dict[str, Any]],
             "dtype against the float64 reference, with native's on the same case and device in "
             "brackets (the error budget compares the two).",
             "",
-            "| op | provider | dtype | " + " | ".join(S.SYMBOL[s] + " " + s for s in S.ALL)
+            "| op | provider | dtype | checks | " + " | ".join(S.SYMBOL[s] + " " + s for s in S.ALL)
             + " | worst err/tol | peak ULP (native) | max abs | tolerance (atol, rtol) |",
-            "|---|---|---|" + "---:|" * len(S.ALL) + "---:|---:|---:|---|",
+            "|---|---|---|---|" + "---:|" * len(S.ALL) + "---:|---:|---:|---|",
         ]
         for r in rows:
             tol = f"{r.tolerance[0]:g}, {r.tolerance[1]:g}" if r.tolerance else ""
-            out.append("| " + " | ".join([*r.key, *_counts_cells(r.counts), ratio_text(r), ulp_text(r),
+            out.append("| " + " | ".join([*r.key, ", ".join(sorted(r.checks)), *_counts_cells(r.counts),
+                                           ratio_text(r), ulp_text(r),
                                            "" if r.worst_abs is None else f"{r.worst_abs:.2e}", tol]) + " |")
         out.append("")
     others = check_rows([r for r in records if not r.get("op")])

@@ -9,10 +9,27 @@ from typing import TextIO
 
 from opcore_conformance import status as S
 
+# Rough relative cost of one case by check (a numerics case is 1): torch.compile dominates a
+# run, Inductor's code generation most of all. Only the bar's fill uses these.
+_COSTS = (("compile.", 12.0), ("opcheck", 4.0), ("layers", 2.0), ("attention", 2.0))
+_INDUCTOR = 4.0  # times the eager-backend compile
+
+
+def expected_cost(check: str, mode: str | None = None) -> float:
+    """The expected cost of a case of ``check`` (``mode``: a compile case's backend mode)."""
+    cost = next((c for prefix, c in _COSTS if check.startswith(prefix)), 1.0)
+    return cost * (_INDUCTOR if mode == "inductor" else 1.0)
+
 
 class Progress:
-    def __init__(self, total: int, *, stream: TextIO | None = None, enabled: bool = True) -> None:
+    """``total`` cases; ``weight``: their summed `expected_cost` (default: one each), so the
+    bar fills as time passes rather than as cases are counted."""
+
+    def __init__(self, total: int, *, stream: TextIO | None = None, enabled: bool = True,
+                 weight: float | None = None) -> None:
         self.total = max(total, 1)
+        self.weight = max(weight if weight is not None else float(total), 1e-9)
+        self.weight_done = 0.0
         self.done = 0
         self.red = 0
         self.stream = stream or sys.stderr
@@ -21,13 +38,14 @@ class Progress:
         self.start = time.monotonic()
         self._last_decile = -1
 
-    def update(self, case_id: str, status: str) -> None:
+    def update(self, case_id: str, status: str, cost: float = 1.0) -> None:
         self.done += 1
+        self.weight_done += cost
         self.red += status in S.RED
         if not self.enabled:
             return
         elapsed = time.monotonic() - self.start
-        frac = self.done / self.total
+        frac = 1.0 if self.done == self.total else min(self.weight_done / self.weight, 1.0)
         if self.tty:
             width = 30
             filled = int(width * frac)

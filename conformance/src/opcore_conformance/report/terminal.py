@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from opcore_conformance import status as S
+from opcore_conformance.report.groups import group_failures
 from opcore_conformance.report.tables import (
     check_rows,
+    checks_text,
     counts_text,
     op_rows,
     ratio_text,
@@ -26,7 +28,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False))
     out = [line, "  ".join("-" * w for w in widths)]
     for r in rows:
-        out.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False))))
+        out.append("  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=False))))
     return out
 
 
@@ -38,10 +40,10 @@ def render(header: dict[str, Any], records: list[dict[str, Any]], paths: dict[st
     ]
     rows = op_rows(records)
     if rows:
-        table = [[*r.key, *(str(r.counts.get(s, 0) or ".") for s in COLUMNS),
+        table = [[*r.key, checks_text(r), *(str(r.counts.get(s, 0) or ".") for s in COLUMNS),
                   ratio_text(r), ulp_text(r), "-" if r.worst_abs is None else f"{r.worst_abs:.2e}"]
                  for r in rows]
-        lines += [""] + _table(["op", "provider", "dtype", *(SHORT[s] for s in COLUMNS),
+        lines += [""] + _table(["op", "provider", "dtype", "checks", *(SHORT[s] for s in COLUMNS),
                                 "worst err/tol", "peak ULP (native)", "max abs"], table)
     others = [r for r in check_rows([x for x in records if not x.get("op")])]
     if others:
@@ -53,14 +55,21 @@ def render(header: dict[str, Any], records: list[dict[str, Any]], paths: dict[st
     if incomplete:
         lines += [f"INCOMPLETE: {incomplete}"]
     if bad:
-        lines += ["", f"{len(bad)} case(s) need attention (fail, error or xpass):"]
-        for r in bad[:MAX_LISTED]:
-            lines.append(f"  {r['status'].upper():5} {r['id']}: {r.get('message') or ''}")
-            if r.get("repro"):
-                lines.append(f"        rerun: {r['repro']}")
-        if len(bad) > MAX_LISTED:
-            lines.append(f"  ... and {len(bad) - MAX_LISTED} more: every one is in the Markdown "
-                         f"summary and the JSONL, with its rerun command")
+        groups = group_failures(bad)
+        lines += ["", f"{len(bad)} case(s) need attention (fail, error or xpass)"
+                      + (f", in {len(groups)} group(s) of identical failures:" if len(groups) < len(bad) else ":")]
+        for g in groups[:MAX_LISTED]:
+            r = g.first
+            if g.count == 1:
+                lines.append(f"  {r['status'].upper():5} {r['id']}: {r.get('message') or ''}")
+            else:
+                lines.append(f"  {r['status'].upper():5} {g.count} x {g.glob}: {r.get('message') or ''} "
+                             f"(first: {r['id']})")
+            if g.repro:
+                lines.append(f"        rerun: {g.repro}")
+        if len(groups) > MAX_LISTED:
+            lines.append(f"  ... and {len(groups) - MAX_LISTED} more group(s): every case is in the "
+                         f"Markdown summary and the JSONL, with its rerun command")
     if paths:
         lines += [""] + [f"{k}: {v}" for k, v in paths.items()]
     return "\n".join(lines)
