@@ -73,7 +73,7 @@ class Entry:
     rtol: float | None = None
     error_regex: str | None = None
     link: str | None = None
-    pattern: re.Pattern[str] = dataclasses.field(default=None, repr=False)  # type: ignore[assignment]
+    pattern: re.Pattern[str] = dataclasses.field(init=False, repr=False)  # from ``match``
 
     def __post_init__(self) -> None:
         self.pattern = compile_glob(self.match)

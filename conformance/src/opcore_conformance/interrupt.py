@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+# What signal.signal accepts and returns (a handler, SIG_DFL / SIG_IGN, or None).
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -39,7 +45,7 @@ class Interruptions:
     def __init__(self) -> None:
         self.signal_name: str | None = None
         self.raising = True
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, _Handler] = {}
 
     def __enter__(self) -> Interruptions:
         if threading.current_thread() is threading.main_thread():

@@ -49,12 +49,10 @@ def load_kernels(platform: Any) -> None:
     try:
         from opcore.ir import ensure_kernels_loaded
     except ImportError:  # an opcore from before it was exported there
-        ensure_kernels_loaded = None
-    if ensure_kernels_loaded is not None:
-        ensure_kernels_loaded()
-    else:
         platform.import_kernels()
         platform.import_ir_kernels()
+    else:
+        ensure_kernels_loaded()
 
 
 def all_ops() -> dict[str, Any]:

@@ -127,7 +127,7 @@ class ConformanceItem(pytest.Item):
             pytest.xfail(f"{result.expectation_reason} ({result.message})")
         pytest.skip(f"{status}: {result.message}")
 
-    def repr_failure(self, excinfo, style=None) -> str:
+    def repr_failure(self, excinfo, style=None) -> str | Any:  # str, or pytest's TerminalRepr
         if isinstance(excinfo.value, ConformanceFailure):
             r = excinfo.value.args[0]
             text = f"{r.status}: {r.message}"
