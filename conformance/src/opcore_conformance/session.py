@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -511,7 +511,7 @@ def _distribution_of(module: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
-def _packages_distributions() -> dict[str, list[str]]:
+def _packages_distributions() -> Mapping[str, list[str]]:
     # Scans every installed distribution: once per run, not once per provider.
     import importlib.metadata as md
 

@@ -285,6 +285,8 @@ def _lower_op_by_op(ctx, mode: str) -> dict[str, Any] | None:
 
     for op_name in irapi.op_names():
         op = irapi.get_op(op_name)
+        if op is None:
+            continue
         sample = None
         for name in ctx.cache.names(op, DECODER_DTYPE, True):
             candidate = ctx.cache.get(op, DECODER_DTYPE, True, name)

@@ -48,9 +48,10 @@ def build(header: dict[str, Any], records: list[dict[str, Any]],
             "passed": counts[S.PASS] > 0 and not any(counts[s] for s in S.RED),
         })
     filters = header.get("filters") or {}
-    counts = (footer or {}).get("counts") or dict(collections.Counter(r["status"] for r in records))
-    complete = bool(footer) and not footer.get("interrupted") and \
-        footer.get("total") == footer.get("collected") and not any(filters.values())
+    foot = footer or {}
+    totals = foot.get("counts") or dict(collections.Counter(r["status"] for r in records))
+    complete = bool(foot) and not foot.get("interrupted") and \
+        foot.get("total") == foot.get("collected") and not any(filters.values())
     distributions = sorted({p["distribution"] for p in providers if p["distribution"]}
                            | ({header["platform_distribution"]} if header.get("platform_distribution") else set()))
     return {
@@ -70,7 +71,7 @@ def build(header: dict[str, Any], records: list[dict[str, Any]],
         "driver": header.get("driver"),
         "versions": header.get("versions"),
         "plugins": distributions,
-        "counts": counts,
-        "exit_status": (footer or {}).get("exit_status"),
+        "counts": totals,
+        "exit_status": foot.get("exit_status"),
         "providers": providers,
     }
