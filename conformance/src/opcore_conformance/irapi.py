@@ -65,7 +65,9 @@ def op_names() -> list[str]:
     return sorted(all_ops()) if available() else []
 
 
-def get_op(name: str) -> Any | None:
+def get_op(name: str) -> Any:
+    """The op named ``name`` (untyped: the suite runs against several opcore versions),
+    or None for a name no op has."""
     return all_ops().get(name)
 
 

@@ -97,7 +97,8 @@ def _inplace_body(op_name: str, provider: str, dtype: str, sample_name: str):
             raise CheckFailed(f"maybe_inplace returns {[p for p, _ in b]}, the default overload "
                               f"{[p for p, _ in a]}")
         diffs = [p for (p, x), (_, y) in zip(a, b, strict=False)
-                 if (x is None) != (y is None) or (x is not None and not bitwise_equal(x, y))]
+                 if (x is None) != (y is None)
+                 or (x is not None and y is not None and not bitwise_equal(x, y))]
         if diffs:
             raise CheckFailed(f"{op_name}.maybe_inplace with provider {provider!r} differs from the "
                               f"default overload in {', '.join(diffs)}")

@@ -140,6 +140,9 @@ def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref
         if not isinstance(o, torch.Tensor):
             problems.append(f"{path} is {type(o).__name__}, expected a tensor")
             continue
+        if r is None:
+            problems.append(f"{path}: the fp64 reference gives None where native gives a tensor")
+            continue
         if tuple(o.shape) != tuple(w.shape):
             problems.append(f"{path} has shape {tuple(o.shape)}, expected {tuple(w.shape)}")
             continue
