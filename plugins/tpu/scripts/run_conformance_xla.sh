@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the TPU plugin on XLA:CPU and record the result in
-# plugins/tpu/reports/conformance-xla-cpu.md:
+# plugins/tpu/reports/conformance-xla-cpu.md (and the run's certificate.json as
+# plugins/tpu/reports/certificate-xla-cpu.json):
 #   1. the conformance suite (`opcore conformance`, quick) with PJRT_DEVICE=CPU;
 #   2. scripts/check_xla_tracing.py: native ops traced without host round-trips or graph
 #      breaks (torch_xla metrics);
@@ -16,6 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 VENV=${XLA_VENV:-/work/venvs/xla}
 REPORT=plugins/tpu/reports/conformance-xla-cpu.md
+CERTIFICATE=plugins/tpu/reports/certificate-xla-cpu.json
 WORK=$(mktemp -d)
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -28,6 +30,10 @@ fi
 
 export PJRT_DEVICE=CPU
 start=$(date -u +"%Y-%m-%d %H:%M UTC")
+# The tree the run saw: the commit, and the tracked paths that differed from it.
+tree="commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | awk '{print $2}' | grep -v -e "^$REPORT$" -e "^$CERTIFICATE$" | tr '\n' ' ')
+[ -n "$dirty" ] && tree="$tree, with uncommitted changes in: $dirty"
 versions=$("$VENV/bin/python" -c "
 import platform, torch, torch_xla, opcore
 try:
@@ -53,6 +59,7 @@ verdict() { [ "$1" -eq 0 ] && echo "pass" || echo "FAIL (exit $1)"; }
     echo "Last run: $start, by \`plugins/tpu/scripts/run_conformance_xla.sh\` (PJRT_DEVICE=CPU)."
     echo
     echo "- Environment: $versions"
+    echo "- Tree: $tree"
     echo "- Host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; no TPU"
     echo "- Conformance (\`opcore conformance --quick\`, platform tpu on xla:0): $(verdict $rc_conf) in ${t_conf} s"
     echo "  - $(grep -E '^total:' "$WORK/conformance.log" || echo 'no summary line')"
@@ -84,6 +91,7 @@ verdict() { [ "$1" -eq 0 ] && echo "pass" || echo "FAIL (exit $1)"; }
     echo
     cat "$WORK/pallas.md"
 } > "$REPORT"
+cp "$WORK/conformance/certificate.json" "$CERTIFICATE" 2>/dev/null || rm -f "$CERTIFICATE"
 rm -rf "$WORK"
 echo "wrote $REPORT (conformance $(verdict $rc_conf), tracing $(verdict $rc_trace), pallas $(verdict $rc_pallas))"
 [ $rc_conf -eq 0 ] && [ $rc_trace -eq 0 ] && [ $rc_pallas -eq 0 ]
