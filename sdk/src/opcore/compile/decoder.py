@@ -152,4 +152,5 @@ class Decoder(nn.Module):
         h = hidden
         for layer in self.layers:
             h, residual = layer(positions, h, residual, self.cos_sin_cache)
-        return self.calls.rms_norm(h + residual, self.final_norm, self.shape.eps)
+        out = h if residual is None else h + residual  # None: a model without layers
+        return self.calls.rms_norm(out, self.final_norm, self.shape.eps)

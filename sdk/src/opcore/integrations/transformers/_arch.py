@@ -36,10 +36,10 @@ class Arch:
     def module(self) -> ModuleType:
         return importlib.import_module(self.module_name)
 
-    def cls(self, suffix: str) -> type:
+    def cls(self, suffix: str) -> type[Any]:  # a transformers class (untyped here)
         return getattr(self.module(), self.prefix + suffix)
 
-    def classes(self) -> dict[str, type]:
+    def classes(self) -> dict[str, type[Any]]:
         """role -> transformers class, for the roles the patch replaces."""
         return {role: self.cls(role) for role in ("RMSNorm", "MLP", "Attention", "DecoderLayer", "RotaryEmbedding")}
 
@@ -61,7 +61,8 @@ ARCHES: dict[str, Arch] = {
 
 
 def arch_of(config: Any) -> Arch | None:
-    return ARCHES.get(getattr(config, "model_type", None))
+    model_type = getattr(config, "model_type", None)
+    return ARCHES.get(model_type) if isinstance(model_type, str) else None
 
 
 def rope_parameters(config: Any) -> dict:

@@ -23,7 +23,7 @@ def buffer_names(name: str) -> tuple[str, str]:
     return f"_opcore_{name}_weight", f"_opcore_{name}_bias"
 
 
-def fusion_problem(linears: list[nn.Module]) -> str | None:
+def fusion_problem(linears: list[nn.Linear]) -> str | None:
     """``None`` when ``linears`` can share one fused weight, else why not (one line)."""
     first = linears[0]
     for lin in linears:

@@ -105,7 +105,8 @@ class Patch:
 
 
 def _choose_ops(arch: Arch, config: Any, ops: Any) -> set[str]:
-    act = ACTIVATIONS.get(getattr(config, "hidden_act", None))
+    hidden_act = getattr(config, "hidden_act", None)
+    act = ACTIVATIONS.get(hidden_act) if isinstance(hidden_act, str) else None
     gated = "silu_and_mul" if act is None else "gelu_and_mul"
     rope = "split_qkv_rmsnorm_rope" if arch.qk_norm else "rotary_embedding"
     default = {"rms_norm", "fused_add_rms_norm", gated, rope}
@@ -227,8 +228,8 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                 rope_type = getattr(module, "rope_type", None)
                 if rope_type not in ROPE_TYPES:
                     problems.append(f"{where}: rope_type {rope_type!r} is not supported")
-                if "forward" in module.__dict__:
-                    problems.append(_instance_forward(module, where))
+                if (p := _instance_forward(module, where)):
+                    problems.append(p)
                 rotaries.append(module)
                 steps.append(_Step(module, fw.RotaryMixin, cache=int(config.max_position_embeddings)))
 

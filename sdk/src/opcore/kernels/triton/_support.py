@@ -113,7 +113,7 @@ def head_layout(t: torch.Tensor, num_tokens: int, head_size: int) -> tuple[int, 
     ``[..., heads * head_size]`` whose leading dims multiply to ``num_tokens``; the last
     dim must be contiguous. ``None`` when ``t`` has neither layout without a copy.
     """
-    shape = t.shape
+    shape: tuple[int, ...] = t.shape
     if len(shape) == 0 or head_size <= 0:
         return None
     stride = t.stride()
