@@ -59,6 +59,8 @@ def retie(owner: nn.Module, name: str, linears: list[nn.Linear]) -> None:
     """Point ``linears``' parameters at their slices of ``owner``'s fused buffers."""
     wname, bname = buffer_names(name)
     weight, bias = owner._buffers[wname], owner._buffers[bname]
+    if weight is None:
+        raise RuntimeError(f"{type(owner).__name__}: fused weight buffer {wname!r} is missing")
     start = 0
     for lin in linears:
         rows = lin.weight.shape[0]
