@@ -77,18 +77,18 @@ def render(header: dict[str, Any], records: list[dict[str, Any]],
             + " | worst err/tol | peak ULP (native) | max abs | tolerance (atol, rtol) |",
             "|---|---|---|---|" + "---:|" * len(S.ALL) + "---:|---:|---:|---|",
         ]
-        for r in rows:
-            tol = f"{r.tolerance[0]:g}, {r.tolerance[1]:g}" if r.tolerance else ""
-            out.append("| " + " | ".join([*r.key, ", ".join(sorted(r.checks)), *_counts_cells(r.counts),
-                                           ratio_text(r), ulp_text(r),
-                                           "" if r.worst_abs is None else f"{r.worst_abs:.2e}", tol]) + " |")
+        for row in rows:  # a table Row; ``r`` below is a record dict
+            tol = f"{row.tolerance[0]:g}, {row.tolerance[1]:g}" if row.tolerance else ""
+            out.append("| " + " | ".join([*row.key, ", ".join(sorted(row.checks)), *_counts_cells(row.counts),
+                                           ratio_text(row), ulp_text(row),
+                                           "" if row.worst_abs is None else f"{row.worst_abs:.2e}", tol]) + " |")
         out.append("")
     others = check_rows([r for r in records if not r.get("op")])
     if others:
         out += ["## Platform and other checks", "",
                 "| check | " + " | ".join(S.ALL) + " |", "|---|" + "---:|" * len(S.ALL)]
-        for r in others:
-            out.append("| " + " | ".join([r.key[0], *_counts_cells(r.counts)]) + " |")
+        for row in others:
+            out.append("| " + " | ".join([row.key[0], *_counts_cells(row.counts)]) + " |")
         out.append("")
     bad = red(records)
     out += [f"## Needs attention ({len(bad)})", ""]
