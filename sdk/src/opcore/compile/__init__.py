@@ -53,7 +53,9 @@ def compile(  # noqa: A001  (the natural name, as torch.compile)
     be = backend(config, mode=mode, fusion=fusion, inductor_config=inductor_config)
     compiled = torch.compile(model, backend=be, dynamic=dynamic, fullgraph=fullgraph)
     try:
-        compiled.opcore_backend = be
+        # torch.compile is typed as returning a Callable; for a module it returns an
+        # OptimizedModule, which takes attributes.
+        compiled.opcore_backend = be  # type: ignore[attr-defined]
     except AttributeError:  # objects that refuse attributes still compile
         pass
     return compiled

@@ -300,7 +300,7 @@ class VirtualKernels:
         need = (t.storage_offset() + numel) * t.element_size()
         storage = t.untyped_storage()
         if need > storage.nbytes():
-            fresh = dev.memory.allocate(need, t.device.index or 0)
+            fresh = dev.memory.allocate(int(need), t.device.index or 0)  # a real tensor's size
             old = dev.memory.host_buffer(t)
             dev.memory.host_view(fresh)[: old.numel()].copy_(old[: storage.nbytes()])
             storage = fresh.untyped_storage()

@@ -137,7 +137,9 @@ class Memory:
         return storage_ptr in self._blocks
 
 
-def restride(base: torch.Tensor, dtype: torch.dtype, size, stride, offset: int) -> torch.Tensor:
+def restride(
+    base: torch.Tensor, dtype: torch.dtype, size, stride, offset: int | torch.SymInt
+) -> torch.Tensor:
     """A device tensor over ``base``'s storage (the same storage object, so aliasing is
     visible to torch) with the given dtype and layout; ``offset`` in elements of ``dtype``.
     Made by torch's CPU view kernels, which keep the storage and dispatch keys of ``base``."""

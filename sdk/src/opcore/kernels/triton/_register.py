@@ -189,7 +189,8 @@ def _unavailable(op_name: str):
             f"op {op_name!r}: provider 'triton' is not supported here (triton does not import)"
         )
 
-    fail.__signature__ = inspect.signature(getattr(ops, op_name).native)
+    # inspect.signature reads __signature__; mypy does not model attributes set on a function.
+    fail.__signature__ = inspect.signature(getattr(ops, op_name).native)  # type: ignore[attr-defined]
     return fail
 
 
