@@ -70,6 +70,7 @@ def _run(session: ConformanceSession, rd: dirs.ReportDir | None, out: TextIO, li
         if options.cases is not None and not cases:
             raise SetupError(f"no case matches {options.cases}")
         phase = "cases"
+        assert rd is not None  # run() claims the report directory unless list_only
         stream, paths = report.open_stream(rd.path, session.header())
         costs = [expected_cost(c.check, c.info.get("mode")) for c in cases]
         progress = Progress(len(cases), enabled=options.progress, weight=sum(costs))
@@ -91,7 +92,8 @@ def _run(session: ConformanceSession, rd: dirs.ReportDir | None, out: TextIO, li
         intr.raising = False
     if list_only:  # interrupted while listing: nothing to write
         return _stopped_early(intr.signal_name, None)
-    if stream is None:
+    assert rd is not None  # run() claims the report directory unless list_only
+    if stream is None or paths is None:
         stream, paths = report.open_stream(rd.path, session.header())
     foot = stream.close(collected=None if cases is None else len(cases),
                         interrupted=intr.signal_name, stopped_in=phase)
