@@ -228,6 +228,7 @@ class ConformanceSession:
 
     def _check_filters(self) -> None:
         """A filter naming nothing that exists is a usage error, not an empty green run."""
+        assert self.ctx is not None  # set by setup()
         o = self.options
         if not (o.ops or o.providers or o.dtypes or o.checks):
             return
@@ -273,6 +274,7 @@ class ConformanceSession:
         return out
 
     def _selected(self, case: Case) -> bool:
+        assert self.ctx is not None  # set by setup()
         o = self.options
         if case.info.get("collect_error"):
             return True  # a check that could not even list its cases is never filtered away
@@ -288,6 +290,7 @@ class ConformanceSession:
         """Every case id of this platform in the given modes (quick, full), no filters: what
         expectation entries are matched against (an entry for a case this run filtered out
         is fine; one for a case that exists nowhere is an error)."""
+        assert self.ctx is not None  # set by setup()
         ids: list[str] = []
         seen: set[str] = set()
         for quick in modes:
@@ -298,6 +301,7 @@ class ConformanceSession:
         return ids
 
     def _expectation_cases(self) -> list[Case]:
+        assert self.ctx is not None  # set by setup()
         if self.expectations_error:
             return [Case(id=case_id("expectations", "file"), check="expectations",
                          preset=S.ERROR, preset_reason=self.expectations_error)]
@@ -341,6 +345,7 @@ class ConformanceSession:
         return result
 
     def _run(self, case: Case, entry: X.Entry | None) -> Result:
+        assert self.ctx is not None  # set by setup()
         if entry is not None and entry.status in ("skip", "unsupported"):
             status = S.SKIP if entry.status == "skip" else S.UNSUPPORTED
             return Result(case, status, status, f"expectations: {entry.reason}")
@@ -359,7 +364,7 @@ class ConformanceSession:
         outcome = run_body(case, self.ctx, tolerance)
         status = X.resolve_outcome(outcome.status, entry, outcome.message)
         message = outcome.message
-        if status == S.XPASS:
+        if status == S.XPASS and entry is not None:  # XPASS only comes from an entry
             message = f"passed, but {entry.label()} expects xfail ({entry.reason}): remove the entry"
         return Result(case, status, outcome.status, message, outcome.metrics, tolerance_source=source)
 
@@ -370,6 +375,7 @@ class ConformanceSession:
         platform, imports, mode and expectations file. Its reports go to ``rerun/`` inside
         this run's report directory, replaced by each rerun (``--overwrite``): a rerun
         never touches the run's own reports, and the line works as printed every time."""
+        assert self.ctx is not None  # set by setup()
         parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.rerun_environment().items())]
         parts += ["opcore", "conformance", "--platform", self.ctx.platform.name]
         for module in self.options.imports or ():

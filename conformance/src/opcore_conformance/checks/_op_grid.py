@@ -16,7 +16,7 @@ from opcore_conformance.tensors import to_device
 def grid(
     ctx: Any,
     check: str,
-    make_body: Callable[[str, str, str, str], Any],
+    make_body: Callable[[str, str, str, str], Any] | None,
     *,
     providers: Callable[[Any], list[str]] | None = None,
     sample_filter: Callable[[list[str]], list[str]] | None = None,
@@ -29,6 +29,8 @@ def grid(
         yield Case(case_id(check), check, preset=S.NOT_APPLICABLE,
                    preset_reason=f"opcore.ir is not importable: {irapi.unavailable_reason()}")
         return
+    if make_body is None:  # only callers without ops pass None (fake.collect)
+        raise TypeError(f"grid({check!r}): make_body is required when opcore.ir is importable")
     claimed = {str(d).removeprefix("torch.") for d in getattr(ctx.platform, "supported_dtypes", ())}
     for op_name in irapi.op_names():
         if not ctx.wants(op=op_name):

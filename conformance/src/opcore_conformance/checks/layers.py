@@ -215,7 +215,7 @@ def _agree_body(name: str, build, calls, dtype_name_: str):
                 if (o is None) != (w is None):
                     problems.append(f"{call}: {output_words(path)} is None on one side only")
                     continue
-                if o is None:
+                if o is None or w is None:  # both None (one side only is reported above)
                     continue
                 if o.shape != w.shape or o.dtype != w.dtype:
                     problems.append(f"{call}: {output_words(path)} is {tuple(o.shape)} {o.dtype}, native "
