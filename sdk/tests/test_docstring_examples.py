@@ -28,7 +28,7 @@ ENTRY_POINTS = [
     ("opcore.platforms", "get_current_platform"),
     ("opcore.config", "create_config"),
 ]
-SECTIONS = ("Raises:", "Example:")  # and Args: / Returns: for functions that have them
+SECTIONS = ("Raises:", "Examples:")  # and Args: / Returns: for functions that have them
 
 
 def _resolve(module: str, path: str) -> object:

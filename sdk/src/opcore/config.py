@@ -307,7 +307,7 @@ def create_config(
         ConfigError: a value or environment variable is malformed or names something
             unknown (the message names it).
 
-    Example:
+    Examples:
         >>> from opcore.config import create_config
         >>> config = create_config(ir_op_priority={"rms_norm": ["native"]}, env={})
         >>> config.kernel.ir_op_priority["rms_norm"]

@@ -91,7 +91,7 @@ def register_backend(name: str, class_path: str | None = None) -> Any:
         ValueError: ``name`` is not an identifier, ``class_path`` is not dotted, ``name`` is
             a core backend, or ``name`` is already registered to a different path.
 
-    Example:
+    Examples:
         >>> from opcore.attention import known_names, register_backend
         >>> from opcore.attention.registry import unregister_backend
         >>> register_backend("doc_paged", "opcore.attention.backends.torch_native.TorchNativeBackend")

@@ -164,14 +164,14 @@ def select_backend(
         config: the `opcore.config.OpcoreConfig` (default: the current one).
 
     Returns:
-        The `Selection`: ``.selected`` is the name, ``.backend_cls`` the class,
-        ``.candidates`` every backend tried with its reasons.
+        The `Selection`. Its ``.selected`` is the name, ``.backend_cls`` the class,
+            ``.candidates`` every backend tried with its reasons.
 
     Raises:
         AttentionSelectionError: the requested backend, or every candidate, is invalid.
         registry.UnknownBackendError: a requested name is not registered.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from opcore.attention import AttentionSelectorConfig, select_backend
         >>> cfg = AttentionSelectorConfig(head_size=64, num_heads=8, num_kv_heads=8,

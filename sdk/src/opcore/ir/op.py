@@ -311,14 +311,14 @@ class IrOp:
 
         Returns:
             The chosen `Impl` (``.provider`` names it, ``.impl_fn`` is the function);
-            nothing is run.
+                nothing is run.
 
         Raises:
             TypeError: the arguments do not fit the op's parameters, or a
                 ``supports_args`` returned something other than a bool.
             ValueError: a configured priority names an unknown provider.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from opcore.ir import ops
             >>> x, w = torch.ones(2, 8), torch.ones(8)
@@ -474,7 +474,7 @@ class IrOp:
             TypeError: ``providers`` is a single string instead of a list of names.
             ValueError: a name is not a registered provider of this op.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from opcore.ir import ops
             >>> with ops.rms_norm.set_priority(["native"]):
@@ -492,7 +492,7 @@ class IrOp:
         with _PRIORITY_SCOPES.push((self.name, providers)):
             yield
 
-    def explain(self, *args: Any, **kwargs: Any):
+    def explain(self, *args: Any, **kwargs: Any) -> priority.Explanation:
         """Which provider runs for these arguments, and why each other one does not.
         With no arguments, explains the priority only.
 
@@ -501,14 +501,14 @@ class IrOp:
             **kwargs: the op's keyword arguments (optional).
 
         Returns:
-            An `opcore.ir.priority.Explanation`: ``.selected`` is the provider that runs
-            (``None`` without arguments), ``.providers`` one row per provider with its
-            status and reason; ``str()`` gives a readable report.
+            The `opcore.ir.priority.Explanation`. Its ``.selected`` is the provider that
+                runs (``None`` without arguments), ``.providers`` one row per provider with
+                its status and reason; ``str()`` gives a readable report.
 
         Raises:
             ValueError: a configured priority names an unknown provider.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from opcore.ir import ops
             >>> x, w = torch.ones(2, 8), torch.ones(8)
@@ -554,7 +554,7 @@ class IrOp:
                 ``functional`` without ``inplace=True``.
             TypeError: ``supported`` is not a bool.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from opcore.ir import ops
             >>> @ops.rms_norm.register_impl("doc_example")
@@ -884,13 +884,13 @@ def register_op(
 
     Returns:
         The `IrOp` when used bare, else a decorator returning it. The op is also
-        ``opcore.ir.ops.<name>`` and ``torch.ops.opcore_ir.<name>``.
+            ``opcore.ir.ops.<name>`` and ``torch.ops.opcore_ir.<name>``.
 
     Raises:
         ValueError: the name is malformed, already registered, or taken by a member of
             `opcore.ir.ops` or an existing ``opcore_ir`` torch op.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from opcore.ir import register_op
         >>> from opcore.testing.ir import unregister_op

@@ -115,7 +115,7 @@ class _Replaceable:
 
         Returns:
             ``oot_cls``, or a class decorator when it is omitted. Constructing the base
-            layer afterwards builds the replacement.
+                layer afterwards builds the replacement.
 
         Raises:
             TypeError: no ``name`` and this class is not a registered layer, the argument
@@ -123,7 +123,7 @@ class _Replaceable:
             KeyError: no layer is registered under ``name``.
             ValueError: the layer already has a different replacement.
 
-        Example:
+        Examples:
             >>> from opcore.layers import RMSNorm
             >>> @RMSNorm.register_oot
             ... class DocRMSNorm(RMSNorm):

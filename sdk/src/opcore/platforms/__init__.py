@@ -18,7 +18,7 @@ raises the same error again (same type, message and candidates) without running 
         PlatformResolutionError: resolution failed (every access raises it again), or
             a platform plugin read it while being probed, imported or constructed.
 
-    Example:
+    Examples:
         >>> import opcore.platforms
         >>> from opcore.platforms import Platform, current_platform
         >>> isinstance(current_platform, Platform)
@@ -78,7 +78,7 @@ def get_current_platform() -> Platform:
             again without probing), or a platform plugin called this while being
             probed, imported or constructed.
 
-    Example:
+    Examples:
         >>> from opcore.platforms import Platform, get_current_platform
         >>> platform = get_current_platform()
         >>> isinstance(platform, Platform), platform is get_current_platform()
