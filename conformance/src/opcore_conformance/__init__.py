@@ -6,4 +6,4 @@ plugin (`opcore_conformance.pytest_plugin`, activated by ``--opcore``). Both run
 cases (`opcore_conformance.session.ConformanceSession`) and write the same reports.
 """
 
-__version__ = "0.1.0"
+__version__ = "2.0.0"  # the distribution's version (conformance/pyproject.toml)
