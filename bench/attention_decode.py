@@ -82,14 +82,20 @@ def conformance(quick: bool, log) -> tuple[int, int]:
     return passed, failed
 
 
-def build_decode(batch: int, ctx: int, *, heads=32, kv_heads=8, head=128, block=16, dtype=torch.bfloat16):
+def build_decode(
+    batch: int, ctx: int, *, heads=32, kv_heads=8, head=128, block=16, dtype=torch.bfloat16
+):
     from opcore.attention import PagedAttentionMetadata
 
     blocks_per_seq = math.ceil(ctx / block)
     num_blocks = batch * blocks_per_seq
     cache = torch.empty((2, num_blocks, block, kv_heads, head), device="cuda", dtype=dtype)
     cache.normal_()
-    table = torch.randperm(num_blocks, device="cuda", dtype=torch.int64).to(torch.int32).view(batch, blocks_per_seq)
+    table = (
+        torch.randperm(num_blocks, device="cuda", dtype=torch.int64)
+        .to(torch.int32)
+        .view(batch, blocks_per_seq)
+    )
     q = torch.randn((batch, heads, head), device="cuda", dtype=dtype)
     md = PagedAttentionMetadata.build(
         torch.arange(batch + 1, device="cuda", dtype=torch.int32),
@@ -123,17 +129,26 @@ def sweep_one(batch: int, ctx: int, log) -> list[dict]:
     rows = []
     cache, table, q, md = build_decode(batch, ctx)
     nbytes = cache.numel() * cache.element_size()
-    configs = [
-        dict(decode_block_n=n, decode_num_warps=w, decode_num_stages=st)
-        for n in (32, 64, 128)
-        for w in (4, 8)
-        for st in (2, 3)
-    ] + [dict(num_splits=sp) for sp in (1, 2, 4, 8, 16)] + [dict(decode_programs_per_sm=p) for p in (2, 8)]
+    configs = (
+        [
+            dict(decode_block_n=n, decode_num_warps=w, decode_num_stages=st)
+            for n in (32, 64, 128)
+            for w in (4, 8)
+            for st in (2, 3)
+        ]
+        + [dict(num_splits=sp) for sp in (1, 2, 4, 8, 16)]
+        + [dict(decode_programs_per_sm=p) for p in (2, 8)]
+    )
     for knobs in configs:
         impl = make_impl(**knobs)
         label = " ".join(f"{k.replace('decode_', '')}={v}" for k, v in knobs.items())
         try:
-            ms = do_bench(lambda impl=impl: impl.forward(q, cache, md), warmup=10, rep=40, return_mode="median")
+            ms = do_bench(
+                lambda impl=impl: impl.forward(q, cache, md),
+                warmup=10,
+                rep=40,
+                return_mode="median",
+            )
         except Exception as exc:
             log(f"sweep B={batch} ctx={ctx} {label}: {type(exc).__name__}: {str(exc)[:120]}")
             continue
@@ -142,23 +157,29 @@ def sweep_one(batch: int, ctx: int, log) -> list[dict]:
         log(f"sweep B={batch} ctx={ctx} {label}: {ms * 1e3:.1f} us {tbps:.2f} TB/s")
     best = max(rows, key=lambda r: r["tbps"], default=None)
     if best:
-        log(f"sweep best B={batch} ctx={ctx}: {best['config']} {best['us']:.1f} us {best['tbps']:.2f} TB/s")
+        log(
+            f"sweep best B={batch} ctx={ctx}: {best['config']} {best['us']:.1f} us {best['tbps']:.2f} TB/s"
+        )
     return rows
 
 
 def bench(batches, contexts, copy_tbps, log) -> list[dict]:
     from opcore.attention.bench import decode_attention_records
 
-    records = decode_attention_records(batches, contexts, device="cuda", copy_gbs=copy_tbps * 1000, log=log)
+    records = decode_attention_records(
+        batches, contexts, device="cuda", copy_gbs=copy_tbps * 1000, log=log
+    )
     for r in records:
         if "gbs" in r:
             r["pct_datasheet"] = 100 * r["gbs"] / 1000 / DATASHEET_TBPS
     log("summary (% of the 4.8 TB/s datasheet bandwidth, CUDA-graph time):")
     for r in records:
         if "gbs" in r:
-            log(f"  B={r['batch']:4d} ctx={r['context']:6d}: {r['pct_datasheet']:5.1f}%  "
+            log(
+                f"  B={r['batch']:4d} ctx={r['context']:6d}: {r['pct_datasheet']:5.1f}%  "
                 f"triton {r['graph_us']:8.1f} us  sdpa dense {r['sdpa_dense_us']:8.1f} us  "
-                f"gather+sdpa {r['sdpa_gather_us']:8.1f} us")
+                f"gather+sdpa {r['sdpa_gather_us']:8.1f} us"
+            )
     return records
 
 
@@ -167,7 +188,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--skip", default="", help="comma list of: conformance,sweep,bench")
-    ap.add_argument("--sweep", action="store_true", help="also run the decode kernel-configuration sweep")
+    ap.add_argument(
+        "--sweep", action="store_true", help="also run the decode kernel-configuration sweep"
+    )
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     lines = []

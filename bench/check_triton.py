@@ -38,18 +38,30 @@ def main(argv=None) -> int:
     from opcore.platforms import get_current_platform
 
     device = get_current_platform().device()
-    print(f"triton provider: interpreted={kt.INTERPRETED} devices={sorted(kt.DEVICE_TYPES)} on {device}")
+    print(
+        f"triton provider: interpreted={kt.INTERPRETED} devices={sorted(kt.DEVICE_TYPES)} on {device}"
+    )
     failures, total, worst = [], 0, {}
-    for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul",
-                 "rotary_embedding", "split_qkv_rmsnorm_rope"):
+    for name in (
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "gelu_and_mul",
+        "rotary_embedding",
+        "split_qkv_rmsnorm_rope",
+    ):
         op = getattr(ops, name)
         impl = op.impls["triton"]
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             atol, rtol = op.tolerance(dtype)
             for sample in op.sample_inputs("cpu", dtype, quick=False):
-                ref = _tensors(op.impls["native"].impl_fn(*[_to64(a) for a in sample.args], **sample.kwargs))
+                ref = _tensors(
+                    op.impls["native"].impl_fn(*[_to64(a) for a in sample.args], **sample.kwargs)
+                )
                 dev = sample.to(device)
-                if impl.supports_args is not None and not impl.supports_args(*dev.args, **dev.kwargs):
+                if impl.supports_args is not None and not impl.supports_args(
+                    *dev.args, **dev.kwargs
+                ):
                     total += 1
                     failures.append(f"{name}/{dtype}/{sample.name}: supports_args rejected")
                     continue
@@ -64,7 +76,9 @@ def main(argv=None) -> int:
                     for i, (g, r) in enumerate(zip(got, ref, strict=True)):
                         if r is None:
                             if g is not None:
-                                failures.append(f"{name}/{dtype}/{sample.name}/{label}: output {i} should be None")
+                                failures.append(
+                                    f"{name}/{dtype}/{sample.name}/{label}: output {i} should be None"
+                                )
                             continue
                         g64 = g.detach().cpu().double()
                         err = (g64 - r).abs()
@@ -73,7 +87,9 @@ def main(argv=None) -> int:
                         key = f"{name}/{str(dtype).removeprefix('torch.')}"
                         worst[key] = max(worst.get(key, 0.0), ratio)
                         if g.dtype != dtype or not torch.isfinite(g64).all() or ratio > 1.0:
-                            failures.append(f"{name}/{dtype}/{sample.name}/{label}: out {i} err/tol {ratio:.2f}")
+                            failures.append(
+                                f"{name}/{dtype}/{sample.name}/{label}: out {i} err/tol {ratio:.2f}"
+                            )
     print(f"{total - len(failures)}/{total} checks passed")
     for k, v in sorted(worst.items()):
         print(f"  worst err/tol {k:<36} {v:.3f}")
@@ -82,7 +98,11 @@ def main(argv=None) -> int:
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "check_triton.json"), "w") as f:
-            json.dump({"device": str(device), "total": total, "failures": failures, "worst": worst}, f, indent=1)
+            json.dump(
+                {"device": str(device), "total": total, "failures": failures, "worst": worst},
+                f,
+                indent=1,
+            )
     return 1 if failures else 0
 
 

@@ -99,8 +99,12 @@ def build(variant: str, shape, context: int | None, device, dtype, cudagraphs: b
     model = Decoder(shape, impl=impl, decode_context=context, device=device, dtype=dtype).eval()
     if variant == "torch.compile":
         return model, torch.compile(model, mode="reduce-overhead" if cudagraphs else None), None
-    be = oc.backend(config, mode="inductor", fusion=variant == "opcore+fusion",
-                    inductor_config={"triton.cudagraphs": True} if cudagraphs else None)
+    be = oc.backend(
+        config,
+        mode="inductor",
+        fusion=variant == "opcore+fusion",
+        inductor_config={"triton.cudagraphs": True} if cudagraphs else None,
+    )
     return model, torch.compile(model, backend=be), be
 
 
@@ -128,7 +132,9 @@ def time_ms(fn, device, iters: int, repeats: int) -> float:
 def run_case(kind: str, tokens: int, args, shape, device, dtype) -> dict:
     context = args.context if kind == "decode" else None
     g = torch.Generator(device=device).manual_seed(1)
-    positions = torch.randint(0, min(shape.max_position, 4096), (tokens,), generator=g, device=device)
+    positions = torch.randint(
+        0, min(shape.max_position, 4096), (tokens,), generator=g, device=device
+    )
     hidden = torch.randn(tokens, shape.hidden, generator=g, device=device).to(dtype)
     row: dict = {"kind": kind, "tokens": tokens, "context": context}
     from opcore.compile.decoder import Decoder
@@ -143,7 +149,9 @@ def run_case(kind: str, tokens: int, args, shape, device, dtype) -> dict:
     hidden_before, positions_before = hidden.clone(), positions.clone()
     for variant in VARIANTS:
         torch._dynamo.reset()
-        model, compiled, be = build(variant, shape, context, device, dtype, args.cudagraphs, args.config)
+        model, compiled, be = build(
+            variant, shape, context, device, dtype, args.cudagraphs, args.config
+        )
         skips = _cudagraph_skips()
         with torch.inference_mode():
             t0 = time.perf_counter()
@@ -153,13 +161,17 @@ def run_case(kind: str, tokens: int, args, shape, device, dtype) -> dict:
             out = out.float().clone()
             diff = float((out - reference).abs().max())
             row[f"{variant} max_abs_diff"] = diff
-            mutated = not (torch.equal(hidden, hidden_before) and torch.equal(positions, positions_before))
+            mutated = not (
+                torch.equal(hidden, hidden_before) and torch.equal(positions, positions_before)
+            )
             row[f"{variant} inputs_mutated"] = mutated
             row[f"{variant} ok"] = bool(diff <= tol) and not mutated
             if mutated:  # keep the next variants' inputs right
                 hidden.copy_(hidden_before)
                 positions.copy_(positions_before)
-            row[f"{variant} ms"] = time_ms(lambda c=compiled: c(positions, hidden), device, args.iters, args.repeats)
+            row[f"{variant} ms"] = time_ms(
+                lambda c=compiled: c(positions, hidden), device, args.iters, args.repeats
+            )
             row[f"{variant} cudagraphs_skipped"] = _cudagraph_skips() > skips
         if be is not None and be.last_record is not None:
             rec = be.last_record
@@ -179,8 +191,13 @@ def failures(rows: list[dict]) -> list[str]:
     for r in rows:
         for v in VARIANTS:
             if not r[f"{v} ok"]:
-                why = "wrote its inputs" if r[f"{v} inputs_mutated"] else (
-                    f"max abs diff {r[f'{v} max_abs_diff']:.3g} > tolerance {r['tolerance']:.3g}")
+                why = (
+                    "wrote its inputs"
+                    if r[f"{v} inputs_mutated"]
+                    else (
+                        f"max abs diff {r[f'{v} max_abs_diff']:.3g} > tolerance {r['tolerance']:.3g}"
+                    )
+                )
                 out.append(f"{v} at {r['kind']} {r['tokens']} tokens: {why} (vs eager native)")
     return out
 
@@ -195,7 +212,10 @@ def markdown(env: dict, rows: list[dict], shape, dtype, cudagraphs: bool) -> str
     failed = failures(rows)
     lines = ["# opcore.compile: small decoder compiled three ways", ""]
     if failed:
-        lines += [f"**FAIL: {len(failed)} variant/shape(s) differ from eager native beyond tolerance:**", ""]
+        lines += [
+            f"**FAIL: {len(failed)} variant/shape(s) differ from eager native beyond tolerance:**",
+            "",
+        ]
         lines += [f"- {f}" for f in failed] + [""]
     lines += [
         f"{env['date']}; device {env.get('gpu', env['device'])}; platform `{env['platform']}`; "
@@ -230,9 +250,15 @@ def markdown(env: dict, rows: list[dict], shape, dtype, cudagraphs: bool) -> str
             + f" | {', '.join(skipped) if skipped else 'none'} |"
         )
     if rows:
-        lines += ["", "Lowering (opcore+fusion, first shape): "
-                  + ", ".join(f"{op} -> {'/'.join(p)}" for op, p in rows[0].get("opcore+fusion lowered", {}).items()),
-                  "Fusions: " + json.dumps(rows[0].get("opcore+fusion fusions", {}))]
+        lines += [
+            "",
+            "Lowering (opcore+fusion, first shape): "
+            + ", ".join(
+                f"{op} -> {'/'.join(p)}"
+                for op, p in rows[0].get("opcore+fusion lowered", {}).items()
+            ),
+            "Fusions: " + json.dumps(rows[0].get("opcore+fusion fusions", {})),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -248,11 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--no-cudagraphs", dest="cudagraphs", action="store_false")
-    parser.add_argument("--priority", default=None,
-                        help="provider priority for every op, e.g. triton,native (default: the platform's); "
-                             "on the CPU with TRITON_INTERPRET=1 this runs the Triton provider")
-    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
-                        help="default: bfloat16 on cuda, float32 on the CPU")
+    parser.add_argument(
+        "--priority",
+        default=None,
+        help="provider priority for every op, e.g. triton,native (default: the platform's); "
+        "on the CPU with TRITON_INTERPRET=1 this runs the Triton provider",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float16", "float32"),
+        default=None,
+        help="default: bfloat16 on cuda, float32 on the CPU",
+    )
     args = parser.parse_args(argv)
     args.config = None
     if args.priority:
@@ -270,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     args.cudagraphs = args.cudagraphs and device.type == "cuda"
-    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    dtype = (
+        getattr(torch, args.dtype)
+        if args.dtype
+        else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    )
     if args.small:
         shape = DecoderShape(layers=2)
         args.decode = args.decode or [1, 4]
@@ -289,10 +326,22 @@ def main(argv: list[str] | None = None) -> int:
         for tokens in sizes:
             row = run_case(kind, tokens, args, shape, device, dtype)
             rows.append(row)
-            print(json.dumps({k: v for k, v in row.items() if not k.endswith(("lowered", "fusions"))}), flush=True)
+            print(
+                json.dumps(
+                    {k: v for k, v in row.items() if not k.endswith(("lowered", "fusions"))}
+                ),
+                flush=True,
+            )
     os.makedirs(args.out, exist_ok=True)
-    result = {"environment": env, "shape": shape.__dict__, "dtype": str(dtype), "cudagraphs": args.cudagraphs,
-              "priority": args.priority, "failures": failures(rows), "rows": rows}
+    result = {
+        "environment": env,
+        "shape": shape.__dict__,
+        "dtype": str(dtype),
+        "cudagraphs": args.cudagraphs,
+        "priority": args.priority,
+        "failures": failures(rows),
+        "rows": rows,
+    }
     with open(os.path.join(args.out, "compile_decoder.json"), "w") as f:
         json.dump(result, f, indent=1)
     md = markdown(env, rows, shape, dtype, args.cudagraphs)

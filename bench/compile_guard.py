@@ -84,16 +84,28 @@ def measure(number: int, repeat: int) -> tuple[list[dict], int]:
     rows = []
     with torch.inference_mode():
         plain = _best(lambda: compiled(x, w), number, repeat)
-        rows.append({"case": "plain call", "call_us": plain * 1e6, "alone_us": 0.0, "guard_us": None})
+        rows.append(
+            {"case": "plain call", "call_us": plain * 1e6, "alone_us": 0.0, "guard_us": None}
+        )
         for name, fn, alone in (
             ("each call in its own set_current_config(cfg) block", in_config, config_block),
-            ("each call in its own rms_norm.set_priority(<effective>) block", in_priority, priority_block),
+            (
+                "each call in its own rms_norm.set_priority(<effective>) block",
+                in_priority,
+                priority_block,
+            ),
             ("each call after invalidate_caches()", after_bump, invalidate_caches),
         ):
             t = _best(fn, number, repeat)
             t_alone = _best(alone, number, repeat)
-            rows.append({"case": name, "call_us": t * 1e6, "alone_us": t_alone * 1e6,
-                         "guard_us": (t - t_alone - plain) * 1e6})
+            rows.append(
+                {
+                    "case": name,
+                    "call_us": t * 1e6,
+                    "alone_us": t_alone * 1e6,
+                    "guard_us": (t - t_alone - plain) * 1e6,
+                }
+            )
     return rows, len(backend.records)
 
 
@@ -113,12 +125,20 @@ def environment() -> dict[str, str]:
     }
 
 
-def to_markdown(rows: list[dict], records: int, env: dict[str, str], number: int, repeat: int) -> str:
+def to_markdown(
+    rows: list[dict], records: int, env: dict[str, str], number: int, repeat: int
+) -> str:
     lines = ["# Compiled-graph staleness guard, per call", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
-    lines += [f"- method: `python bench/compile_guard.py --number {number} --repeat {repeat}`; best of the "
-              f"rounds, thread CPU time; graphs compiled during the run: {records} (1 = no recompilation)", ""]
-    lines += ["| case | call (us) | block alone (us) | guard beyond a plain call (us) |", "|---|---:|---:|---:|"]
+    lines += [
+        f"- method: `python bench/compile_guard.py --number {number} --repeat {repeat}`; best of the "
+        f"rounds, thread CPU time; graphs compiled during the run: {records} (1 = no recompilation)",
+        "",
+    ]
+    lines += [
+        "| case | call (us) | block alone (us) | guard beyond a plain call (us) |",
+        "|---|---:|---:|---:|",
+    ]
     for r in rows:
         guard = "" if r["guard_us"] is None else f"{r['guard_us']:.2f}"
         lines.append(f"| {r['case']} | {r['call_us']:.2f} | {r['alone_us']:.2f} | {guard} |")

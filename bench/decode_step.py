@@ -37,8 +37,15 @@ OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding")
 class Decoder:
     """The decoder's weights and one decode step over ``batch`` new tokens."""
 
-    def __init__(self, batch: int, context: int, device, dtype=torch.bfloat16, seed: int = 0,
-                 use_layers: bool = True):
+    def __init__(
+        self,
+        batch: int,
+        context: int,
+        device,
+        dtype=torch.bfloat16,
+        seed: int = 0,
+        use_layers: bool = True,
+    ):
         g = torch.Generator(device=device).manual_seed(seed)
 
         def w(*shape, scale):  # drawn on the device: the CPU would take seconds for 3.5 GB
@@ -80,8 +87,9 @@ class Decoder:
         for p in self.layers:
             p["in_norm_layer"], p["post_norm_layer"] = norm(p["in_norm"]), norm(p["post_norm"])
         self.final_norm_layer = norm(self.final_norm)
-        self.rope = RotaryEmbedding(HEAD, HEAD, max_position=context + 64, rope_theta=500000.0,
-                                    is_neox=True).to(device)
+        self.rope = RotaryEmbedding(
+            HEAD, HEAD, max_position=context + 64, rope_theta=500000.0, is_neox=True
+        ).to(device)
         self.act = SiluAndMul()
 
     def step(self) -> torch.Tensor:
@@ -97,7 +105,8 @@ class Decoder:
             q, k = qkv[:, : HEADS * HEAD], qkv[:, HEADS * HEAD : (HEADS + KV_HEADS) * HEAD]
             q, k = self.rope(self.positions, q, k)
             attn = F.scaled_dot_product_attention(
-                q.reshape(b, HEADS, 1, HEAD), p["k_ctx"], p["v_ctx"], enable_gqa=True)
+                q.reshape(b, HEADS, 1, HEAD), p["k_ctx"], p["v_ctx"], enable_gqa=True
+            )
             h = attn.reshape(b, HEADS * HEAD) @ p["o"]
             h, residual = p["post_norm_layer"](h, residual)
             h = self.act(h @ p["gate_up"]) @ p["down"]
@@ -114,7 +123,9 @@ class Decoder:
             h, residual = ops.fused_add_rms_norm.maybe_inplace(h, residual, p["in_norm"], 1e-5)
             qkv = h @ p["qkv"]
             q, k = qkv[:, : HEADS * HEAD], qkv[:, HEADS * HEAD : (HEADS + KV_HEADS) * HEAD]
-            q, k = ops.rotary_embedding.maybe_inplace(self.positions, q, k, HEAD, self.cos_sin, True)
+            q, k = ops.rotary_embedding.maybe_inplace(
+                self.positions, q, k, HEAD, self.cos_sin, True
+            )
             # attention stand-in: new queries over the fixed KV context (see module docstring)
             qh = q.reshape(b, HEADS, 1, HEAD)
             attn = F.scaled_dot_product_attention(qh, p["k_ctx"], p["v_ctx"], enable_gqa=True)
@@ -170,17 +181,24 @@ def time_graph(fn, device) -> float | None:
     torch.cuda.synchronize()
     import triton.testing
 
-    return float(triton.testing.do_bench(graph.replay, warmup=20, rep=300, return_mode="median")) * 1e3
+    return (
+        float(triton.testing.do_bench(graph.replay, warmup=20, rep=300, return_mode="median")) * 1e3
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", default="1,8,32", help="decode batch sizes (new tokens per step)")
-    ap.add_argument("--context", type=int, default=1024, help="KV context length of the attention stand-in")
+    ap.add_argument(
+        "--context", type=int, default=1024, help="KV context length of the attention stand-in"
+    )
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None, help="directory for decode_step.json / .md")
-    ap.add_argument("--direct-ops", action="store_true",
-                    help="call the ops with maybe_inplace instead of the opcore.layers modules")
+    ap.add_argument(
+        "--direct-ops",
+        action="store_true",
+        help="call the ops with maybe_inplace instead of the opcore.layers modules",
+    )
     args = ap.parse_args(argv)
 
     from opcore.ir import ensure_kernels_loaded
@@ -203,11 +221,15 @@ def main(argv=None) -> int:
             t_prov_eager = time_eager(model.step, device)
             t_prov_graph = time_graph(model.step, device)
             row = {
-                "batch": batch, "context": args.context,
-                "providers": providers_used(), "native": native_providers,
+                "batch": batch,
+                "context": args.context,
+                "providers": providers_used(),
+                "native": native_providers,
                 "rel_diff_providers_vs_native": err,
-                "native_eager_us": t_native_eager, "native_graph_us": t_native_graph,
-                "providers_eager_us": t_prov_eager, "providers_graph_us": t_prov_graph,
+                "native_eager_us": t_native_eager,
+                "native_graph_us": t_native_graph,
+                "providers_eager_us": t_prov_eager,
+                "providers_graph_us": t_prov_graph,
                 "speedup_eager": t_native_eager / t_prov_eager,
             }
             if t_native_graph:
@@ -217,15 +239,19 @@ def main(argv=None) -> int:
             del model
     env = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "platform": platform.name, "device": str(device),
+        "platform": platform.name,
+        "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "torch": torch.__version__,
         "form": "ops via maybe_inplace" if args.direct_ops else "opcore.layers",
     }
     lines = [
         "# decode step: 8 layers, hidden 4096, 32/8 heads x 128, intermediate 14336, bf16",
-        "", ", ".join(f"{k}: {v}" for k, v in env.items()), "",
-        "attention: SDPA stand-in over a fixed KV context (identical in both runs)", "",
+        "",
+        ", ".join(f"{k}: {v}" for k, v in env.items()),
+        "",
+        "attention: SDPA stand-in over a fixed KV context (identical in both runs)",
+        "",
         "| batch | native eager µs | providers eager µs | × eager | native graph µs | providers graph µs "
         "| × graph | providers graph vs native eager | rel. diff |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -236,8 +262,9 @@ def main(argv=None) -> int:
             f"| {r['batch']} | {r['native_eager_us']:.1f} | {r['providers_eager_us']:.1f} | "
             f"{r['speedup_eager']:.2f} | {r['native_graph_us']:.1f} | {r['providers_graph_us']:.1f} | "
             f"{r['speedup_graph']:.2f} | {r['speedup_providers_graph_vs_native_eager']:.2f} | "
-            f"{r['rel_diff_providers_vs_native']:.1e} |" if g else
-            f"| {r['batch']} | {r['native_eager_us']:.1f} | {r['providers_eager_us']:.1f} | "
+            f"{r['rel_diff_providers_vs_native']:.1e} |"
+            if g
+            else f"| {r['batch']} | {r['native_eager_us']:.1f} | {r['providers_eager_us']:.1f} | "
             f"{r['speedup_eager']:.2f} | | | | | {r['rel_diff_providers_vs_native']:.1e} |"
         )
     lines.append("")

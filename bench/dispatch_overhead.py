@@ -56,8 +56,11 @@ def rms_norm(x, weight, epsilon, variance_size=None):
 
 def _noop_provider(op):
     """A no-op provider for any op (its signature is the native one via ``__wrapped__``)."""
-    arity = len(op.native.__annotations__.get("return", "").split(",")) if "tuple" in str(
-        op.native.__annotations__.get("return", "")) else 1
+    arity = (
+        len(op.native.__annotations__.get("return", "").split(","))
+        if "tuple" in str(op.native.__annotations__.get("return", ""))
+        else 1
+    )
 
     def noop(*args, **kwargs):
         return args[0] if arity == 1 else tuple(args[:arity])
@@ -73,19 +76,41 @@ def _rms_norm_rows(shape: tuple[int, ...], number: int, repeat: int) -> list[dic
     impl = ops.rms_norm.dispatch(x, w, eps)
     direct_fn = impl.impl_fn
     rows = []
-    op_t, direct_t = _best_pair(lambda: ops.rms_norm(x, w, eps), lambda: direct_fn(x, w, eps), number, repeat)
-    rows.append({"case": f"rms_norm {list(shape)} fp32, provider {impl.provider!r}",
-                 "op_us": op_t * 1e6, "direct_us": direct_t * 1e6})
+    op_t, direct_t = _best_pair(
+        lambda: ops.rms_norm(x, w, eps), lambda: direct_fn(x, w, eps), number, repeat
+    )
+    rows.append(
+        {
+            "case": f"rms_norm {list(shape)} fp32, provider {impl.provider!r}",
+            "op_us": op_t * 1e6,
+            "direct_us": direct_t * 1e6,
+        }
+    )
     # control: the same provider under two names shows the run-to-run spread
     alias = impl.functional
     a_t, b_t = _best_pair(lambda: alias(x, w, eps), lambda: direct_fn(x, w, eps), number, repeat)
-    rows.append({"case": f"control: provider {impl.provider!r} vs itself (noise floor)",
-                 "op_us": a_t * 1e6, "direct_us": b_t * 1e6})
-    with temporary_impl(ops.rms_norm, "bench_noop", rms_norm), ops.rms_norm.set_priority(["bench_noop"]):
+    rows.append(
+        {
+            "case": f"control: provider {impl.provider!r} vs itself (noise floor)",
+            "op_us": a_t * 1e6,
+            "direct_us": b_t * 1e6,
+        }
+    )
+    with (
+        temporary_impl(ops.rms_norm, "bench_noop", rms_norm),
+        ops.rms_norm.set_priority(["bench_noop"]),
+    ):
         assert ops.rms_norm.dispatch(x, w, eps).provider == "bench_noop"
-        op_t, direct_t = _best_pair(lambda: ops.rms_norm(x, w, eps), lambda: rms_norm(x, w, eps), number, repeat)
-        rows.append({"case": f"rms_norm {list(shape)} fp32, no-op provider",
-                     "op_us": op_t * 1e6, "direct_us": direct_t * 1e6})
+        op_t, direct_t = _best_pair(
+            lambda: ops.rms_norm(x, w, eps), lambda: rms_norm(x, w, eps), number, repeat
+        )
+        rows.append(
+            {
+                "case": f"rms_norm {list(shape)} fp32, no-op provider",
+                "op_us": op_t * 1e6,
+                "direct_us": direct_t * 1e6,
+            }
+        )
     return rows
 
 
@@ -99,10 +124,19 @@ def _other_op_rows(number: int, repeat: int) -> list[dict]:
         args = sample.args
         noop = _noop_provider(op)
         with temporary_impl(op, "bench_noop", noop), op.set_priority(["bench_noop"]):
-            op_t, direct_t = _best_pair(lambda op=op, args=args: op(*args), lambda noop=noop, args=args: noop(*args),
-                                        number, repeat)
-        rows.append({"case": f"{name} sample {sample.name!r}, no-op provider",
-                     "op_us": op_t * 1e6, "direct_us": direct_t * 1e6})
+            op_t, direct_t = _best_pair(
+                lambda op=op, args=args: op(*args),
+                lambda noop=noop, args=args: noop(*args),
+                number,
+                repeat,
+            )
+        rows.append(
+            {
+                "case": f"{name} sample {sample.name!r}, no-op provider",
+                "op_us": op_t * 1e6,
+                "direct_us": direct_t * 1e6,
+            }
+        )
     return rows
 
 
@@ -142,15 +176,27 @@ def environment() -> dict[str, str]:
 def to_markdown(rows: list[dict], env: dict[str, str], number: int, repeat: int) -> str:
     lines = ["# Eager dispatch overhead of `ops.rms_norm`", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
-    timer = "wall clock (perf_counter)" if TIMER is time.perf_counter else "thread CPU time (thread_time)"
-    lines += [f"- method: `python bench/dispatch_overhead.py --number {number} --repeat {repeat}`; "
-              f"best of the rounds, op and direct call interleaved, timed by {timer}", ""]
-    lines += ["| case | ops.rms_norm (us) | provider called directly (us) | overhead (us) |", "|---|---:|---:|---:|"]
+    timer = (
+        "wall clock (perf_counter)"
+        if TIMER is time.perf_counter
+        else "thread CPU time (thread_time)"
+    )
+    lines += [
+        f"- method: `python bench/dispatch_overhead.py --number {number} --repeat {repeat}`; "
+        f"best of the rounds, op and direct call interleaved, timed by {timer}",
+        "",
+    ]
+    lines += [
+        "| case | ops.rms_norm (us) | provider called directly (us) | overhead (us) |",
+        "|---|---:|---:|---:|",
+    ]
     for r in rows:
         if r["direct_us"] is None:
             lines.append(f"| {r['case']} | {r['op_us']:.3f} | | |")
         else:
-            lines.append(f"| {r['case']} | {r['op_us']:.3f} | {r['direct_us']:.3f} | {r['op_us'] - r['direct_us']:.3f} |")
+            lines.append(
+                f"| {r['case']} | {r['op_us']:.3f} | {r['direct_us']:.3f} | {r['op_us'] - r['direct_us']:.3f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -159,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--number", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--markdown", help="also write the table to this file")
-    parser.add_argument("--wall", action="store_true", help="time wall clock instead of thread CPU time")
+    parser.add_argument(
+        "--wall", action="store_true", help="time wall clock instead of thread CPU time"
+    )
     args = parser.parse_args(argv)
     global TIMER
     if args.wall:

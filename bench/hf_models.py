@@ -86,7 +86,10 @@ class _Timer:
         self.cuda = device.type == "cuda"
         self.device = device
         if self.cuda:
-            self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.start, self.end = (
+                torch.cuda.Event(enable_timing=True),
+                torch.cuda.Event(enable_timing=True),
+            )
 
     def __enter__(self):
         if self.cuda:
@@ -128,11 +131,24 @@ def prepare(config: str, model, device):
     if config == "liger":
         import liger_kernel.transformers as lk
 
-        fn = lk.apply_liger_kernel_to_llama if model.config.model_type == "llama" else lk.apply_liger_kernel_to_qwen3
-        fn(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False, model=model)
+        fn = (
+            lk.apply_liger_kernel_to_llama
+            if model.config.model_type == "llama"
+            else lk.apply_liger_kernel_to_qwen3
+        )
+        fn(
+            rope=True,
+            rms_norm=True,
+            swiglu=True,
+            cross_entropy=False,
+            fused_linear_cross_entropy=False,
+            model=model,
+        )
         return model, False
     if config == "compile":
-        return torch.compile(model, mode="reduce-overhead" if device.type == "cuda" else None, fullgraph=True), True
+        return torch.compile(
+            model, mode="reduce-overhead" if device.type == "cuda" else None, fullgraph=True
+        ), True
     if config in ("opcore", "opcore-compile"):
         import opcore.integrations.transformers as oh
 
@@ -143,7 +159,9 @@ def prepare(config: str, model, device):
         import opcore.compile as oc
 
         inductor = {"triton.cudagraphs": True} if device.type == "cuda" else None
-        return torch.compile(model, backend=oc.backend(mode="inductor", inductor_config=inductor), fullgraph=True), True
+        return torch.compile(
+            model, backend=oc.backend(mode="inductor", inductor_config=inductor), fullgraph=True
+        ), True
     return model, False
 
 
@@ -160,7 +178,12 @@ def run_child(args) -> dict:
     kw = _cache_kw(model)
     vocab = model.config.vocab_size
     g = torch.Generator(device=device).manual_seed(1)
-    result = {"model": args.model, "config": args.config, "cache": "static" if static else "dynamic", "rows": []}
+    result = {
+        "model": args.model,
+        "config": args.config,
+        "cache": "static" if static else "dynamic",
+        "rows": [],
+    }
 
     def new_cache(batch, length):
         if static:
@@ -170,11 +193,15 @@ def run_child(args) -> dict:
     graphed = args.config in GRAPHED and device.type == "cuda"
 
     def forward(ids, cache, start, compiled=True):
-        pos = torch.arange(start, start + ids.shape[1], device=device)[None].expand(ids.shape[0], -1)
+        pos = torch.arange(start, start + ids.shape[1], device=device)[None].expand(
+            ids.shape[0], -1
+        )
         if graphed and compiled:  # a new step for Inductor's CUDA graph trees (as generate does)
             torch.compiler.cudagraph_mark_step_begin()
         call = fwd if compiled else model
-        return call(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1, **{kw: cache}).logits
+        return call(
+            input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1, **{kw: cache}
+        ).logits
 
     with torch.inference_mode():
         for batch in args.batch:
@@ -270,8 +297,13 @@ def environment(device: str) -> dict:
     else:
         env["device"] = platform.processor() or "cpu"
     try:
-        env["opcore_git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                           cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
+        env["opcore_git"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            timeout=10,
+        ).stdout.strip()
     except Exception:  # noqa: BLE001
         env["opcore_git"] = None
     return env
@@ -303,10 +335,18 @@ def markdown(env: dict, args, results: list[dict]) -> str:
     for r in results:
         for row in r.get("rows", []):
             if row.get("profile"):
-                lines += ["", f"## Decode profile: {r['model']} {r['config']} batch {row['batch']} (per step)", "",
-                          "| kernel / op | calls | device us | cpu us |", "|---|---:|---:|---:|"]
-                lines += [f"| `{p['name']}` | {p['calls_per_step']:.1f} | {p['device_us_per_step']:.1f} | "
-                          f"{p['cpu_us_per_step']:.1f} |" for p in row["profile"]]
+                lines += [
+                    "",
+                    f"## Decode profile: {r['model']} {r['config']} batch {row['batch']} (per step)",
+                    "",
+                    "| kernel / op | calls | device us | cpu us |",
+                    "|---|---:|---:|---:|",
+                ]
+                lines += [
+                    f"| `{p['name']}` | {p['calls_per_step']:.1f} | {p['device_us_per_step']:.1f} | "
+                    f"{p['cpu_us_per_step']:.1f} |"
+                    for p in row["profile"]
+                ]
     return "\n".join(lines) + "\n"
 
 
@@ -324,7 +364,9 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     p.add_argument("--device", default="cuda")
-    p.add_argument("--eager-static", action="store_true", help="also decode the eager configs on a StaticCache")
+    p.add_argument(
+        "--eager-static", action="store_true", help="also decode the eager configs on a StaticCache"
+    )
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-steps", type=int, default=20)
     p.add_argument("--timeout", type=float, default=1800, help="seconds per configuration")
@@ -347,7 +389,9 @@ def main(argv=None) -> int:
     configs = args.configs.split(",")
     unknown = [c for c in configs if c not in CONFIGS] + [m for m in models if m not in SHAPES]
     if unknown:
-        raise SystemExit(f"unknown configs/models {unknown}; configs: {CONFIGS}; models: {list(SHAPES)}")
+        raise SystemExit(
+            f"unknown configs/models {unknown}; configs: {CONFIGS}; models: {list(SHAPES)}"
+        )
     runs = [(m, c, False) for m in models for c in configs]
     if args.eager_static:
         runs += [(m, c, True) for m in models for c in configs if c not in GRAPHED]
@@ -357,22 +401,52 @@ def main(argv=None) -> int:
               "--profile-steps", str(args.profile_steps)] + (["--profile"] if args.profile else [])  # fmt: skip
     results = []
     for model, config, static in runs:
-        cmd = [sys.executable, os.path.abspath(__file__), "--_child", "--model", model, "--config", config, *common]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--_child",
+            "--model",
+            model,
+            "--config",
+            config,
+            *common,
+        ]
         if static:
             cmd.append("--static-cache")
         print(f"== {model} {config}{' static' if static else ''}", flush=True)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             if proc.returncode:
-                results.append({"model": model, "config": config, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}", "stderr": proc.stderr[-4000:]})
+                results.append(
+                    {
+                        "model": model,
+                        "config": config,
+                        "error": proc.stderr.strip().splitlines()[-1]
+                        if proc.stderr.strip()
+                        else f"exit {proc.returncode}",
+                        "stderr": proc.stderr[-4000:],
+                    }
+                )
             else:
                 results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         except subprocess.TimeoutExpired:
-            results.append({"model": model, "config": config, "error": f"timed out after {args.timeout:.0f} s"})
+            results.append(
+                {"model": model, "config": config, "error": f"timed out after {args.timeout:.0f} s"}
+            )
         r = results[-1]
-        print(r.get("error") or "\n".join(json.dumps({k: v for k, v in row.items() if k != "profile"}) for row in r["rows"]), flush=True)
+        print(
+            r.get("error")
+            or "\n".join(
+                json.dumps({k: v for k, v in row.items() if k != "profile"}) for row in r["rows"]
+            ),
+            flush=True,
+        )
     env = environment(args.device)
-    report = {"environment": env, "args": {k: v for k, v in vars(args).items() if not k.startswith("_")}, "results": results}
+    report = {
+        "environment": env,
+        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        "results": results,
+    }
     md = markdown(env, args, results)
     print(md)
     if args.out:

@@ -41,26 +41,48 @@ def main() -> int:
         compiled(x)
         t_compile = timing.device_median_us(lambda x=x: compiled(x), platform, rep_ms=50)
         default = chosen(t, inter)
-        print(json.dumps({"inter": inter, "compile_us": round(t_compile, 2), "default": default}), flush=True)
+        print(
+            json.dumps({"inter": inter, "compile_us": round(t_compile, 2), "default": default}),
+            flush=True,
+        )
         for block_c in (1024, 2048, 4096):
             for rows in (1, 2, 4):
                 for warps in (2, 4, 8, 16):
                     params = (block_c, rows, warps)
                     _launch.elementwise_params = lambda *a, p=params: p  # noqa: E731
                     try:
-                        ok = torch.allclose(activation.silu_and_mul(x).float(), want.float(), atol=2e-2, rtol=2e-2)
-                        us = timing.device_median_us(lambda x=x: activation.silu_and_mul(x), platform, rep_ms=50)
+                        ok = torch.allclose(
+                            activation.silu_and_mul(x).float(), want.float(), atol=2e-2, rtol=2e-2
+                        )
+                        us = timing.device_median_us(
+                            lambda x=x: activation.silu_and_mul(x), platform, rep_ms=50
+                        )
                     finally:
                         _launch.elementwise_params = chosen
-                    row = {"inter": inter, "tokens": t, "block_c": block_c, "rows": rows, "warps": warps,
-                           "us": round(us, 2), "vs_compile": round(us / t_compile, 4), "ok": ok,
-                           "default": params == default}
+                    row = {
+                        "inter": inter,
+                        "tokens": t,
+                        "block_c": block_c,
+                        "rows": rows,
+                        "warps": warps,
+                        "us": round(us, 2),
+                        "vs_compile": round(us / t_compile, 4),
+                        "ok": ok,
+                        "default": params == default,
+                    }
                     rows_out.append(row)
                     print(json.dumps(row), flush=True)
     if args.out:
         with open(os.path.join(args.out, "sweep_activations.json"), "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
-                       "rows": rows_out}, f, indent=1)
+            json.dump(
+                {
+                    "device": torch.cuda.get_device_name(dev),
+                    "torch": torch.__version__,
+                    "rows": rows_out,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -33,7 +33,10 @@ def main() -> int:
     copy = timing.copy_bandwidth_gbs(platform)
     chosen = _launch.split_qkv_params
     rows = []
-    print(f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}; copy {copy:.0f} GB/s", flush=True)
+    print(
+        f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}; copy {copy:.0f} GB/s",
+        flush=True,
+    )
     for hq, hkv, d in ((32, 8, 128), (64, 8, 128)):
         t = args.tokens
         g = torch.Generator(device="cpu").manual_seed(0)
@@ -50,24 +53,51 @@ def main() -> int:
             if hkv % splits:
                 continue
             for warps in (2, 4, 8, 16):
-                params = (splits, _launch.next_pow2(hq // splits), _launch.next_pow2(hkv // splits), warps)
+                params = (
+                    splits,
+                    _launch.next_pow2(hq // splits),
+                    _launch.next_pow2(hkv // splits),
+                    warps,
+                )
                 _launch.split_qkv_params = lambda *a, p=params: p  # noqa: E731
                 try:
                     got = qk_norm_rope.split_qkv_rmsnorm_rope(*call)
-                    ok = all(torch.allclose(a.float(), b.float(), atol=3e-2, rtol=3e-2) for a, b in zip(got, want, strict=True))
-                    us = timing.device_median_us(lambda c=call: qk_norm_rope.split_qkv_rmsnorm_rope(*c), platform, rep_ms=50)
+                    ok = all(
+                        torch.allclose(a.float(), b.float(), atol=3e-2, rtol=3e-2)
+                        for a, b in zip(got, want, strict=True)
+                    )
+                    us = timing.device_median_us(
+                        lambda c=call: qk_norm_rope.split_qkv_rmsnorm_rope(*c), platform, rep_ms=50
+                    )
                 finally:
                     _launch.split_qkv_params = chosen
                 gbs = nbytes / us / 1e3
-                row = {"heads": f"{hq}/{hkv}x{d}", "tokens": t, "splits": splits, "warps": warps,
-                       "block_q": params[1], "block_kv": params[2], "us": round(us, 2),
-                       "pct_copy": round(100 * gbs / copy, 1), "ok": ok, "default": params == default}
+                row = {
+                    "heads": f"{hq}/{hkv}x{d}",
+                    "tokens": t,
+                    "splits": splits,
+                    "warps": warps,
+                    "block_q": params[1],
+                    "block_kv": params[2],
+                    "us": round(us, 2),
+                    "pct_copy": round(100 * gbs / copy, 1),
+                    "ok": ok,
+                    "default": params == default,
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if args.out:
         with open(os.path.join(args.out, "sweep_split_qkv.json"), "w") as f:
-            json.dump({"copy_gbs": copy, "device": torch.cuda.get_device_name(dev),
-                       "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "copy_gbs": copy,
+                    "device": torch.cuda.get_device_name(dev),
+                    "torch": torch.__version__,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -75,7 +75,9 @@ def matrix() -> str:
         "| distribution | version | opcore | plugin API (platform class) | extras |",
         "|---|---|---|---|---|",
     ]
-    folders = [ROOT / "conformance"] + sorted(p.parent for p in ROOT.glob("plugins/*/pyproject.toml"))
+    folders = [ROOT / "conformance"] + sorted(
+        p.parent for p in ROOT.glob("plugins/*/pyproject.toml")
+    )
     for folder in folders:
         project = _project(folder)
         lines.append(

@@ -20,7 +20,7 @@ from opcore.testing import make_distribution
 
 # Providers with one planted defect each, plus one correct provider. They are registered
 # by an `opcore.general_plugins` entry point on the built-in ops.
-PLANTED_PROVIDERS = '''
+PLANTED_PROVIDERS = """
 import torch
 
 from opcore.ir import ops
@@ -109,11 +109,11 @@ def register():
     ops.rms_norm.register_impl("planted_values", supports_args=reads_values)(good)
     ops.rms_norm.register_impl("planted_symbool", supports_args=returns_symbool)(good)
     ops.rotary_embedding.register_impl("planted_style")(rotary_ignores_style)
-'''
+"""
 
 # An out-of-tree platform on the CPU device that claims a dtype the CPU cannot compute in,
 # and carries a stale and a misspelled member.
-PLANTED_PLATFORM = '''
+PLANTED_PLATFORM = """
 import torch
 
 from opcore_plugin_cpu.platform import CpuPlatform
@@ -136,36 +136,48 @@ class PlantedPlatform(CpuPlatform):
 
 def probe():
     return "planted_platform.PlantedPlatform"
-'''
+"""
 
 
 @pytest.fixture(scope="session")
 def planted_site(tmp_path_factory) -> Path:
     site = tmp_path_factory.mktemp("planted-site")
     make_distribution(
-        site, "opcore-planted-providers",
+        site,
+        "opcore-planted-providers",
         entry_points={"opcore.general_plugins": {"planted": "planted_providers:register"}},
         files={"planted_providers.py": PLANTED_PROVIDERS},
     )
     make_distribution(
-        site, "opcore-plugin-planted",
+        site,
+        "opcore-plugin-planted",
         entry_points={"opcore.platform_plugins": {"planted": "planted_platform:probe"}},
         files={"planted_platform.py": PLANTED_PLATFORM},
     )
     return site
 
 
-def _run_suite(args: list[str], *, site: Path, report_dir: Path, module: str = "opcore_conformance",
-              env: dict[str, str] | None = None, timeout: float = 170) -> subprocess.CompletedProcess:
+def _run_suite(
+    args: list[str],
+    *,
+    site: Path,
+    report_dir: Path,
+    module: str = "opcore_conformance",
+    env: dict[str, str] | None = None,
+    timeout: float = 170,
+) -> subprocess.CompletedProcess:
     """Run ``python -m <module> <args>`` in a fresh interpreter with ``site`` on the path."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
-    full_env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     full_env.update(env or {})
     cmd = [sys.executable, "-m", *module.split(), *args]
     if "--opcore-report-dir" not in " ".join(args) and module != "pytest":
         cmd += ["--report-dir", str(report_dir)]
-    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout,
-                          cwd=report_dir.parent)
+    return subprocess.run(
+        cmd, env=full_env, capture_output=True, text=True, timeout=timeout, cwd=report_dir.parent
+    )
 
 
 def _read_statuses(report_dir: Path) -> dict[str, dict]:

@@ -12,7 +12,7 @@ import pytest
 
 from opcore_conformance import expectations as X
 
-EXPECTATIONS = '''
+EXPECTATIONS = """
 version = 1
 
 [[expect]]
@@ -24,7 +24,7 @@ reason = "planted: epsilon outside the root"
 match = "numerics[rms_norm-planted_good-bf16-*]"
 status = "skip"
 reason = "a typo: bf16 is spelled bfloat16 in case ids"
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +32,27 @@ def planted_run(planted_site, tmp_path_factory, run_suite, read_statuses):
     work = tmp_path_factory.mktemp("actionable")
     (work / "expect.toml").write_text(EXPECTATIONS)
     report_dir = work / "reports"
-    proc = run_suite(["--platform", "cpu", "--ops", "rms_norm", "--providers", "planted_eps,planted_dtype,planted_good",
-                      "--dtypes", "float32,bfloat16", "--checks", "numerics", "--no-progress",
-                      "--expectations", str(work / "expect.toml"),
-                      "--draft-expectations", str(work / "draft.toml")],
-                     site=planted_site, report_dir=report_dir)
+    proc = run_suite(
+        [
+            "--platform",
+            "cpu",
+            "--ops",
+            "rms_norm",
+            "--providers",
+            "planted_eps,planted_dtype,planted_good",
+            "--dtypes",
+            "float32,bfloat16",
+            "--checks",
+            "numerics",
+            "--no-progress",
+            "--expectations",
+            str(work / "expect.toml"),
+            "--draft-expectations",
+            str(work / "draft.toml"),
+        ],
+        site=planted_site,
+        report_dir=report_dir,
+    )
     return proc, read_statuses(report_dir), work
 
 
@@ -50,8 +66,9 @@ def test_identical_failures_are_one_line_with_a_count_and_a_wildcard_rerun(plant
     glob = m.group(2).rstrip(":")
     assert int(m.group(1)) >= 2
     assert f"--case '{glob}'" in proc.stdout  # the group's one rerun
-    assert len([i for i in records if X.compile_glob(glob).fullmatch(i)
-                and records[i]["status"] == "fail"]) == int(m.group(1))
+    assert len(
+        [i for i in records if X.compile_glob(glob).fullmatch(i) and records[i]["status"] == "fail"]
+    ) == int(m.group(1))
     # fewer lines than failures: one per group
     assert proc.stdout.count("rerun:") < len(failed)
 
@@ -62,13 +79,19 @@ def test_op_table_has_a_checks_column_and_xfail_is_not_the_worst(planted_run):
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("op "))
     assert "checks" in header.split()
-    row = next(line for line in lines
-               if line.startswith("rms_norm") and "planted_eps" in line and "float32" in line)
+    row = next(
+        line
+        for line in lines
+        if line.startswith("rms_norm") and "planted_eps" in line and "float32" in line
+    )
     assert " numerics " in row
     [xfailed] = [r for r in records.values() if r["status"] == "xfail"]
     assert xfailed["provider"] == "planted_eps" and xfailed["max_ratio"] > 1
-    others = [r["max_ratio"] for r in records.values() if r["provider"] == "planted_eps"
-              and r["dtype"] == "float32" and r["status"] == "pass"]
+    others = [
+        r["max_ratio"]
+        for r in records.values()
+        if r["provider"] == "planted_eps" and r["dtype"] == "float32" and r["status"] == "pass"
+    ]
     # the row's worst err/tol is its worst passing case, not the xfailed one
     worst = float(row.split()[header.split().index("worst")])
     assert worst == pytest.approx(max(others), abs=0.006) and worst < 1, row
@@ -86,7 +109,9 @@ def test_draft_expectations_has_an_xfail_per_failure_group(planted_run):
     draft = X.load(str(work / "draft.toml"))
     assert "drafted" in proc.stderr and "fill in each reason" in proc.stderr
     red = [i for i, r in records.items() if r["status"] in ("fail", "error")]
-    assert draft.entries and all(e.status == "xfail" and e.reason.startswith("TODO") for e in draft.entries)
+    assert draft.entries and all(
+        e.status == "xfail" and e.reason.startswith("TODO") for e in draft.entries
+    )
     for cid in red:  # every current failure is covered by a drafted entry
         assert draft.lookup(cid) is not None, cid
 
@@ -105,7 +130,11 @@ def test_progress_is_weighted_by_expected_cost():
 
     from opcore_conformance.report.progress import Progress, expected_cost
 
-    assert expected_cost("compile.matches_eager") > expected_cost("opcheck") > expected_cost("numerics")
+    assert (
+        expected_cost("compile.matches_eager")
+        > expected_cost("opcheck")
+        > expected_cost("numerics")
+    )
     assert expected_cost("compile.fusion", "inductor") > expected_cost("compile.fusion", "eager")
     costs = [1.0] * 9 + [expected_cost("compile.dynamic_batch")]
     out = io.StringIO()
@@ -118,9 +147,19 @@ def test_progress_is_weighted_by_expected_cost():
 
 def test_opcheck_failure_carries_its_stack(planted_site, tmp_path, run_suite, read_statuses):
     report_dir = tmp_path / "reports"
-    proc = run_suite(["--platform", "cpu", "--expectations", "none", "--no-progress",
-                      "--case", "opcheck[rms_norm-planted_dtype-bfloat16-*]"],
-                     site=planted_site, report_dir=report_dir)
+    proc = run_suite(
+        [
+            "--platform",
+            "cpu",
+            "--expectations",
+            "none",
+            "--no-progress",
+            "--case",
+            "opcheck[rms_norm-planted_dtype-bfloat16-*]",
+        ],
+        site=planted_site,
+        report_dir=report_dir,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     failed = [r for r in read_statuses(report_dir).values() if r["status"] == "fail"]
     assert failed

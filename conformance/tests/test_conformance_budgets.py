@@ -15,7 +15,7 @@ import pytest
 
 from opcore.testing import make_distribution
 
-BUDGET_DEFECTS = '''
+BUDGET_DEFECTS = """
 import torch
 
 from opcore.ir import ops
@@ -97,17 +97,20 @@ def register():
     ops.rms_norm.register_impl("planted_round_twice")(rounds_twice)
     ops.fused_add_rms_norm.register_impl("planted_residual_twice")(residual_rounded_twice)
     ops.rotary_embedding.register_impl("planted_rotary_swap")(rotary_second_half_swapped)
-'''
+"""
 
-PROVIDERS = ("planted_accum,planted_eps_ignored,planted_weight_first,planted_round_twice,"
-             "planted_residual_twice,planted_rotary_swap,native")
+PROVIDERS = (
+    "planted_accum,planted_eps_ignored,planted_weight_first,planted_round_twice,"
+    "planted_residual_twice,planted_rotary_swap,native"
+)
 
 
 @pytest.fixture(scope="module")
 def budget_site(tmp_path_factory):
     site = tmp_path_factory.mktemp("budget-site")
     make_distribution(
-        site, "opcore-budget-defects",
+        site,
+        "opcore-budget-defects",
         entry_points={"opcore.general_plugins": {"budget_defects": "budget_defects:register"}},
         files={"budget_defects.py": BUDGET_DEFECTS},
     )
@@ -118,13 +121,30 @@ def budget_site(tmp_path_factory):
 def budget_run(budget_site, tmp_path_factory, run_suite, read_statuses):
     report_dir = tmp_path_factory.mktemp("budgets") / "reports"
     proc = run_suite(
-        ["--platform", "cpu", "--ops", "rms_norm,fused_add_rms_norm,rotary_embedding",
-         "--providers", PROVIDERS, "--dtypes", "float16,bfloat16", "--checks", "numerics",
-         # every rms_norm sample; a few of the others (their defects show on any sample)
-         "--case", "numerics[rms_norm-*]", "--case", "numerics[fused_add_rms_norm-*-float16-t5_*]",
-         "--case", "numerics[rotary_embedding-*-t5_h4_kv2_d64_*]",
-         "--expectations", "none", "--no-progress"],
-        site=budget_site, report_dir=report_dir,
+        [
+            "--platform",
+            "cpu",
+            "--ops",
+            "rms_norm,fused_add_rms_norm,rotary_embedding",
+            "--providers",
+            PROVIDERS,
+            "--dtypes",
+            "float16,bfloat16",
+            "--checks",
+            "numerics",
+            # every rms_norm sample; a few of the others (their defects show on any sample)
+            "--case",
+            "numerics[rms_norm-*]",
+            "--case",
+            "numerics[fused_add_rms_norm-*-float16-t5_*]",
+            "--case",
+            "numerics[rotary_embedding-*-t5_h4_kv2_d64_*]",
+            "--expectations",
+            "none",
+            "--no-progress",
+        ],
+        site=budget_site,
+        report_dir=report_dir,
     )
     return proc, read_statuses(report_dir)
 
@@ -135,8 +155,11 @@ def _cases(records, provider, dtype):
 
 def _over_budget(records, provider, dtype):
     """The failed cases whose message is the budget's."""
-    return [r for r in _cases(records, provider, dtype)
-            if r["status"] == "fail" and "beyond the error budget" in r["message"]]
+    return [
+        r
+        for r in _cases(records, provider, dtype)
+        if r["status"] == "fail" and "beyond the error budget" in r["message"]
+    ]
 
 
 def test_the_run_is_red_and_native_passes(budget_run):
@@ -172,7 +195,9 @@ def test_epsilon_ignored_fails(budget_run, dtype):
         assert rec["status"] == "fail" and rec["max_ratio"] < 1, rec
 
 
-@pytest.mark.parametrize("provider", ["planted_weight_first", "planted_rotary_swap", "planted_round_twice"])
+@pytest.mark.parametrize(
+    "provider", ["planted_weight_first", "planted_rotary_swap", "planted_round_twice"]
+)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_wrong_math_fails(budget_run, provider, dtype):
     _, records = budget_run

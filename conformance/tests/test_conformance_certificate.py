@@ -16,7 +16,7 @@ import pytest
 
 from opcore.testing import make_distribution, run_python
 
-PLUGIN = '''
+PLUGIN = """
 from opcore.ir import ops
 
 
@@ -27,7 +27,7 @@ def certified_rms(x, weight, epsilon, variance_size=None):
 def register():
     if "cert_good" not in ops.rms_norm.impls:
         ops.rms_norm.register_impl("cert_good")(certified_rms)
-'''
+"""
 
 PRIORITY = {"OPCORE_IR_OP_PRIORITY": "rms_norm=cert_good,native"}
 
@@ -36,14 +36,31 @@ PRIORITY = {"OPCORE_IR_OP_PRIORITY": "rms_norm=cert_good,native"}
 def certified_run(tmp_path_factory, run_suite):
     site = tmp_path_factory.mktemp("cert-site")
     make_distribution(
-        site, "opcore-cert-plugin",
+        site,
+        "opcore-cert-plugin",
         entry_points={"opcore.general_plugins": {"cert": "cert_plugin:register"}},
         files={"cert_plugin/__init__.py": PLUGIN},
     )
     report_dir = tmp_path_factory.mktemp("cert") / "reports"
-    proc = run_suite(["--platform", "cpu", "--ops", "rms_norm", "--providers", "cert_good,native",
-                      "--dtypes", "float32", "--checks", "numerics", "--expectations", "none",
-                      "--no-progress"], site=site, report_dir=report_dir)
+    proc = run_suite(
+        [
+            "--platform",
+            "cpu",
+            "--ops",
+            "rms_norm",
+            "--providers",
+            "cert_good,native",
+            "--dtypes",
+            "float32",
+            "--checks",
+            "numerics",
+            "--expectations",
+            "none",
+            "--no-progress",
+        ],
+        site=site,
+        report_dir=report_dir,
+    )
     return site, report_dir, proc
 
 
@@ -58,7 +75,9 @@ def test_run_writes_a_certificate_matching_the_run(certified_run):
     site, report_dir, proc = certified_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cert = json.loads((report_dir / "certificate.json").read_text())
-    records = [json.loads(line) for line in (report_dir / "conformance.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (report_dir / "conformance.jsonl").read_text().splitlines()
+    ]
     cases = [r for r in records if r["type"] == "case"]
     header = records[0]
     assert cert["format"] == "opcore-conformance-certificate" and cert["format_version"] == 1
@@ -73,8 +92,9 @@ def test_run_writes_a_certificate_matching_the_run(certified_run):
     assert set(by_name) == {("rms_norm", "cert_good"), ("rms_norm", "native")}
     good = by_name[("rms_norm", "cert_good")]
     assert good["passed"] is True and good["distribution"] == "opcore-cert-plugin@0.1.0"
-    assert good["counts"]["pass"] == sum(r["provider"] == "cert_good" and r["status"] == "pass"
-                                         for r in cases)
+    assert good["counts"]["pass"] == sum(
+        r["provider"] == "cert_good" and r["status"] == "pass" for r in cases
+    )
     # the whole identity hash, the one the header's provider table shows a prefix of
     assert len(good["identity"]) == 64
     assert good["identity"].startswith(header["providers"]["rms_norm"]["cert_good"]["identity"])
@@ -112,9 +132,16 @@ def test_core_reader_and_suite_writer_agree_on_the_format():
 
     assert (suite.FORMAT, suite.FORMAT_VERSION) == (core.FORMAT, core.FORMAT_VERSION)
     # a certificate for another device type does not cover this one
-    cert = core.parse({"format": core.FORMAT, "format_version": 1, "device_type": "cuda",
-                       "mode": "full", "providers": [{"op": "o", "provider": "p", "identity": "a" * 64,
-                                                      "passed": True}]}, "x.json")
+    cert = core.parse(
+        {
+            "format": core.FORMAT,
+            "format_version": 1,
+            "device_type": "cuda",
+            "mode": "full",
+            "providers": [{"op": "o", "provider": "p", "identity": "a" * 64, "passed": True}],
+        },
+        "x.json",
+    )
     cov = core.coverage("o", "p", "a" * 64, "cpu", [cert])
     assert cov["status"] == "not certified" and "device type 'cuda'" in cov["why"]
     assert core.coverage("o", "p", "a" * 64, "cuda", [cert])["modes"] == ["full"]

@@ -24,8 +24,21 @@ def _run(args: list[str], cwd, code: str | None = None) -> subprocess.CompletedP
 
 
 def test_list_prints_the_selected_case_ids_without_running(tmp_path):
-    proc = _run(["conformance", "--platform", "cpu", "--list", "--ops", "silu_and_mul",
-                 "--dtypes", "bfloat16", "--checks", "numerics"], tmp_path)
+    proc = _run(
+        [
+            "conformance",
+            "--platform",
+            "cpu",
+            "--list",
+            "--ops",
+            "silu_and_mul",
+            "--dtypes",
+            "bfloat16",
+            "--checks",
+            "numerics",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert rows and all(r["id"].startswith("numerics[silu_and_mul-") for r in rows)
@@ -47,8 +60,10 @@ def test_core_cli_names_the_suite_s_distribution_when_it_cannot_load(tmp_path):
     # The core knows `conformance` only as an entry point of opcore.cli_commands; when the
     # suite's package cannot be imported (sys.modules[name] = None makes the import fail),
     # the CLI says which distribution's command is unavailable, in one line.
-    code = ("import sys; sys.modules['opcore_conformance'] = None\n"
-            "from opcore.cli import main\nsys.exit(main(sys.argv[1:]))")
+    code = (
+        "import sys; sys.modules['opcore_conformance'] = None\n"
+        "from opcore.cli import main\nsys.exit(main(sys.argv[1:]))"
+    )
     proc = _run(["conformance", "--ops", "rms_norm"], tmp_path, code=code)
     assert proc.returncode == 2
     warning = [line for line in proc.stderr.splitlines() if line.startswith("opcore: warning:")]
@@ -62,9 +77,26 @@ def test_a_terminated_run_keeps_the_records_of_the_cases_that_ran(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
     report_dir = tmp_path / "reports"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "opcore", "conformance", "--platform", "cpu", "--full", "--checks",
-         "opcheck", "--no-progress", "--report-dir", str(report_dir)],
-        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "opcore",
+            "conformance",
+            "--platform",
+            "cpu",
+            "--full",
+            "--checks",
+            "opcheck",
+            "--no-progress",
+            "--report-dir",
+            str(report_dir),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     jsonl_path = report_dir / "conformance.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -136,23 +168,52 @@ def _drain(stream, sink: list[str]) -> None:
 
 
 @pytest.mark.parametrize("phase", ["setup", "collection"])
-def test_sigint_in_setup_or_collection_exits_130_with_one_line_and_incomplete_reports(phase, tmp_path):
+def test_sigint_in_setup_or_collection_exits_130_with_one_line_and_incomplete_reports(
+    phase, tmp_path
+):
     site = tmp_path / "site"
-    make_distribution(site, "opcore-planted-slow",
-                      entry_points={"opcore.general_plugins": {"planted_slow": "planted_slow:register"}},
-                      files={"planted_slow.py": SLOW_PLUGIN})
+    make_distribution(
+        site,
+        "opcore-planted-slow",
+        entry_points={"opcore.general_plugins": {"planted_slow": "planted_slow:register"}},
+        files={"planted_slow.py": SLOW_PLUGIN},
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
-               PLANTED_SLOW_AT=phase)
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        PLANTED_SLOW_AT=phase,
+    )
     report_dir = tmp_path / "reports"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "opcore", "conformance", "--platform", "cpu", "--ops", "rms_norm",
-         "--dtypes", "float32", "--checks", "numerics", "--no-progress", "--report-dir", str(report_dir)],
-        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "opcore",
+            "conformance",
+            "--platform",
+            "cpu",
+            "--ops",
+            "rms_norm",
+            "--dtypes",
+            "float32",
+            "--checks",
+            "numerics",
+            "--no-progress",
+            "--report-dir",
+            str(report_dir),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out: list[str] = []
     err: list[str] = []
-    readers = [threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
-               threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True)]
+    readers = [
+        threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
+    ]
     for r in readers:
         r.start()
     cue = f"planted-slow: stalling in {phase}\n"
@@ -173,10 +234,14 @@ def test_sigint_in_setup_or_collection_exits_130_with_one_line_and_incomplete_re
     assert proc.returncode == 130, "".join(err)[-3000:]
     assert "Traceback" not in "".join(err) and "KeyboardInterrupt" not in "".join(err)
     assert len(ours) == 1, ours
-    assert ours[0].startswith(f"opcore conformance: interrupted by SIGINT during {phase}, before any case ran")
+    assert ours[0].startswith(
+        f"opcore conformance: interrupted by SIGINT during {phase}, before any case ran"
+    )
     assert str(report_dir) in ours[0]
 
-    lines = [json.loads(line) for line in (report_dir / "conformance.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(line) for line in (report_dir / "conformance.jsonl").read_text().splitlines()
+    ]
     head, foot = lines[0], lines[-1]
     assert len(lines) == 2 and head["type"] == "header" and foot["type"] == "footer"
     assert head["platform"] == "cpu" and head["mode"] == "quick"
@@ -194,8 +259,18 @@ def test_sigint_in_setup_or_collection_exits_130_with_one_line_and_incomplete_re
 
 # ---------------------------------------------------------------- unusable inputs: exit 2 first
 
-_SMALL = ["conformance", "--platform", "cpu", "--ops", "rms_norm", "--dtypes", "float32",
-          "--checks", "numerics", "--no-progress"]
+_SMALL = [
+    "conformance",
+    "--platform",
+    "cpu",
+    "--ops",
+    "rms_norm",
+    "--dtypes",
+    "float32",
+    "--checks",
+    "numerics",
+    "--no-progress",
+]
 
 
 def _one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -207,20 +282,26 @@ def _one_line_error(proc: subprocess.CompletedProcess) -> str:
 
 def test_a_missing_or_invalid_expectations_file_stops_the_run_before_any_case(tmp_path):
     report_dir = tmp_path / "reports"
-    line = _one_line_error(_run([*_SMALL, "--report-dir", str(report_dir),
-                                 "--expectations", "nosuch.toml"], tmp_path))
+    line = _one_line_error(
+        _run([*_SMALL, "--report-dir", str(report_dir), "--expectations", "nosuch.toml"], tmp_path)
+    )
     assert line.startswith("opcore conformance: --expectations: ") and "nosuch.toml" in line
     assert not report_dir.exists()  # nothing ran, nothing written, no empty directory left
 
     bad = tmp_path / "bad.toml"
-    bad.write_text('version = 1\n[[expect]]\nmatch = "numerics[*]"\nstatus = "xfial"\nreason = "r"\n')
-    line = _one_line_error(_run([*_SMALL, "--report-dir", str(report_dir), "--expectations", str(bad)],
-                                tmp_path))
+    bad.write_text(
+        'version = 1\n[[expect]]\nmatch = "numerics[*]"\nstatus = "xfial"\nreason = "r"\n'
+    )
+    line = _one_line_error(
+        _run([*_SMALL, "--report-dir", str(report_dir), "--expectations", str(bad)], tmp_path)
+    )
     assert "bad.toml" in line and "xfial" in line
     bad.write_text("version = [\n")  # not TOML at all
     line = _one_line_error(_run([*_SMALL, "--expectations", str(bad)], tmp_path))
     assert "bad.toml" in line
-    assert not (tmp_path / "opcore-reports").exists() or not any((tmp_path / "opcore-reports").iterdir())
+    assert not (tmp_path / "opcore-reports").exists() or not any(
+        (tmp_path / "opcore-reports").iterdir()
+    )
 
 
 def test_an_unusable_report_dir_is_a_one_line_usage_error(tmp_path):
@@ -234,6 +315,7 @@ def test_an_unusable_report_dir_is_a_one_line_usage_error(tmp_path):
 
 
 # ---------------------------------------------------------------- never overwritten silently
+
 
 def test_the_default_report_dir_keeps_every_run_and_points_latest_at_the_last(tmp_path):
     first = _run(_SMALL, tmp_path)
@@ -252,25 +334,32 @@ def test_an_explicit_report_dir_holding_reports_is_refused_unless_overwrite(tmp_
     report_dir.mkdir()
     (report_dir / "conformance-junit.xml").write_text("<testsuites/>")
     (report_dir / "notes.txt").write_text("mine")
-    line = _one_line_error(_run([*_SMALL, "--report-dir", str(report_dir), "--dtypes", "bfloat16"],
-                                tmp_path))
-    assert line == (f"opcore conformance: --report-dir {report_dir} already holds the reports of an "
-                    f"earlier run (conformance-junit.xml): pass --overwrite to replace them, or choose "
-                    f"another directory (without --report-dir each run writes its own directory "
-                    f"under opcore-reports/)")
+    line = _one_line_error(
+        _run([*_SMALL, "--report-dir", str(report_dir), "--dtypes", "bfloat16"], tmp_path)
+    )
+    assert line == (
+        f"opcore conformance: --report-dir {report_dir} already holds the reports of an "
+        f"earlier run (conformance-junit.xml): pass --overwrite to replace them, or choose "
+        f"another directory (without --report-dir each run writes its own directory "
+        f"under opcore-reports/)"
+    )
     assert (report_dir / "conformance-junit.xml").read_text() == "<testsuites/>"  # untouched
-    proc = _run([*_SMALL, "--report-dir", str(report_dir), "--dtypes", "bfloat16", "--overwrite"], tmp_path)
+    proc = _run(
+        [*_SMALL, "--report-dir", str(report_dir), "--dtypes", "bfloat16", "--overwrite"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(x) for x in (report_dir / "conformance.jsonl").read_text().splitlines()]
     assert {r["dtype"] for r in records if r["type"] == "case"} == {"bfloat16"}
     assert "bfloat16" in (report_dir / "conformance-junit.xml").read_text()
     assert (report_dir / "notes.txt").read_text() == "mine"  # only report files are replaced
     # --overwrite alone (no --report-dir) has nothing to overwrite: a usage error
-    assert "--overwrite needs --report-dir" in _one_line_error(_run([*_SMALL, "--overwrite"], tmp_path))
+    assert "--overwrite needs --report-dir" in _one_line_error(
+        _run([*_SMALL, "--overwrite"], tmp_path)
+    )
 
 
 # A provider that is wrong everywhere, so every numerics case has a rerun line.
-ZERO_PROVIDER = '''
+ZERO_PROVIDER = """
 import torch
 
 from opcore.ir import ops
@@ -282,37 +371,66 @@ def zeros(x, weight, epsilon, variance_size=None):
 
 def register():
     ops.rms_norm.register_impl("planted_zero")(zeros)
-'''
+"""
 
 
 def test_rerun_lines_carry_the_environment_and_a_report_dir_and_rerun_as_printed(tmp_path):
     site = tmp_path / "site"
-    make_distribution(site, "opcore-planted-zero",
-                      entry_points={"opcore.general_plugins": {"planted_zero": "planted_zero:register"}},
-                      files={"planted_zero.py": ZERO_PROVIDER})
+    make_distribution(
+        site,
+        "opcore-planted-zero",
+        entry_points={"opcore.general_plugins": {"planted_zero": "planted_zero:register"}},
+        files={"planted_zero.py": ZERO_PROVIDER},
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     run_env = {**env, "OPCORE_IR_OP_PRIORITY": "rms_norm=native"}  # a variable the run depends on
     report_dir = tmp_path / "reports"
     proc = subprocess.run(
-        [sys.executable, "-m", "opcore", "conformance", "--platform", "cpu", "--ops", "rms_norm",
-         "--providers", "planted_zero", "--dtypes", "float32", "--checks", "numerics", "--no-progress",
-         "--report-dir", str(report_dir)],
-        env=run_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "opcore",
+            "conformance",
+            "--platform",
+            "cpu",
+            "--ops",
+            "rms_norm",
+            "--providers",
+            "planted_zero",
+            "--dtypes",
+            "float32",
+            "--checks",
+            "numerics",
+            "--no-progress",
+            "--report-dir",
+            str(report_dir),
+        ],
+        env=run_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     records = [json.loads(x) for x in (report_dir / "conformance.jsonl").read_text().splitlines()]
     failed = [r for r in records if r["type"] == "case" and r["status"] == "fail"]
     assert failed
     repro = failed[0]["repro"]
     rerun_dir = report_dir.resolve() / "rerun"
-    assert repro.startswith("OPCORE_IR_OP_PRIORITY=rms_norm=native opcore conformance --platform cpu ")
+    assert repro.startswith(
+        "OPCORE_IR_OP_PRIORITY=rms_norm=native opcore conformance --platform cpu "
+    )
     assert "OPCORE_PLATFORM" not in repro  # --platform says it
     assert repro.endswith(f"--report-dir {rerun_dir} --overwrite")
     # identical failures print one rerun per group: this line, with the group's --case glob
     head, _, tail = repro.partition(f"--case '{failed[0]['id']}'")
-    printed = [x.strip().removeprefix("rerun: ") for x in proc.stdout.splitlines()
-               if x.strip().startswith("rerun: ")]
+    printed = [
+        x.strip().removeprefix("rerun: ")
+        for x in proc.stdout.splitlines()
+        if x.strip().startswith("rerun: ")
+    ]
     assert any(p.startswith(head + "--case ") and p.endswith(tail) for p in printed), printed
 
     # Pasted into a shell without the run's variables, from elsewhere, over an earlier
@@ -320,8 +438,9 @@ def test_rerun_lines_carry_the_environment_and_a_report_dir_and_rerun_as_printed
     before = (report_dir / "conformance.jsonl").read_text()
     rerun_dir.mkdir()
     (rerun_dir / "conformance.jsonl").write_text("an earlier rerun's\n")
-    again = subprocess.run(["bash", "-c", repro], env=env, cwd=site, capture_output=True, text=True,
-                           timeout=120)
+    again = subprocess.run(
+        ["bash", "-c", repro], env=env, cwd=site, capture_output=True, text=True, timeout=120
+    )
     assert again.returncode == 1, again.stderr[-2000:]
     rerun = [json.loads(x) for x in (rerun_dir / "conformance.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rerun if r["type"] == "case"] == [failed[0]["id"]]
@@ -329,7 +448,7 @@ def test_rerun_lines_carry_the_environment_and_a_report_dir_and_rerun_as_printed
     assert (report_dir / "conformance.jsonl").read_text() == before
 
 
-BROKEN_DEVICE_PLATFORM = '''
+BROKEN_DEVICE_PLATFORM = """
 from opcore_plugin_cpu.platform import CpuPlatform
 
 
@@ -344,19 +463,40 @@ class BrokenDevicePlatform(CpuPlatform):
 
 def probe():
     return "brokendev_platform.BrokenDevicePlatform"
-'''
+"""
 
 
 def test_a_platform_whose_device_fails_stops_the_run_in_one_line(tmp_path):
     site = tmp_path / "site"
-    make_distribution(site, "opcore-plugin-brokendev",
-                      entry_points={"opcore.platform_plugins": {"brokendev": "brokendev_platform:probe"}},
-                      files={"brokendev_platform.py": BROKEN_DEVICE_PLATFORM})
+    make_distribution(
+        site,
+        "opcore-plugin-brokendev",
+        entry_points={"opcore.platform_plugins": {"brokendev": "brokendev_platform:probe"}},
+        files={"brokendev_platform.py": BROKEN_DEVICE_PLATFORM},
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
-    proc = subprocess.run([sys.executable, "-m", "opcore", "conformance", "--platform", "brokendev",
-                           "--ops", "rms_norm", "--report-dir", str(tmp_path / "r")],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "opcore",
+            "conformance",
+            "--platform",
+            "brokendev",
+            "--ops",
+            "rms_norm",
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = _one_line_error(proc)
-    assert line.startswith("opcore conformance: platform 'brokendev': device(0) failed: RuntimeError")
+    assert line.startswith(
+        "opcore conformance: platform 'brokendev': device(0) failed: RuntimeError"
+    )
     assert not (tmp_path / "r").exists()

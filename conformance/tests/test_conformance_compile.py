@@ -12,7 +12,7 @@ import pytest
 
 from opcore.testing import make_distribution
 
-COMPILE_PROVIDERS = '''
+COMPILE_PROVIDERS = """
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
@@ -73,9 +73,11 @@ def register():
     ops.rms_norm.register_impl("compile_real_only", supports_args=real_tensors_only)(good)
     ops.silu_and_mul.register_impl("compile_many_tokens", supports_args=many_tokens)(ops.silu_and_mul.native)
     ops.fused_add_rms_norm.register_impl("compile_stale_residual")(fused_stale_residual)
-'''
+"""
 
-PROVIDERS = "compile_good,compile_fake_differs,compile_untraceable,compile_wide_rows,compile_absent,native"
+PROVIDERS = (
+    "compile_good,compile_fake_differs,compile_untraceable,compile_wide_rows,compile_absent,native"
+)
 # Eager dispatch picks the planted providers first; lowering must pick the same.
 PRIORITY = "rms_norm=compile_real_only,native;silu_and_mul=compile_many_tokens,native"
 
@@ -84,7 +86,8 @@ PRIORITY = "rms_norm=compile_real_only,native;silu_and_mul=compile_many_tokens,n
 def compile_site(tmp_path_factory):
     site = tmp_path_factory.mktemp("compile-site")
     make_distribution(
-        site, "opcore-compile-planted",
+        site,
+        "opcore-compile-planted",
         entry_points={"opcore.general_plugins": {"compile_planted": "compile_planted:register"}},
         files={"compile_planted.py": COMPILE_PROVIDERS},
     )
@@ -95,16 +98,34 @@ def compile_site(tmp_path_factory):
 def compile_run(compile_site, tmp_path_factory, run_suite, read_statuses):
     report_dir = tmp_path_factory.mktemp("compile") / "reports"
     proc = run_suite(
-        ["--platform", "cpu", "--checks", "compile", "--ops", "rms_norm,silu_and_mul",
-         "--providers", PROVIDERS, "--dtypes", "float32", "--expectations", "none", "--no-progress"],
-        site=compile_site, report_dir=report_dir, env={"OPCORE_IR_OP_PRIORITY": PRIORITY},
+        [
+            "--platform",
+            "cpu",
+            "--checks",
+            "compile",
+            "--ops",
+            "rms_norm,silu_and_mul",
+            "--providers",
+            PROVIDERS,
+            "--dtypes",
+            "float32",
+            "--expectations",
+            "none",
+            "--no-progress",
+        ],
+        site=compile_site,
+        report_dir=report_dir,
+        env={"OPCORE_IR_OP_PRIORITY": PRIORITY},
     )
     return proc, read_statuses(report_dir)
 
 
 def _by_provider(records, provider, op="rms_norm"):
-    return {r["sample"]: r for r in records.values()
-            if r["check"] == "compile.matches_eager" and r["provider"] == provider and r["op"] == op}
+    return {
+        r["sample"]: r
+        for r in records.values()
+        if r["check"] == "compile.matches_eager" and r["provider"] == provider and r["op"] == op
+    }
 
 
 def test_correct_providers_pass_in_the_eager_backend_mode(compile_run):
@@ -115,7 +136,12 @@ def test_correct_providers_pass_in_the_eager_backend_mode(compile_run):
         assert set(got) == {"t1_h8", "t1_h4096"}, got  # quick: the first two samples
         assert {r["status"] for r in got.values()} == {"pass"}, got
         assert all(r["details"]["mode"] == "eager" for r in got.values())
-    assert records["compile.matches_eager[rms_norm-compile_good-float32-t1_h8-eager]"]["details"]["how"] == "traced"
+    assert (
+        records["compile.matches_eager[rms_norm-compile_good-float32-t1_h8-eager]"]["details"][
+            "how"
+        ]
+        == "traced"
+    )
     assert not [i for i in records if i.endswith("-inductor]") or i.endswith("[inductor]")]
 
 
@@ -126,9 +152,13 @@ def test_traced_code_that_differs_from_eager_fails(compile_run):
     rec = got["t1_h8"]
     assert "compiled (eager) vs eager" in rec["message"] and "differs" in rec["message"]
     # the run depended on OPCORE_IR_OP_PRIORITY: the rerun line sets it again
-    assert rec["repro"].startswith(f"OPCORE_IR_OP_PRIORITY='{PRIORITY}' opcore conformance --platform cpu")
-    assert ("--case 'compile.matches_eager[rms_norm-compile_fake_differs-float32-t1_h8-eager]' "
-            "--expectations none --report-dir ") in rec["repro"]
+    assert rec["repro"].startswith(
+        f"OPCORE_IR_OP_PRIORITY='{PRIORITY}' opcore conformance --platform cpu"
+    )
+    assert (
+        "--case 'compile.matches_eager[rms_norm-compile_fake_differs-float32-t1_h8-eager]' "
+        "--expectations none --report-dir "
+    ) in rec["repro"]
 
 
 def test_untraceable_provider_is_lowered_opaquely_and_passes(compile_run):
@@ -141,7 +171,9 @@ def test_untraceable_provider_is_lowered_opaquely_and_passes(compile_run):
 def test_declined_and_unsupported_providers_are_unsupported_not_failed(compile_run):
     _, records = compile_run
     wide = _by_provider(records, "compile_wide_rows")
-    assert wide["t1_h8"]["status"] == "unsupported" and "does not accept" in wide["t1_h8"]["message"]
+    assert (
+        wide["t1_h8"]["status"] == "unsupported" and "does not accept" in wide["t1_h8"]["message"]
+    )
     assert wide["t1_h4096"]["status"] == "pass"
     absent = _by_provider(records, "compile_absent")
     assert absent and {r["status"] for r in absent.values()} == {"unsupported"}
@@ -172,25 +204,53 @@ def test_fusion_fires_and_keeps_the_output_with_correct_providers(compile_run):
     assert rec["details"]["fusions"] == {"fuse_split_qkv_rmsnorm_rope": 2, "fuse_add_rms_norm": 4}
 
 
-def test_wrong_fused_provider_fails_fusion_only_where_fusion_fires(compile_site, tmp_path, run_suite,
-                                                                   read_statuses):
+def test_wrong_fused_provider_fails_fusion_only_where_fusion_fires(
+    compile_site, tmp_path, run_suite, read_statuses
+):
     # The eager decoder never calls fused_add_rms_norm; only the fused graph runs the
     # defective provider.
-    proc = run_suite(["--platform", "cpu", "--expectations", "none", "--no-progress",
-                      "--case", "compile.fusion[eager]"],
-                     site=compile_site, report_dir=tmp_path / "r",
-                     env={"OPCORE_IR_OP_PRIORITY": "fused_add_rms_norm=compile_stale_residual"})
+    proc = run_suite(
+        [
+            "--platform",
+            "cpu",
+            "--expectations",
+            "none",
+            "--no-progress",
+            "--case",
+            "compile.fusion[eager]",
+        ],
+        site=compile_site,
+        report_dir=tmp_path / "r",
+        env={"OPCORE_IR_OP_PRIORITY": "fused_add_rms_norm=compile_stale_residual"},
+    )
     records = read_statuses(tmp_path / "r")
     assert list(records) == ["compile.fusion[eager]"]
     rec = records["compile.fusion[eager]"]
-    assert rec["status"] == "fail" and "decoder compiled with fusion vs eager" in rec["message"], rec
+    assert rec["status"] == "fail" and "decoder compiled with fusion vs eager" in rec["message"], (
+        rec
+    )
     assert proc.returncode == 1
 
 
 def test_full_mode_adds_inductor_cases(compile_site, tmp_path, run_suite):
-    proc = run_suite(["--platform", "cpu", "--full", "--checks", "compile", "--ops", "rms_norm",
-                      "--providers", "native", "--dtypes", "float32", "--list"],
-                     site=compile_site, report_dir=tmp_path / "r")
+    proc = run_suite(
+        [
+            "--platform",
+            "cpu",
+            "--full",
+            "--checks",
+            "compile",
+            "--ops",
+            "rms_norm",
+            "--providers",
+            "native",
+            "--dtypes",
+            "float32",
+            "--list",
+        ],
+        site=compile_site,
+        report_dir=tmp_path / "r",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     ids = [json.loads(line)["id"] for line in proc.stdout.splitlines()]
     inductor = sorted(i for i in ids if "inductor" in i)

@@ -32,9 +32,23 @@ NO_SUITE = (
 @pytest.fixture(scope="module")
 def dumped(planted_site, tmp_path_factory, run_suite, read_statuses):
     base = tmp_path_factory.mktemp("dump")
-    proc = run_suite(["--platform", "cpu", "--case", FAILING, "--case", PASSING,
-                      "--dump", str(base / "dumps"), "--expectations", "none", "--no-progress"],
-                     site=planted_site, report_dir=base / "reports")
+    proc = run_suite(
+        [
+            "--platform",
+            "cpu",
+            "--case",
+            FAILING,
+            "--case",
+            PASSING,
+            "--dump",
+            str(base / "dumps"),
+            "--expectations",
+            "none",
+            "--no-progress",
+        ],
+        site=planted_site,
+        report_dir=base / "reports",
+    )
     return proc, read_statuses(base / "reports"), base / "dumps"
 
 
@@ -42,8 +56,14 @@ def _repro(folder: Path, *args: str, site: Path | None = None) -> subprocess.Com
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_") and k != "PYTHONPATH"}
     if site is not None:  # --run needs the planted provider's distribution
         env["PYTHONPATH"] = str(site)
-    return subprocess.run([sys.executable, "-c", NO_SUITE, str(folder / "repro.py"), *args],
-                          env=env, capture_output=True, text=True, timeout=120, cwd=folder.parent)
+    return subprocess.run(
+        [sys.executable, "-c", NO_SUITE, str(folder / "repro.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=folder.parent,
+    )
 
 
 def test_dump_writes_one_folder_per_numerics_case(dumped):
@@ -51,13 +71,17 @@ def test_dump_writes_one_folder_per_numerics_case(dumped):
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert records[FAILING]["status"] == "fail" and records[PASSING]["status"] == "pass"
     folders = sorted(p.name for p in dumps.iterdir())
-    assert folders == ["numerics_rms_norm-planted_eps-float32-eps_1e-2_kwargs",
-                       "numerics_rms_norm-planted_good-bfloat16-t5_h7"]
+    assert folders == [
+        "numerics_rms_norm-planted_eps-float32-eps_1e-2_kwargs",
+        "numerics_rms_norm-planted_good-bfloat16-t5_h7",
+    ]
     folder = dumps / folders[0]
     for name in ("inputs.pt", "reference.pt", "output.pt", "native.pt", "case.json", "repro.py"):
         assert (folder / name).stat().st_size > 0, name
     meta = json.loads((folder / "case.json").read_text())
-    assert meta["case"] == FAILING and meta["status"] == "fail" and meta["provider"] == "planted_eps"
+    assert (
+        meta["case"] == FAILING and meta["status"] == "fail" and meta["provider"] == "planted_eps"
+    )
     assert "dump" in proc.stderr and str(dumps) in proc.stderr
 
 
@@ -91,9 +115,16 @@ def test_the_script_can_call_the_provider_again(dumped, planted_site):
 
 
 def test_dump_without_case_is_a_usage_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "opcore_conformance", "--dump", str(tmp_path / "d")],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "opcore_conformance", "--dump", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("opcore conformance: --dump needs --case ID (a dump is written per "
-                                   "case; name the cases to dump)")
+    assert proc.stderr.strip() == (
+        "opcore conformance: --dump needs --case ID (a dump is written per "
+        "case; name the cases to dump)"
+    )
     assert not (tmp_path / "d").exists()

@@ -51,11 +51,29 @@ def expectations_run(planted_site, tmp_path_factory, run_suite, read_statuses):
     path.write_text(EXPECTATIONS)
     report_dir = base / "reports"
     proc = run_suite(
-        ["-p", "no:cacheprovider", "-q", "--opcore-only", "--opcore-platform", "cpu",
-         "--opcore-ops", "rms_norm", "--opcore-providers", "planted_eps,planted_good",
-         "--opcore-dtypes", "float32,bfloat16", "--opcore-checks", "numerics",
-         "--opcore-expectations", str(path), "--opcore-report-dir", str(report_dir)],
-        site=planted_site, report_dir=report_dir, module="pytest",
+        [
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--opcore-only",
+            "--opcore-platform",
+            "cpu",
+            "--opcore-ops",
+            "rms_norm",
+            "--opcore-providers",
+            "planted_eps,planted_good",
+            "--opcore-dtypes",
+            "float32,bfloat16",
+            "--opcore-checks",
+            "numerics",
+            "--opcore-expectations",
+            str(path),
+            "--opcore-report-dir",
+            str(report_dir),
+        ],
+        site=planted_site,
+        report_dir=report_dir,
+        module="pytest",
     )
     return proc, read_statuses(report_dir), report_dir
 

@@ -16,18 +16,36 @@ PROVIDERS = "planted_good,planted_eps,planted_dtype,planted_rows,planted_mutates
 def provider_run(planted_site, tmp_path_factory, run_suite, read_statuses):
     report_dir = tmp_path_factory.mktemp("providers") / "reports"
     proc = run_suite(
-        ["--platform", "cpu", "--ops", "rms_norm,rotary_embedding", "--providers", PROVIDERS,
-         "--dtypes", "float32,bfloat16", "--checks", "numerics,functional,supports_args,layers",
-         "--expectations", "none", "--no-progress"],
-        site=planted_site, report_dir=report_dir,
+        [
+            "--platform",
+            "cpu",
+            "--ops",
+            "rms_norm,rotary_embedding",
+            "--providers",
+            PROVIDERS,
+            "--dtypes",
+            "float32,bfloat16",
+            "--checks",
+            "numerics,functional,supports_args,layers",
+            "--expectations",
+            "none",
+            "--no-progress",
+        ],
+        site=planted_site,
+        report_dir=report_dir,
     )
     return proc, read_statuses(report_dir), report_dir
 
 
 def _statuses(records, check, provider, dtype=None, op="rms_norm"):
-    return {r["sample"]: r["status"] for r in records.values()
-            if r["check"] == check and r["provider"] == provider and r["op"] == op
-            and (dtype is None or r["dtype"] == dtype)}
+    return {
+        r["sample"]: r["status"]
+        for r in records.values()
+        if r["check"] == check
+        and r["provider"] == provider
+        and r["op"] == op
+        and (dtype is None or r["dtype"] == dtype)
+    }
 
 
 def test_run_fails_and_writes_every_report(provider_run):
@@ -64,7 +82,10 @@ def test_wrong_output_dtype_fails_where_it_differs(provider_run):
     assert set(_statuses(records, "numerics", "planted_dtype", "float32").values()) == {"pass"}
     bf16 = _statuses(records, "numerics", "planted_dtype", "bfloat16")
     assert set(bf16.values()) == {"fail"}
-    assert "dtype float32, expected bfloat16" in records["numerics[rms_norm-planted_dtype-bfloat16-t1_h8]"]["message"]
+    assert (
+        "dtype float32, expected bfloat16"
+        in records["numerics[rms_norm-planted_dtype-bfloat16-t1_h8]"]["message"]
+    )
 
 
 def test_rows_read_as_contiguous_fail_only_on_strided_samples(provider_run):
@@ -113,14 +134,18 @@ def test_rotary_ignoring_the_style_flag_fails_gptj_samples_only(provider_run):
     assert gptj and "fail" in set(gptj.values()), gptj
 
 
-def test_repro_command_reruns_exactly_that_case(provider_run, planted_site, tmp_path, run_suite,
-                                                read_statuses):
+def test_repro_command_reruns_exactly_that_case(
+    provider_run, planted_site, tmp_path, run_suite, read_statuses
+):
     _, records, _ = provider_run
     cid = "numerics[rms_norm-planted_eps-float32-eps_1e-2_kwargs]"
     args = records[cid]["repro"].split()[2:]  # drop "opcore conformance"
     args = [a.strip("'") for a in args]
-    proc = run_suite(args + ["--expectations", "none", "--no-progress"], site=planted_site,
-                     report_dir=tmp_path / "again")
+    proc = run_suite(
+        args + ["--expectations", "none", "--no-progress"],
+        site=planted_site,
+        report_dir=tmp_path / "again",
+    )
     again = read_statuses(tmp_path / "again")
     assert list(again) == [cid] and again[cid]["status"] == "fail"
     assert proc.returncode == 1
@@ -139,14 +164,26 @@ def test_oot_layer_replacement_is_built_bound_and_checked_against_native(provide
     assert records["layers.agree[rotary_embedding-float32]"]["status"] == "pass"
 
 
-def test_opcheck_catches_a_provider_whose_output_disagrees_with_the_fake(planted_site, tmp_path,
-                                                                         run_suite, read_statuses):
+def test_opcheck_catches_a_provider_whose_output_disagrees_with_the_fake(
+    planted_site, tmp_path, run_suite, read_statuses
+):
     # The fake implementation says bfloat16 (the native function's dtype); the provider
     # returns float32: torch.library.opcheck's fake-tensor test fails, the correct one passes.
-    proc = run_suite(["--platform", "cpu", "--expectations", "none", "--no-progress",
-                      "--case", "opcheck[rms_norm-planted_dtype-bfloat16-*]",
-                      "--case", "opcheck[rms_norm-planted_good-bfloat16-*]"],
-                     site=planted_site, report_dir=tmp_path / "r")
+    proc = run_suite(
+        [
+            "--platform",
+            "cpu",
+            "--expectations",
+            "none",
+            "--no-progress",
+            "--case",
+            "opcheck[rms_norm-planted_dtype-bfloat16-*]",
+            "--case",
+            "opcheck[rms_norm-planted_good-bfloat16-*]",
+        ],
+        site=planted_site,
+        report_dir=tmp_path / "r",
+    )
     records = read_statuses(tmp_path / "r")
     bad = {k: r["status"] for k, r in records.items() if "planted_dtype" in k}
     good = {k: r["status"] for k, r in records.items() if "planted_good" in k}

@@ -10,8 +10,12 @@ import pytest
 @pytest.fixture(scope="module")
 def platform_run(planted_site, tmp_path_factory, run_suite, read_statuses):
     report_dir = tmp_path_factory.mktemp("platform") / "reports"
-    proc = run_suite(["--checks", "platform", "--no-progress"], site=planted_site,
-                     report_dir=report_dir, module="opcore conformance")
+    proc = run_suite(
+        ["--checks", "platform", "--no-progress"],
+        site=planted_site,
+        report_dir=report_dir,
+        module="opcore conformance",
+    )
     return proc, read_statuses(report_dir)
 
 
@@ -40,8 +44,13 @@ def test_signature_the_core_cannot_call_is_flagged(platform_run):
 
 def test_sound_parts_of_the_contract_pass(platform_run):
     _, records = platform_run
-    for cid in ("platform.members", "platform.identity", "platform.config_hooks",
-                "platform.priorities[eager]", "platform.kernels"):
+    for cid in (
+        "platform.members",
+        "platform.identity",
+        "platform.config_hooks",
+        "platform.priorities[eager]",
+        "platform.kernels",
+    ):
         assert records[cid]["status"] == "pass", records[cid]
     assert records["platform.members"]["id"] == "platform.members"
 

@@ -29,7 +29,9 @@ def test_latest_points_at_the_last_run_that_wrote_reports(tmp_path):
     dirs.mark_latest(second)
     assert (base / "latest").resolve() == second.path.resolve()
     assert os.readlink(base / "latest") == second.path.name  # relative: the tree can move
-    assert sorted(p.name for p in base.iterdir()) == sorted([first.path.name, second.path.name, "latest"])
+    assert sorted(p.name for p in base.iterdir()) == sorted(
+        [first.path.name, second.path.name, "latest"]
+    )
 
 
 def test_an_explicit_directory_is_used_as_is_and_refused_once_it_holds_a_report(tmp_path):
@@ -37,7 +39,9 @@ def test_an_explicit_directory_is_used_as_is_and_refused_once_it_holds_a_report(
     rd = dirs.claim(target)
     assert rd.path == target and rd.created and not rd.per_run and dirs.mark_latest(rd) is None
     (target / "conformance.md").write_text("earlier")
-    with pytest.raises(dirs.ReportDirError, match=r"already holds the reports of an earlier run \(conformance.md\)"):
+    with pytest.raises(
+        dirs.ReportDirError, match=r"already holds the reports of an earlier run \(conformance.md\)"
+    ):
         dirs.claim(target)
     assert dirs.claim(target, overwrite=True).created is False
     assert (target / "conformance.md").read_text() == "earlier"  # replaced by the run, not by claim
@@ -59,7 +63,9 @@ def test_release_removes_only_an_empty_directory_the_run_made(tmp_path):
 
 def test_a_default_base_that_is_a_file_is_a_one_line_error(tmp_path):
     (tmp_path / "opcore-reports").write_text("")
-    with pytest.raises(dirs.ReportDirError, match="^the default report directory .* is not a directory$"):
+    with pytest.raises(
+        dirs.ReportDirError, match="^the default report directory .* is not a directory$"
+    ):
         dirs.claim(None, base=tmp_path / "opcore-reports")
 
 
@@ -69,10 +75,30 @@ def test_the_pytest_plugin_refuses_an_occupied_report_dir_before_collecting(tmp_
     (report_dir / "conformance.jsonl").write_text("{}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--opcore-only", "--opcore-platform", "cpu",
-         "--opcore-ops", "rms_norm", "--opcore-report-dir", str(report_dir)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--opcore-only",
+            "--opcore-platform",
+            "cpu",
+            "--opcore-ops",
+            "rms_norm",
+            "--opcore-report-dir",
+            str(report_dir),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert f"--opcore-report-dir {report_dir} already holds the reports of an earlier run" in proc.stderr
+    assert (
+        f"--opcore-report-dir {report_dir} already holds the reports of an earlier run"
+        in proc.stderr
+    )
     assert "pass --opcore-overwrite to replace them" in proc.stderr
     assert (report_dir / "conformance.jsonl").read_text() == "{}\n"

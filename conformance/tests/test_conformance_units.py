@@ -38,11 +38,17 @@ def entry_text(**kw) -> str:
         ({"match": "a*", "status": "xfail"}, "'reason' is required"),
         ({"match": "a*", "status": "xfail", "reason": "  "}, "'reason' is required"),
         ({"match": "a*", "status": "broken", "reason": "r"}, "'status' must be one of"),
-        ({"match": "a*", "status": "xfail", "reason": "r", "atol": 0.1}, "only allowed with status 'tolerance'"),
+        (
+            {"match": "a*", "status": "xfail", "reason": "r", "atol": 0.1},
+            "only allowed with status 'tolerance'",
+        ),
         ({"match": "a*", "status": "tolerance", "reason": "r"}, "needs 'atol' and/or 'rtol'"),
         ({"match": "a*", "status": "tolerance", "reason": "r", "rtol": -1.0}, "finite number >= 0"),
         ({"match": "a*", "status": "skip", "reason": "r", "colour": "red"}, "unknown key"),
-        ({"match": "a*", "status": "skip", "reason": "r", "error_regex": "x"}, "only allowed with status 'xfail'"),
+        (
+            {"match": "a*", "status": "skip", "reason": "r", "error_regex": "x"},
+            "only allowed with status 'xfail'",
+        ),
     ],
 )
 def test_malformed_entries_are_rejected_with_the_entry_named(fields, message):
@@ -57,7 +63,9 @@ def test_version_is_required():
 
 
 def test_globs_treat_brackets_literally():
-    e = X.parse(entry_text(match="numerics[rms_norm-*-bfloat16-t?_h8]", status="skip", reason="r")).entries[0]
+    e = X.parse(
+        entry_text(match="numerics[rms_norm-*-bfloat16-t?_h8]", status="skip", reason="r")
+    ).entries[0]
     assert e.matches("numerics[rms_norm-triton-bfloat16-t1_h8]")
     assert not e.matches("numerics[rms_norm-triton-float16-t1_h8]")
     assert not e.matches("numerics[rms_norm-triton-bfloat16-t1_h8]x")
@@ -66,7 +74,7 @@ def test_globs_treat_brackets_literally():
 
 def test_first_matching_entry_wins_and_shadowed_entries_are_unmatched():
     exp = X.parse(
-        'version = 1\n'
+        "version = 1\n"
         '[[expect]]\nmatch = "numerics[*]"\nstatus = "skip"\nreason = "all"\n'
         '[[expect]]\nmatch = "numerics[rms_norm-*]"\nstatus = "xfail"\nreason = "shadowed"\n'
     )
@@ -75,7 +83,9 @@ def test_first_matching_entry_wins_and_shadowed_entries_are_unmatched():
 
 
 def test_status_resolution():
-    xfail = X.parse(entry_text(match="a", status="xfail", reason="r", error_regex="exceed")).entries[0]
+    xfail = X.parse(
+        entry_text(match="a", status="xfail", reason="r", error_regex="exceed")
+    ).entries[0]
     assert X.resolve_outcome(S.PASS, xfail, "") == S.XPASS
     assert X.resolve_outcome(S.FAIL, xfail, "3 elements exceed atol") == S.XFAIL
     assert X.resolve_outcome(S.FAIL, xfail, "raised RuntimeError") == S.FAIL  # another failure
@@ -112,17 +122,51 @@ def test_to_device_keeps_strides_offsets_and_shared_storage():
 
 
 def test_markdown_and_junit_are_generated_from_the_jsonl(tmp_path):
-    header = {"type": "header", "platform": "cpu", "device": "cpu", "device_name": "x", "mode": "quick",
-              "seed": 1, "versions": {"torch": torch.__version__}}
+    header = {
+        "type": "header",
+        "platform": "cpu",
+        "device": "cpu",
+        "device_name": "x",
+        "mode": "quick",
+        "seed": 1,
+        "versions": {"torch": torch.__version__},
+    }
     records = [
-        {"type": "case", "id": "numerics[rms_norm-native-float32-a]", "check": "numerics", "op": "rms_norm",
-         "provider": "native", "dtype": "float32", "status": "pass", "max_ratio": 0.5, "max_abs": 1e-6,
-         "atol": 1e-5, "rtol": 1.3e-6, "duration_s": 0.01},
-        {"type": "case", "id": "numerics[rms_norm-native-float32-b]", "check": "numerics", "op": "rms_norm",
-         "provider": "native", "dtype": "float32", "status": "fail", "max_ratio": float("inf"),
-         "message": "bad", "repro": "opcore conformance --case b", "duration_s": 0.01},
-        {"type": "case", "id": "platform.members", "check": "platform.members", "status": "xfail",
-         "reason": "known", "duration_s": 0.0},
+        {
+            "type": "case",
+            "id": "numerics[rms_norm-native-float32-a]",
+            "check": "numerics",
+            "op": "rms_norm",
+            "provider": "native",
+            "dtype": "float32",
+            "status": "pass",
+            "max_ratio": 0.5,
+            "max_abs": 1e-6,
+            "atol": 1e-5,
+            "rtol": 1.3e-6,
+            "duration_s": 0.01,
+        },
+        {
+            "type": "case",
+            "id": "numerics[rms_norm-native-float32-b]",
+            "check": "numerics",
+            "op": "rms_norm",
+            "provider": "native",
+            "dtype": "float32",
+            "status": "fail",
+            "max_ratio": float("inf"),
+            "message": "bad",
+            "repro": "opcore conformance --case b",
+            "duration_s": 0.01,
+        },
+        {
+            "type": "case",
+            "id": "platform.members",
+            "check": "platform.members",
+            "status": "xfail",
+            "reason": "known",
+            "duration_s": 0.0,
+        },
     ]
     paths = write_all(tmp_path, header, records)
     h, recs = read(paths["jsonl"])
@@ -141,10 +185,14 @@ def test_markdown_and_junit_are_generated_from_the_jsonl(tmp_path):
     assert "opcore conformance --case b" in md
     root = ET.parse(paths["junit"]).getroot()
     suites = {s.get("name"): s for s in root.iter("testsuite")}
-    assert suites["numerics"].get("failures") == "1" and suites["platform.members"].get("skipped") == "1"
+    assert (
+        suites["numerics"].get("failures") == "1"
+        and suites["platform.members"].get("skipped") == "1"
+    )
 
 
 # ----------------------------------------------------------------------------- ULP metrics
+
 
 def test_ulp_of_is_the_dtype_spacing_at_the_value():
     got = ulp_of(torch.tensor([1.0, 1.5, 2.0, -3.0, 0.0]), torch.bfloat16)
@@ -172,24 +220,35 @@ def test_ulp_error_measures_tiny_results_at_a_fraction_of_the_outputs_scale():
     out[3] += 2.0**-10  # a tiny result off by a rounding of terms of magnitude 1
     e = ulp_error(out, ref, torch.bfloat16)
     floor = ULP_MAGNITUDE_FLOOR * float(ref.pow(2).mean().sqrt())
-    assert float(e[3]) == pytest.approx(2.0**-10 / float(ulp_of(torch.tensor([floor]), torch.bfloat16)[0]))
+    assert float(e[3]) == pytest.approx(
+        2.0**-10 / float(ulp_of(torch.tensor([floor]), torch.bfloat16)[0])
+    )
     assert float(e[3]) < 10
 
 
 def test_ulp_error_of_non_finite_values():
     ref = torch.tensor([float("nan"), float("inf"), 1.0], dtype=torch.float64)
-    assert ulp_error(torch.tensor([float("nan"), float("inf"), 1.0]), ref, torch.float32).tolist() == [0, 0, 0]
-    assert math.isinf(float(ulp_error(torch.tensor([0.0, float("inf"), 1.0]), ref, torch.float32)[0]))
+    assert ulp_error(
+        torch.tensor([float("nan"), float("inf"), 1.0]), ref, torch.float32
+    ).tolist() == [0, 0, 0]
+    assert math.isinf(
+        float(ulp_error(torch.tensor([0.0, float("inf"), 1.0]), ref, torch.float32)[0])
+    )
     assert ulp_summary(torch.zeros(0)) == {"peak_ulp": 0.0, "p99_ulp": 0.0, "over_1ulp": 0.0}
 
 
 # ------------------------------------------------------------------------------ budgets
 
+
 def test_budget_defaults_floor_and_factor():
     from opcore.ir import ops
 
     b = budget_for(ops.rms_norm, "bfloat16")
-    assert (b.factor, b.floor_ulps, b.source) == (B.DEFAULT_FACTOR, B.DEFAULT_FLOOR_ULPS["bfloat16"], "default")
+    assert (b.factor, b.floor_ulps, b.source) == (
+        B.DEFAULT_FACTOR,
+        B.DEFAULT_FLOOR_ULPS["bfloat16"],
+        "default",
+    )
     assert b.allowed(0.0) == b.floor_ulps  # native exact: the floor, not zero
     assert b.allowed(10.0) == 10.0 * b.factor
 
@@ -200,8 +259,12 @@ def test_budget_precedence_op_declaration_then_suite_table(monkeypatch):
     monkeypatch.setitem(B.OP_BUDGETS, "rms_norm", {"factor": 3.0, "floor_ulps": {"float16": 2.0}})
     assert budget_for(ops.rms_norm, "float16") == B.Budget(3.0, 2.0, "suite")
     assert budget_for(ops.rms_norm, "bfloat16").floor_ulps == B.DEFAULT_FLOOR_ULPS["bfloat16"]
-    monkeypatch.setattr(ops.rms_norm, "error_budget",
-                        lambda dtype: (4.0, 1.5) if dtype == torch.float16 else None, raising=False)
+    monkeypatch.setattr(
+        ops.rms_norm,
+        "error_budget",
+        lambda dtype: (4.0, 1.5) if dtype == torch.float16 else None,
+        raising=False,
+    )
     assert budget_for(ops.rms_norm, "float16") == B.Budget(4.0, 1.5, "op")
     assert budget_for(ops.rms_norm, "bfloat16").source == "suite"
     monkeypatch.setattr(ops.rms_norm, "error_budget", lambda dtype: (0.5, 1.0), raising=False)
@@ -210,6 +273,7 @@ def test_budget_precedence_op_declaration_then_suite_table(monkeypatch):
 
 
 # ------------------------------------------------------------------------------ seeding
+
 
 def test_sample_seed_is_a_stable_hash_of_op_and_name():
     from opcore.ir.samples import sample_seed
@@ -275,10 +339,15 @@ def test_an_op_declares_its_budget_next_to_its_tolerances():
     def budget_probe_op(x: torch.Tensor) -> torch.Tensor:
         return x * 2
 
-    op = ir.register_op(budget_probe_op, tolerances={torch.float16: (1e-3, 1e-3)},
-                        error_budgets={torch.float16: (3.0, 2.5)})
+    op = ir.register_op(
+        budget_probe_op,
+        tolerances={torch.float16: (1e-3, 1e-3)},
+        error_budgets={torch.float16: (3.0, 2.5)},
+    )
     try:
-        assert op.error_budget(torch.float16) == (3.0, 2.5) and op.error_budget(torch.bfloat16) is None
+        assert (
+            op.error_budget(torch.float16) == (3.0, 2.5) and op.error_budget(torch.bfloat16) is None
+        )
         assert budget_for(op, "float16") == B.Budget(3.0, 2.5, "op")
         assert budget_for(op, "bfloat16").source == "default"
     finally:

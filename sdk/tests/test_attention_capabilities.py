@@ -61,7 +61,9 @@ def test_each_declaration_gives_its_own_reason():
     ]
 
 
-@pytest.mark.parametrize("block_size, ok", [(32, True), (96, True), (48, True), (64, True), (16, False), (40, False)])
+@pytest.mark.parametrize(
+    "block_size, ok", [(32, True), (96, True), (48, True), (64, True), (16, False), (40, False)]
+)
 def test_block_sizes_exact_or_multiple(block_size, ok):
     reasons = PickyBackend.validate_configuration(
         cfg(dtype=torch.bfloat16, num_kv_heads=32, block_size=block_size, device_type="cuda")
@@ -94,9 +96,19 @@ def test_unavailable_reason_and_combination_veto_are_reported():
 
 
 def test_sdk_backends_declarations():
-    assert TorchNativeBackend.validate_configuration(
-        cfg(dtype=torch.float64, num_kv_heads=1, sliding_window=8, causal=False, logits_soft_cap=5.0, block_size=7)
-    ) == []
+    assert (
+        TorchNativeBackend.validate_configuration(
+            cfg(
+                dtype=torch.float64,
+                num_kv_heads=1,
+                sliding_window=8,
+                causal=False,
+                logits_soft_cap=5.0,
+                block_size=7,
+            )
+        )
+        == []
+    )
     reasons = TritonPagedBackend.validate_configuration(
         cfg(dtype=torch.float32, head_size=48, kv_cache_dtype="fp8_e4m3", device_type="tpu")
     )
@@ -104,7 +116,10 @@ def test_sdk_backends_declarations():
     assert any(r.startswith("head_size 48 not supported") for r in reasons)
     assert "kv_cache_dtype 'fp8_e4m3' not supported (supported: auto)" in reasons
     assert "device type 'tpu' not supported (supported: cuda, xpu)" in reasons
-    assert TritonPagedBackend.validate_configuration(cfg(device_type="cuda", sliding_window=4096)) == []
+    assert (
+        TritonPagedBackend.validate_configuration(cfg(device_type="cuda", sliding_window=4096))
+        == []
+    )
 
 
 def test_triton_backend_rejects_the_cpu_unless_interpreting(monkeypatch):
@@ -126,7 +141,10 @@ def test_capabilities_as_data():
 @pytest.mark.parametrize(
     "kw, field",
     [
-        (dict(num_heads=32, num_kv_heads=6), "num_heads (32) must be a multiple of num_kv_heads (6)"),
+        (
+            dict(num_heads=32, num_kv_heads=6),
+            "num_heads (32) must be a multiple of num_kv_heads (6)",
+        ),
         (dict(head_size=0), "head_size"),
         (dict(num_kv_heads=-1), "num_kv_heads"),
         (dict(block_size=0), "block_size"),
@@ -141,5 +159,7 @@ def test_config_rejects_bad_arguments_by_name(kw, field):
 
 
 def test_backend_instance_rejects_mismatched_head_counts():
-    with pytest.raises(ValueError, match=r"num_heads \(12\) must be a multiple of num_kv_heads \(8\)"):
+    with pytest.raises(
+        ValueError, match=r"num_heads \(12\) must be a multiple of num_kv_heads \(8\)"
+    ):
         TorchNativeBackend(12, 64, 8, 0.125)

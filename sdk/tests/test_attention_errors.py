@@ -13,7 +13,9 @@ I32 = torch.int32
 
 def build(starts=(0, 1, 4), lens=(17, 3), table=((0, 1), (2, 3))):
     return PagedAttentionMetadata.build(
-        torch.tensor(starts, dtype=I32), torch.tensor(lens, dtype=I32), torch.tensor(table, dtype=I32)
+        torch.tensor(starts, dtype=I32),
+        torch.tensor(lens, dtype=I32),
+        torch.tensor(table, dtype=I32),
     )
 
 
@@ -29,13 +31,18 @@ def cache():
 
 def test_block_table_too_short_for_the_context(impl, cache):
     md = build(lens=(40, 3))
-    with pytest.raises(ValueError, match=r"block_table is too short: sequence 0 has seq_lens\[0\]=40, which needs 3 blocks of block_size 16, but block_table has 2 columns"):
+    with pytest.raises(
+        ValueError,
+        match=r"block_table is too short: sequence 0 has seq_lens\[0\]=40, which needs 3 blocks of block_size 16, but block_table has 2 columns",
+    ):
         impl.forward(torch.randn(4, 4, 8), cache, md)
 
 
 def test_block_id_out_of_range(impl, cache):
     md = build(table=((0, 9), (2, 3)))
-    with pytest.raises(ValueError, match=r"block_table\[0, 1\]=9 is out of range for a kv cache of 6 blocks"):
+    with pytest.raises(
+        ValueError, match=r"block_table\[0, 1\]=9 is out of range for a kv cache of 6 blocks"
+    ):
         impl.forward(torch.randn(4, 4, 8), cache, md)
 
 
@@ -47,10 +54,15 @@ def test_unused_block_table_entries_are_not_checked(impl, cache):
 
 def test_slot_mapping_out_of_range(impl, cache):
     k = torch.randn(3, 2, 8)
-    with pytest.raises(ValueError, match=r"slot_mapping\[1\]=96 is out of range: the kv cache holds 96 slots \(num_blocks 6 x block_size 16\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"slot_mapping\[1\]=96 is out of range: the kv cache holds 96 slots \(num_blocks 6 x block_size 16\)",
+    ):
         impl.write_kv(k, k, cache, torch.tensor([5, 96, -1]))
     md = PagedAttentionMetadata.build(
-        torch.tensor([0, 1], dtype=I32), torch.tensor([3], dtype=I32), torch.tensor([[0]], dtype=I32),
+        torch.tensor([0, 1], dtype=I32),
+        torch.tensor([3], dtype=I32),
+        torch.tensor([[0]], dtype=I32),
         slot_mapping=torch.tensor([200]),
     )
     with pytest.raises(ValueError, match=r"slot_mapping\[0\]=200 is out of range"):
@@ -59,21 +71,33 @@ def test_slot_mapping_out_of_range(impl, cache):
 
 def test_slot_mapping_length(impl, cache):
     k = torch.randn(3, 2, 8)
-    with pytest.raises(ValueError, match=r"slot_mapping must be 1-D with one slot per key row \(3\)"):
+    with pytest.raises(
+        ValueError, match=r"slot_mapping must be 1-D with one slot per key row \(3\)"
+    ):
         impl.write_kv(k, k, cache, torch.tensor([1, 2]))
     with pytest.raises(ValueError, match=r"slot_mapping must be 1-D with num_tokens=4 entries"):
         PagedAttentionMetadata.build(
-            torch.tensor([0, 1, 4], dtype=I32), torch.tensor([5, 3], dtype=I32),
-            torch.zeros((2, 1), dtype=I32), slot_mapping=torch.tensor([1, 2]),
+            torch.tensor([0, 1, 4], dtype=I32),
+            torch.tensor([5, 3], dtype=I32),
+            torch.zeros((2, 1), dtype=I32),
+            slot_mapping=torch.tensor([1, 2]),
         )
 
 
 @pytest.mark.parametrize(
     "arg, shape, expected",
     [
-        ("query", (4, 3, 8), r"query must have shape \[num_tokens, 4, 8\] \(num_heads=4, head_size=8\), got \(4, 3, 8\)"),
+        (
+            "query",
+            (4, 3, 8),
+            r"query must have shape \[num_tokens, 4, 8\] \(num_heads=4, head_size=8\), got \(4, 3, 8\)",
+        ),
         ("query", (4, 4, 16), r"query must have shape \[num_tokens, 4, 8\]"),
-        ("key", (2, 4, 8), r"key must have shape \[num_tokens, 2, 8\] \(num_kv_heads=2, head_size=8\), got \(2, 4, 8\)"),
+        (
+            "key",
+            (2, 4, 8),
+            r"key must have shape \[num_tokens, 2, 8\] \(num_kv_heads=2, head_size=8\), got \(2, 4, 8\)",
+        ),
         ("value", (2, 1, 8), r"value must have shape \[num_tokens, 2, 8\]"),
     ],
 )
@@ -91,9 +115,15 @@ def test_mismatched_head_counts(impl, cache, arg, shape, expected):
 
 def test_kv_cache_for_another_layer(impl):
     other = TorchNativeBackend.allocate_kv_cache(6, 16, 4, 8, torch.float32, "cpu")
-    with pytest.raises(ValueError, match=r"kv_cache has 4 kv heads of size 8, but the layer has num_kv_heads=2, head_size=8"):
+    with pytest.raises(
+        ValueError,
+        match=r"kv_cache has 4 kv heads of size 8, but the layer has num_kv_heads=2, head_size=8",
+    ):
         impl.forward(torch.randn(4, 4, 8), other, build())
-    with pytest.raises(ValueError, match=r"kv_cache must have shape \(2, num_blocks, block_size, num_kv_heads, head_size\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"kv_cache must have shape \(2, num_blocks, block_size, num_kv_heads, head_size\)",
+    ):
         impl.forward(torch.randn(4, 4, 8), other[0], build())
 
 

@@ -16,7 +16,9 @@ I32 = torch.int32
 def metadata(query_lens, seq_lens, table, block_size):
     starts = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=I32)
     lens = torch.tensor(seq_lens, dtype=I32)
-    return PagedAttentionMetadata.build(starts, lens, table, compute_slot_mapping(starts, lens, table, block_size))
+    return PagedAttentionMetadata.build(
+        starts, lens, table, compute_slot_mapping(starts, lens, table, block_size)
+    )
 
 
 def dense(q, k, v, scale):
@@ -71,11 +73,15 @@ def test_prefill_then_decode_matches_dense_attention():
         outs[0].append(out[: qlens[0]])
         outs[1].append(out[qlens[0] :])
     for i in range(2):
-        torch.testing.assert_close(torch.cat(outs[i]), dense(q[i], k[i], v[i], scale), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            torch.cat(outs[i]), dense(q[i], k[i], v[i], scale), rtol=1e-10, atol=1e-10
+        )
 
 
 def test_an_explicit_backend_that_cannot_serve_the_layer_fails_with_reasons():
-    with pytest.raises(AttentionSelectionError, match=r"TRITON_PAGED .* device type 'cpu' not supported"):
+    with pytest.raises(
+        AttentionSelectionError, match=r"TRITON_PAGED .* device type 'cpu' not supported"
+    ):
         Attention(8, 64, 0.125, 2, dtype=torch.float16, backend="TRITON_PAGED")
 
 
@@ -83,14 +89,20 @@ def test_cache_ownership_errors():
     layer = Attention(2, 8, 0.3, dtype=torch.float32, block_size=4)
     md = metadata((1,), (1,), torch.tensor([[0]], dtype=I32), 4)
     x = torch.randn(1, 2, 8)
-    with pytest.raises(RuntimeError, match="no kv cache; call allocate_kv_cache or bind_kv_cache first"):
+    with pytest.raises(
+        RuntimeError, match="no kv cache; call allocate_kv_cache or bind_kv_cache first"
+    ):
         layer(x, x, x, md)
     with pytest.raises(ValueError, match=r"kv_cache must have shape \(2, 3, 4, 2, 8\)"):
         layer.bind_kv_cache(torch.zeros(2, 3, 4, 1, 8), num_blocks=3)
     layer.bind_kv_cache(torch.zeros(2, 3, 4, 2, 8), num_blocks=3)
     with pytest.raises(ValueError, match=r"key of shape \(1, 8\) is not \[num_tokens, 2 \* 8\]"):
         layer(x, torch.randn(1, 8), torch.randn(1, 16), md)
-    no_slots = PagedAttentionMetadata.build(torch.tensor([0, 1], dtype=I32), torch.tensor([1], dtype=I32), torch.tensor([[0]], dtype=I32))
+    no_slots = PagedAttentionMetadata.build(
+        torch.tensor([0, 1], dtype=I32),
+        torch.tensor([1], dtype=I32),
+        torch.tensor([[0]], dtype=I32),
+    )
     with pytest.raises(ValueError, match="metadata.slot_mapping is required"):
         layer(x, x, x, no_slots)
     assert layer(x, None, None, no_slots).shape == x.shape
@@ -101,7 +113,14 @@ def test_decode_benchmark_records_on_the_host():
     from opcore.attention.bench import decode_attention_records
 
     (rec,) = decode_attention_records(
-        (2,), (40,), backend="TORCH_NATIVE", device="cpu", dtype=torch.float32, heads=4, kv_heads=2, head_size=16
+        (2,),
+        (40,),
+        backend="TORCH_NATIVE",
+        device="cpu",
+        dtype=torch.float32,
+        heads=4,
+        kv_heads=2,
+        head_size=16,
     )
     assert "error" not in rec, rec
     assert rec["kv_bytes"] == 2 * 2 * 40 * 2 * 16 * 4

@@ -29,7 +29,13 @@ def naive(q, keys, values, query_lens, seq_lens, scale, window, cap, causal):
                         continue
                     if window is not None and abs(p - j) >= window:
                         continue
-                    x = sum(float(q[row, h, d]) * float(keys[s][j, kvh, d]) for d in range(q.shape[2])) * scale
+                    x = (
+                        sum(
+                            float(q[row, h, d]) * float(keys[s][j, kvh, d])
+                            for d in range(q.shape[2])
+                        )
+                        * scale
+                    )
                     if cap is not None:
                         x = cap * math.tanh(x / cap)
                     scores.append(x)
@@ -38,7 +44,10 @@ def naive(q, keys, values, query_lens, seq_lens, scale, window, cap, causal):
                 w = [math.exp(x - top) for x in scores]
                 total = sum(w)
                 for d in range(q.shape[2]):
-                    out[row, h, d] = sum(wi * float(values[s][j, kvh, d]) for wi, j in zip(w, vis, strict=True)) / total
+                    out[row, h, d] = (
+                        sum(wi * float(values[s][j, kvh, d]) for wi, j in zip(w, vis, strict=True))
+                        / total
+                    )
             row += 1
     return out
 
@@ -54,7 +63,9 @@ def naive(q, keys, values, query_lens, seq_lens, scale, window, cap, causal):
         ((3, 2), (3, 5), 4, 2, 2, 2, None, False),  # non-causal, symmetric window
     ],
 )
-def test_torch_native_matches_naive_reference(query_lens, seq_lens, block_size, heads, kv_heads, window, cap, causal):
+def test_torch_native_matches_naive_reference(
+    query_lens, seq_lens, block_size, heads, kv_heads, window, cap, causal
+):
     gen = torch.Generator().manual_seed(7)
     dim = 8
     scale = 0.9 / math.sqrt(dim)
@@ -73,8 +84,12 @@ def test_torch_native_matches_naive_reference(query_lens, seq_lens, block_size, 
     starts = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
     lens = torch.tensor(seq_lens, dtype=torch.int32)
 
-    impl = TorchNativeBackend(heads, dim, kv_heads, scale, sliding_window=window, logits_soft_cap=cap, causal=causal)
-    cache = TorchNativeBackend.allocate_kv_cache(num_blocks, block_size, kv_heads, dim, torch.float64, "cpu")
+    impl = TorchNativeBackend(
+        heads, dim, kv_heads, scale, sliding_window=window, logits_soft_cap=cap, causal=causal
+    )
+    cache = TorchNativeBackend.allocate_kv_cache(
+        num_blocks, block_size, kv_heads, dim, torch.float64, "cpu"
+    )
     cache.fill_(float("nan"))
     # Write every context position, all sequences at once, through the slot mapping.
     all_starts = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int32)

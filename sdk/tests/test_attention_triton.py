@@ -63,7 +63,9 @@ def test_triton_paged_matches_torch_native_in_the_interpreter():
     bad = {n: r for n, r in cases.items() if not r[3]}
     assert not bad, bad
     errors = result["errors"]
-    assert errors["slot"].startswith("slot_mapping[1]=64 is out of range: the kv cache holds 64 slots")
+    assert errors["slot"].startswith(
+        "slot_mapping[1]=64 is out of range: the kv cache holds 64 slots"
+    )
     assert errors["table"].startswith("block_table is too short: sequence 0 has seq_lens[0]=40")
     assert errors["heads"].startswith("TRITON_PAGED: query must have shape [num_tokens, 4, 64]")
 

@@ -80,7 +80,9 @@ def test_json_shows_ops_layers_and_attention():
     layer = data["layers"]["registry"]["rms_norm"]
     assert layer["bound"] == "forward_native"
     assert "disabled by '-rms_norm'" in layer["why"]
-    assert "default base 'all' for mode 'eager'" in data["layers"]["registry"]["silu_and_mul"]["why"]
+    assert (
+        "default base 'all' for mode 'eager'" in data["layers"]["registry"]["silu_and_mul"]["why"]
+    )
     assert data["attention"]["probe"]["selected"] == "TORCH_NATIVE"
 
 

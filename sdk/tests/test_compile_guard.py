@@ -105,7 +105,10 @@ def test_a_real_priority_change_recompiles_once_per_key():
                 torch.testing.assert_close(compiled(X, W), 2 * plain)
             torch.testing.assert_close(compiled(X, W), plain)
         assert len(be.records) == 2  # one variant per key, reused when the key comes back
-        assert [r.by_op() for r in be.records] == [{"rms_norm": ["native"]}, {"rms_norm": ["guard_doubled"]}]
+        assert [r.by_op() for r in be.records] == [
+            {"rms_norm": ["native"]},
+            {"rms_norm": ["guard_doubled"]},
+        ]
 
 
 def test_threads_with_different_priorities_run_their_own_variant():

@@ -36,8 +36,10 @@ def _wide_only(x, weight, epsilon, variance_size=None):
 
 @pytest.fixture
 def test_provider():
-    with temporary_impl(ops.rms_norm, "test_wide", _doubled_rms, supports_args=_wide_only), \
-            ops.rms_norm.set_priority(["test_wide", "native"]):
+    with (
+        temporary_impl(ops.rms_norm, "test_wide", _doubled_rms, supports_args=_wide_only),
+        ops.rms_norm.set_priority(["test_wide", "native"]),
+    ):
         yield
 
 
@@ -79,7 +81,9 @@ def test_compile_mode_reaches_the_platform_default_priority(monkeypatch):
     with temporary_impl(ops.rms_norm, "test_wide", _doubled_rms, supports_args=_wide_only):
         ops.rms_norm.effective_priority()  # (cache refresh under the current config)
         for mode, provider in (("eager", "test_wide"), ("inductor", "native")):
-            assert ct.lowering_matches_dispatch("rms_norm", _sample(x, w), mode=mode) == {"provider": provider}
+            assert ct.lowering_matches_dispatch("rms_norm", _sample(x, w), mode=mode) == {
+                "provider": provider
+            }
         assert oc.info()["modes"]["eager"]["priorities"]["rms_norm"] == ["test_wide", "native"]
         assert oc.info()["modes"]["inductor"]["priorities"]["rms_norm"] == ["native"]
     assert {"eager", "inductor"} <= set(seen)
@@ -94,10 +98,15 @@ def test_untraceable_provider_is_lowered_as_an_opaque_call():
         return ops.rms_norm.native(x, weight, epsilon, variance_size) + 1
 
     x, w = torch.randn(3, 8), torch.randn(8)
-    with temporary_impl(ops.rms_norm, "test_raw", untraceable), ops.rms_norm.set_priority(["test_raw"]):
+    with (
+        temporary_impl(ops.rms_norm, "test_raw", untraceable),
+        ops.rms_norm.set_priority(["test_raw"]),
+    ):
         be = oc.backend(mode="eager")
         with torch.no_grad():
-            got = torch.compile(lambda a, b: ops.rms_norm(a, b, 1e-6), backend=be, fullgraph=True)(x, w)
+            got = torch.compile(lambda a, b: ops.rms_norm(a, b, 1e-6), backend=be, fullgraph=True)(
+                x, w
+            )
         decision = be.last_record.lowered[0]
         assert decision.how == "opaque" and decision.provider == "test_raw"
         assert "data pointer" in decision.trace_error
@@ -122,12 +131,14 @@ def test_cache_key_covers_priority_and_provider_source(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     keys = []
     for version in (1, 2):
-        (tmp_path / f"opcore_test_kernel_v{version}.py").write_text(textwrap.dedent(f"""
+        (tmp_path / f"opcore_test_kernel_v{version}.py").write_text(
+            textwrap.dedent(f"""
             from opcore.ir import ops
 
             def kernel(x, weight, epsilon, variance_size=None):
                 return ops.rms_norm.native(x, weight, epsilon, variance_size) * {version}
-        """))
+        """)
+        )
         module = __import__(f"opcore_test_kernel_v{version}")
         with temporary_impl(ops.rms_norm, "test_src", module.kernel):
             keys.append(oc.cache_key(OpcoreConfig(), mode="eager"))
@@ -182,7 +193,10 @@ def test_inductor_mode_end_to_end_and_record_on_cache_hit():
             got = torch.compile(f, backend=be, fullgraph=True)(x, res, w)
         torch.testing.assert_close(got, want)
         record = be.last_record
-        assert record.mode == "inductor" and record.fusions == {"fuse_add_rms_norm": 1}, (attempt, record)
+        assert record.mode == "inductor" and record.fusions == {"fuse_add_rms_norm": 1}, (
+            attempt,
+            record,
+        )
         assert record.by_op() == {"fused_add_rms_norm": ["native"]}
     if torch._inductor.config.fx_graph_cache:
         assert record.cache_hit  # same cache key, same graph: Inductor did not compile it again
@@ -191,7 +205,10 @@ def test_inductor_mode_end_to_end_and_record_on_cache_hit():
 def test_info_is_plain_data():
     data = oc.info()
     json.dumps(data)
-    assert data["pipeline"][0].startswith("functionalize_inplace") and data["pipeline"][-2:] == ["lower", "clone_elimination"]
+    assert data["pipeline"][0].startswith("functionalize_inplace") and data["pipeline"][-2:] == [
+        "lower",
+        "clone_elimination",
+    ]
     assert set(data["modes"]) == {"eager", "inductor"}
 
 

@@ -55,9 +55,16 @@ def test_ops_are_one_node_through_dynamo_and_aot_autograd():
     for stage in ("dynamo", "aot"):
         targets = _targets(graphs[stage])
         ir = [t for t in targets if "opcore_ir" in t]
-        assert ir == ["opcore_ir.rms_norm.default", "opcore_ir.fused_add_rms_norm.default", "opcore_ir.silu_and_mul.default"], (stage, targets)
+        assert ir == [
+            "opcore_ir.rms_norm.default",
+            "opcore_ir.fused_add_rms_norm.default",
+            "opcore_ir.silu_and_mul.default",
+        ], (stage, targets)
         # the native functions were not traced into the graph
-        assert not any("rsqrt" in t or "silu" in t.replace("silu_and_mul", "") for t in targets), (stage, targets)
+        assert not any("rsqrt" in t or "silu" in t.replace("silu_and_mul", "") for t in targets), (
+            stage,
+            targets,
+        )
 
 
 def _donating(x, r, w):
@@ -85,7 +92,9 @@ def test_activation_used_after_donation_is_an_error_naming_the_node():
         return out + h  # h was donated
 
     with torch.no_grad(), pytest.raises(Exception) as info:
-        torch.compile(bad, backend=oc.backend(mode="eager"), fullgraph=True)(torch.randn(2, 8), torch.randn(2, 8), torch.randn(8))
+        torch.compile(bad, backend=oc.backend(mode="eager"), fullgraph=True)(
+            torch.randn(2, 8), torch.randn(2, 8), torch.randn(8)
+        )
     chain, exc = [], info.value
     while exc is not None:
         chain.append(exc)
@@ -146,7 +155,9 @@ def test_split_qkv_rmsnorm_rope_fusion_fires_and_keeps_the_output():
 # --------------------------------------------------------------------------- clone elimination
 # A real in-place kernel registered with torch.library, as a vendor's C++/NPU op would be.
 _lib = torch.library.Library("opcore_compile_test", "FRAGMENT")
-_lib.define("fused_add_rms_norm_(Tensor(a!) x, Tensor(b!) residual, Tensor? weight, float eps) -> ()")
+_lib.define(
+    "fused_add_rms_norm_(Tensor(a!) x, Tensor(b!) residual, Tensor? weight, float eps) -> ()"
+)
 
 
 def _inplace_kernel(x, residual, weight, eps):
@@ -156,7 +167,9 @@ def _inplace_kernel(x, residual, weight, eps):
 
 
 _lib.impl("fused_add_rms_norm_", _inplace_kernel, "CompositeExplicitAutograd")
-torch.library.register_fake("opcore_compile_test::fused_add_rms_norm_", lambda x, residual, weight, eps: None, lib=_lib)
+torch.library.register_fake(
+    "opcore_compile_test::fused_add_rms_norm_", lambda x, residual, weight, eps: None, lib=_lib
+)
 
 
 def _inplace_provider(x, x_residual, weight, epsilon, variance_size=None):
@@ -166,8 +179,10 @@ def _inplace_provider(x, x_residual, weight, epsilon, variance_size=None):
 
 @pytest.fixture
 def inplace_provider():
-    with temporary_impl(ops.fused_add_rms_norm, "test_inplace", _inplace_provider, inplace=True), \
-            ops.fused_add_rms_norm.set_priority(["test_inplace"]):
+    with (
+        temporary_impl(ops.fused_add_rms_norm, "test_inplace", _inplace_provider, inplace=True),
+        ops.fused_add_rms_norm.set_priority(["test_inplace"]),
+    ):
         yield
 
 
@@ -231,4 +246,6 @@ def test_clones_removed_only_for_donated_graph_inputs(inplace_provider):
 def test_training_graphs_are_refused_with_a_clear_error():
     w = torch.randn(8, requires_grad=True)
     with pytest.raises(Exception, match="inference"):
-        torch.compile(lambda x: ops.rms_norm(x, w, 1e-6), backend=oc.backend(mode="eager"))(torch.randn(2, 8))
+        torch.compile(lambda x: ops.rms_norm(x, w, 1e-6), backend=oc.backend(mode="eager"))(
+            torch.randn(2, 8)
+        )

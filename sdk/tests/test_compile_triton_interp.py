@@ -42,7 +42,9 @@ if not INTERPRETED:
         x.copy_(out)
 
     _lib.impl("add_rms_", _add_rms_, "CompositeExplicitAutograd")
-    torch.library.register_fake("opcore_compile_interp_test::add_rms_", lambda x, residual, weight, eps: None, lib=_lib)
+    torch.library.register_fake(
+        "opcore_compile_interp_test::add_rms_", lambda x, residual, weight, eps: None, lib=_lib
+    )
 
     def _inplace_provider(x, x_residual, weight, epsilon, variance_size=None):
         torch.ops.opcore_compile_interp_test.add_rms_(x, x_residual, weight, epsilon)
@@ -62,21 +64,29 @@ if not INTERPRETED:
             return ops.fused_add_rms_norm(x * 2, r + 1, w, 1e-6)
 
         x, r, w = torch.randn(3, 8), torch.randn(3, 8), torch.randn(8)
-        with temporary_impl(ops.fused_add_rms_norm, "interp_test_inplace", _inplace_provider, inplace=True), \
-                ops.fused_add_rms_norm.set_priority(["interp_test_inplace"]):
+        with (
+            temporary_impl(
+                ops.fused_add_rms_norm, "interp_test_inplace", _inplace_provider, inplace=True
+            ),
+            ops.fused_add_rms_norm.set_priority(["interp_test_inplace"]),
+        ):
             for fn, args in ((plain, (x, r)), (dead, (x * 2, r + 1)), (donating, (x, r))):
                 torch._dynamo.reset()
                 want = ops.fused_add_rms_norm.native(*args, w, 1e-6)
                 if fn is plain:
                     want = (want[0] * 2, want[1] + 1)
                 # no FX-graph cache: `donating` is `plain` to Inductor, and the record is checked
-                be = oc.backend(mode="inductor", fusion=False, inductor_config={"fx_graph_cache": False})
+                be = oc.backend(
+                    mode="inductor", fusion=False, inductor_config={"fx_graph_cache": False}
+                )
                 xs, rs = x.clone(), r.clone()
                 with torch.no_grad():
                     got = torch.compile(fn, backend=be, fullgraph=True)(xs, rs, w)
                 torch.testing.assert_close(got, want)
                 assert torch.equal(xs, x) and torch.equal(rs, r), f"{fn.__name__}: inputs written"
-                assert be.last_record.lowered[0].inplace and be.last_record.lowered[0].how == "traced"
+                assert (
+                    be.last_record.lowered[0].inplace and be.last_record.lowered[0].how == "traced"
+                )
         torch._dynamo.reset()
 
 else:
@@ -138,8 +148,12 @@ else:
             ref = Decoder(SHAPE, impl="native", dtype=dtype).eval()(positions, hidden).float()
         model = Decoder(SHAPE, impl="opcore", dtype=dtype).eval()
         seen = _GraphSeen()
-        be = oc.backend(_triton_first(), mode="inductor", fusion=True,
-                        inductor_config={"post_grad_custom_post_pass": seen.pass_})
+        be = oc.backend(
+            _triton_first(),
+            mode="inductor",
+            fusion=True,
+            inductor_config={"post_grad_custom_post_pass": seen.pass_},
+        )
         compiled = torch.compile(model, backend=be)
         before = hidden.clone()
         with torch.inference_mode():
@@ -167,7 +181,9 @@ else:
         assert len(fused) == 4 and all(d.how == "opaque" for d in fused)
         out_of_place = [d for d in fused if not d.inplace]
         assert len(out_of_place) == 1, be.last_record
-        assert "graph input" in out_of_place[0].form and "out-of-place kernel" in out_of_place[0].form
+        assert (
+            "graph input" in out_of_place[0].form and "out-of-place kernel" in out_of_place[0].form
+        )
 
     @pytest.mark.parametrize("mode", ["eager", "inductor"])
     def test_dynamic_batch_with_triton_first_compiles_once(mode):
@@ -176,7 +192,9 @@ else:
         from opcore.compile.testing import no_recompile_on_dynamic_batch
 
         model = Decoder(SHAPE, impl="opcore").eval()
-        result = no_recompile_on_dynamic_batch((3, 5), mode=mode, model=model, config=_triton_first())
+        result = no_recompile_on_dynamic_batch(
+            (3, 5), mode=mode, model=model, config=_triton_first()
+        )
         assert result["graphs"] == 1, result
 
     def test_fused_decoder_in_eager_mode_matches_eager():

@@ -175,7 +175,9 @@ def test_attention_backend_names_must_be_known():
     # A name a plugin registered is known from then on.
     register_backend("CONFIG_TEST_ATTN", "config_test.Backend")
     try:
-        cfg = create_config(RecordingPlatform(), env={"OPCORE_ATTENTION_BACKEND": "config_test_attn"})
+        cfg = create_config(
+            RecordingPlatform(), env={"OPCORE_ATTENTION_BACKEND": "config_test_attn"}
+        )
         assert cfg.attention.backend == "CONFIG_TEST_ATTN"
     finally:
         unregister_backend("CONFIG_TEST_ATTN")
@@ -231,8 +233,12 @@ def test_names_a_platform_registers_in_import_kernels_are_known(tmp_path):
     # Without the plugin the same names are refused, one line naming the variable.
     proc = run_python(code, env={"OPCORE_CUSTOM_OPS": "none,+zeta_op"}, timeout=120)
     assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1].startswith(
-        "opcore.config.ConfigError: OPCORE_CUSTOM_OPS: '+zeta_op' names no known layer op"
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "opcore.config.ConfigError: OPCORE_CUSTOM_OPS: '+zeta_op' names no known layer op"
+        )
     )
 
 

@@ -16,7 +16,9 @@ def _platform(name: str, device_type: str):
 
 def test_known_device_types_have_no_problem():
     assert device_type_problem(_platform("cpu", "cpu")) is None
-    assert device_type_problem(_platform("cuda", "cuda")) is None  # known to torch, even without a GPU
+    assert (
+        device_type_problem(_platform("cuda", "cuda")) is None
+    )  # known to torch, even without a GPU
 
 
 def test_an_unknown_device_type_is_one_line_naming_plugin_and_remedies():

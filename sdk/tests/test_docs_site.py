@@ -30,7 +30,11 @@ def _mkdocs_build(root: Path, site: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
-        cwd=root, capture_output=True, text=True, timeout=180, env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
     )
 
 
@@ -74,9 +78,7 @@ def test_a_broken_link_fails_the_build(tmp_path):
 
 def test_every_docs_page_is_in_the_nav_and_the_readme():
     nav = _nav()
-    on_disk = {
-        p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")
-    }
+    on_disk = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
     assert set(nav) == on_disk
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     linked = set(re.findall(r"\]\(docs/([^)#]+)", readme))
@@ -88,7 +90,9 @@ def test_every_docs_page_is_in_the_nav_and_the_readme():
 def test_the_compatibility_matrix_is_generated_from_the_metadata():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "docs" / "gen_compat.py"), "--check"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     page = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
@@ -96,9 +100,10 @@ def test_the_compatibility_matrix_is_generated_from_the_metadata():
 
 
 def test_every_distribution_declares_the_policy_range():
-    assert version_policy.major_minor(opcore.__version__)[0] == version_policy.major_minor(
-        opcore.PLUGIN_API_VERSION
-    )[0]
+    assert (
+        version_policy.major_minor(opcore.__version__)[0]
+        == version_policy.major_minor(opcore.PLUGIN_API_VERSION)[0]
+    )
     sdk = tomllib.loads((ROOT / "sdk" / "pyproject.toml").read_text(encoding="utf-8"))
     assert sdk["project"]["version"] == opcore.__version__
     conformance = tomllib.loads((ROOT / "conformance" / "pyproject.toml").read_text("utf-8"))

@@ -29,7 +29,9 @@ import torch
 
 from opcore.testing.interpreter import UNDER_TRITON_INTERPRETER, rerun_under_triton_interpreter
 
-transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'opcore[transformers]')")
+transformers = pytest.importorskip(
+    "transformers", reason="transformers is not installed (pip install 'opcore[transformers]')"
+)
 
 import opcore.integrations.transformers as oh  # noqa: E402
 from opcore.integrations.transformers import _fuse, _versions  # noqa: E402
@@ -37,7 +39,14 @@ from opcore.ir import ops  # noqa: E402
 from opcore.testing.ir import temporary_impl  # noqa: E402
 
 VOCAB = 128
-COMMON = dict(num_hidden_layers=2, vocab_size=VOCAB, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=None)
+COMMON = dict(
+    num_hidden_layers=2,
+    vocab_size=VOCAB,
+    max_position_embeddings=128,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=None,
+)
 
 # id -> (config class, model class, options)
 VARIANTS = {
@@ -83,7 +92,10 @@ def make_model(variant: str, dtype=torch.float32, seed: int = 0, **overrides):
                 base = 1.0 if "norm" in name else 0.0
                 p.copy_(base + 0.3 * torch.randn(p.shape, generator=g))
             else:
-                p.copy_(torch.randn(p.shape, generator=g) * (1.0 if "embed" in name else p.shape[1] ** -0.5))
+                p.copy_(
+                    torch.randn(p.shape, generator=g)
+                    * (1.0 if "embed" in name else p.shape[1] ** -0.5)
+                )
     return model.to(dtype)
 
 
@@ -107,7 +119,9 @@ def snapshot(model):
     object, storage and value, the buffers."""
     return {
         "classes": [(n, type(m), sorted(m.__dict__)) for n, m in model.named_modules()],
-        "params": [(n, id(p), p.data_ptr(), p.detach().clone()) for n, p in model.named_parameters()],
+        "params": [
+            (n, id(p), p.data_ptr(), p.detach().clone()) for n, p in model.named_parameters()
+        ],
         "buffers": sorted(n for n, _ in model.named_buffers()),
     }
 
@@ -151,7 +165,14 @@ def greedy_tokens(model, ids, steps: int, device) -> torch.Tensor:
 if ON_VDEV:
     from opcore.platforms import current_platform
 
-    @pytest.mark.parametrize("variant", ["qwen3-h96-d128-gqa2-tied", "llama-h72-d32-gelutanh-llama3rope-bias", "mistral-h200-d64-gqa8-window16"])
+    @pytest.mark.parametrize(
+        "variant",
+        [
+            "qwen3-h96-d128-gqa2-tied",
+            "llama-h72-d32-gelutanh-llama3rope-bias",
+            "mistral-h200-d64-gqa8-window16",
+        ],
+    )
     def test_on_the_virtual_device(variant):
         assert current_platform.name == "vdev"
         ids = tokens()
@@ -223,7 +244,11 @@ elif not UNDER_TRITON_INTERPRETER:
         model = make_model("qwen3-h96-d128-gqa2-tied")
         x = torch.zeros(4, 1, 96)
         with oh.patched(model):
-            for pos in (torch.tensor([[7]]).expand(4, -1), torch.tensor([[7]]), torch.arange(4)[:, None]):
+            for pos in (
+                torch.tensor([[7]]).expand(4, -1),
+                torch.tensor([[7]]),
+                torch.arange(4)[:, None],
+            ):
                 cache, positions = model.model.rotary_emb(x, pos)
                 assert positions.shape == (4, 1) and positions.is_contiguous(), pos.stride()
                 assert positions.reshape(-1).stride() == (1,)
@@ -238,7 +263,9 @@ elif not UNDER_TRITON_INTERPRETER:
         patch = oh.apply(model)
         assert oh.is_patched(model)
         assert type(model.model.layers[0].self_attn).__name__ == "OpcoreQwen3Attention"
-        assert isinstance(model.model.layers[0].self_attn, transformers.models.qwen3.modeling_qwen3.Qwen3Attention)
+        assert isinstance(
+            model.model.layers[0].self_attn, transformers.models.qwen3.modeling_qwen3.Qwen3Attention
+        )
         # parameters keep their objects and names; the state dict is unchanged
         assert [n for n, _ in model.named_parameters()] == [p[0] for p in before["params"]]
         oh.revert(model)
@@ -263,8 +290,22 @@ elif not UNDER_TRITON_INTERPRETER:
         "overrides, named",
         [
             (dict(hidden_act="relu"), "hidden_act='relu'"),
-            (dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}), "rope_type='dynamic'"),
-            (dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}), "partial_rotary_factor=0.5"),
+            (
+                dict(
+                    rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
+                ),
+                "rope_type='dynamic'",
+            ),
+            (
+                dict(
+                    rope_parameters={
+                        "rope_type": "default",
+                        "rope_theta": 10000.0,
+                        "partial_rotary_factor": 0.5,
+                    }
+                ),
+                "partial_rotary_factor=0.5",
+            ),
         ],
         ids=["relu", "dynamic-rope", "partial-rotary"],
     )
@@ -278,10 +319,15 @@ elif not UNDER_TRITON_INTERPRETER:
         assert not oh.is_patched(model)
 
     def test_unsupported_model_class_is_refused():
-        cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=32)
+        cfg = transformers.GPT2Config(
+            n_layer=1, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=32
+        )
         model = transformers.GPT2LMHeadModel(cfg).eval()
         before = snapshot(model)
-        with pytest.raises(oh.UnsupportedModelError, match=r"GPT2LMHeadModel \(model_type 'gpt2'\) is not supported"):
+        with pytest.raises(
+            oh.UnsupportedModelError,
+            match=r"GPT2LMHeadModel \(model_type 'gpt2'\) is not supported",
+        ):
             oh.apply(model)
         assert_same_snapshot(before, snapshot(model))
         with pytest.raises(oh.UnsupportedModelError, match="is a qwen3 model, not llama"):
@@ -311,8 +357,20 @@ elif not UNDER_TRITON_INTERPRETER:
         with oh.patched(model, ops=["rms_norm", "silu_and_mul"]) as patch:
             assert set(patch.routes) == {"rms_norm", "mlp"}
             kinds = {type(m).__name__ for m in model.modules()}
-            assert {"OpcoreMistralRMSNorm", "OpcoreMistralMLP", "MistralAttention", "MistralDecoderLayer"} <= kinds
-            assert not {"OpcoreMistralAttention", "OpcoreMistralDecoderLayer", "OpcoreMistralRotaryEmbedding"} & kinds
+            assert {
+                "OpcoreMistralRMSNorm",
+                "OpcoreMistralMLP",
+                "MistralAttention",
+                "MistralDecoderLayer",
+            } <= kinds
+            assert (
+                not {
+                    "OpcoreMistralAttention",
+                    "OpcoreMistralDecoderLayer",
+                    "OpcoreMistralRotaryEmbedding",
+                }
+                & kinds
+            )
             assert_fp32_close(logits(model, ids), ref)
 
     def test_context_manager_reverts_on_error():
@@ -328,7 +386,9 @@ elif not UNDER_TRITON_INTERPRETER:
         model = make_model("llama-h96-d64-gqa1-tied", torch.bfloat16)
         model.model.layers[1].post_attention_layernorm.float()
         before = snapshot(model)
-        with pytest.raises(oh.UnsupportedModelError, match=r"dtypes \['torch.bfloat16', 'torch.float32'\]"):
+        with pytest.raises(
+            oh.UnsupportedModelError, match=r"dtypes \['torch.bfloat16', 'torch.float32'\]"
+        ):
             oh.apply(model)
         assert_same_snapshot(before, snapshot(model))
 
@@ -371,7 +431,9 @@ elif not UNDER_TRITON_INTERPRETER:
 
     def test_version_outside_tested_range_is_refused(monkeypatch):
         assert _versions.check("5.17.0") is None and _versions.check("5.24.3") is None
-        assert "5.16.1" in _versions.check("5.16.1") and ">=5.17,<5.25" in _versions.check("5.25.0.dev0")
+        assert "5.16.1" in _versions.check("5.16.1") and ">=5.17,<5.25" in _versions.check(
+            "5.25.0.dev0"
+        )
         model = make_model("llama-h96-d64-gqa1-tied")
         monkeypatch.setattr(transformers, "__version__", "5.30.0")
         with pytest.raises(oh.UnsupportedModelError, match="transformers 5.30.0 is outside"):
@@ -402,10 +464,39 @@ elif not UNDER_TRITON_INTERPRETER:
     def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
         return _count("rotary_embedding")(positions, query, key, head_size, cos_sin_cache, is_neox)
 
-    def _split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads, head_size, is_neox):
-        return _count("split_qkv_rmsnorm_rope")(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads, head_size, is_neox)
+    def _split_qkv_rmsnorm_rope(
+        qkv,
+        q_weight,
+        k_weight,
+        epsilon,
+        positions,
+        cos_sin_cache,
+        num_heads,
+        num_kv_heads,
+        head_size,
+        is_neox,
+    ):
+        return _count("split_qkv_rmsnorm_rope")(
+            qkv,
+            q_weight,
+            k_weight,
+            epsilon,
+            positions,
+            cos_sin_cache,
+            num_heads,
+            num_kv_heads,
+            head_size,
+            is_neox,
+        )
 
-    _COUNTERS = [_rms_norm, _fused_add_rms_norm, _silu_and_mul, _gelu_and_mul, _rotary_embedding, _split_qkv_rmsnorm_rope]
+    _COUNTERS = [
+        _rms_norm,
+        _fused_add_rms_norm,
+        _silu_and_mul,
+        _gelu_and_mul,
+        _rotary_embedding,
+        _split_qkv_rmsnorm_rope,
+    ]
 
     @contextlib.contextmanager
     def counting_providers():
@@ -420,8 +511,19 @@ elif not UNDER_TRITON_INTERPRETER:
     @pytest.mark.parametrize(
         "variant, expected",
         [
-            ("qwen3-h96-d128-gqa2-tied", {"rms_norm": 3, "fused_add_rms_norm": 2, "silu_and_mul": 2, "split_qkv_rmsnorm_rope": 2}),
-            ("llama-h72-d32-gelutanh-llama3rope-bias", {"rms_norm": 3, "fused_add_rms_norm": 2, "gelu_and_mul": 2, "rotary_embedding": 2}),
+            (
+                "qwen3-h96-d128-gqa2-tied",
+                {
+                    "rms_norm": 3,
+                    "fused_add_rms_norm": 2,
+                    "silu_and_mul": 2,
+                    "split_qkv_rmsnorm_rope": 2,
+                },
+            ),
+            (
+                "llama-h72-d32-gelutanh-llama3rope-bias",
+                {"rms_norm": 3, "fused_add_rms_norm": 2, "gelu_and_mul": 2, "rotary_embedding": 2},
+            ),
         ],
     )
     def test_every_replacement_dispatches_through_opcore_ops(variant, expected):
@@ -440,8 +542,12 @@ elif not UNDER_TRITON_INTERPRETER:
         ids = tokens()
         ref = logits(model, ids)
         seen = []
-        model.model.layers[0].mlp.up_proj.register_forward_hook(lambda m, i, o: seen.append(o.shape))
-        model.model.layers[1].self_attn.k_proj.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+        model.model.layers[0].mlp.up_proj.register_forward_hook(
+            lambda m, i, o: seen.append(o.shape)
+        )
+        model.model.layers[1].self_attn.k_proj.register_forward_hook(
+            lambda m, i, o: seen.append(o.shape)
+        )
         with oh.patched(model) as patch:
             assert "1 MLPs: one fused gate_up GEMM" in patch.routes["mlp"]
             assert "1 MLPs: gate and up GEMMs, concatenated" in patch.routes["mlp_split"]
@@ -495,8 +601,12 @@ elif not UNDER_TRITON_INTERPRETER:
                 oh.apply_to_qwen3()
             loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
             assert oh.is_patched(loaded)
-            assert not oh.is_patched(transformers.LlamaForCausalLM(make_config("llama-h96-d64-gqa1-tied")))
-            assert oh.is_patched(transformers.AutoModelForCausalLM.from_config(make_config("qwen3-h120-d64-gqa4")))
+            assert not oh.is_patched(
+                transformers.LlamaForCausalLM(make_config("llama-h96-d64-gqa1-tied"))
+            )
+            assert oh.is_patched(
+                transformers.AutoModelForCausalLM.from_config(make_config("qwen3-h120-d64-gqa4"))
+            )
             assert_fp32_close(logits(loaded, ids), ref)
         finally:
             oh.revert_classes("qwen3")
@@ -521,7 +631,12 @@ elif not UNDER_TRITON_INTERPRETER:
             torch._dynamo.reset()
         if backend == "opcore":
             ops_seen = be.last_record.by_op()
-            assert {"split_qkv_rmsnorm_rope", "fused_add_rms_norm", "rms_norm", "silu_and_mul"} <= set(ops_seen), ops_seen
+            assert {
+                "split_qkv_rmsnorm_rope",
+                "fused_add_rms_norm",
+                "rms_norm",
+                "silu_and_mul",
+            } <= set(ops_seen), ops_seen
 
     def test_generate_through_hf_static_cache_compile_path():
         # transformers compiles the decode forward itself when the cache is static; it does
@@ -537,7 +652,9 @@ elif not UNDER_TRITON_INTERPRETER:
             with torch.no_grad():
                 want = model.generate(ids, **kw)
                 with oh.patched(model):
-                    got = model.generate(ids, cache_implementation="static", compile_config=compile_config, **kw)
+                    got = model.generate(
+                        ids, cache_implementation="static", compile_config=compile_config, **kw
+                    )
             graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         finally:
             torch._dynamo.reset()
@@ -556,13 +673,21 @@ elif not UNDER_TRITON_INTERPRETER:
         assert "3 passed" in proc.stdout, proc.stdout[-3000:]
 
     def test_under_triton_interpreter_with_triton_first():
-        rerun_under_triton_interpreter(__file__, env={"OMP_NUM_THREADS": "1", "OPCORE_LOG_DISPATCH": "1"})
+        rerun_under_triton_interpreter(
+            __file__, env={"OMP_NUM_THREADS": "1", "OPCORE_LOG_DISPATCH": "1"}
+        )
 
 else:
     pytest.importorskip("triton")
     import opcore.kernels.triton  # noqa: F401  (registers the provider)
 
-    USED = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "split_qkv_rmsnorm_rope")
+    USED = (
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "rotary_embedding",
+        "split_qkv_rmsnorm_rope",
+    )
 
     @pytest.mark.parametrize("variant", ["qwen3-h96-d128-gqa2-tied", "llama-h96-d64-gqa1-tied"])
     def test_triton_provider_first_matches_unpatched(variant, caplog):
@@ -574,10 +699,18 @@ else:
                 stack.enter_context(getattr(ops, name).set_priority(["triton", "native"]))
             with caplog.at_level(logging.INFO):
                 got = logits(model, ids)
-        chosen = {r.getMessage().split("(")[0]: r.getMessage().rsplit("-> ", 1)[1] for r in caplog.records if "-> " in r.getMessage()}
+        chosen = {
+            r.getMessage().split("(")[0]: r.getMessage().rsplit("-> ", 1)[1]
+            for r in caplog.records
+            if "-> " in r.getMessage()
+        }
         expected = {"rms_norm", "fused_add_rms_norm", "silu_and_mul"}
-        expected.add("split_qkv_rmsnorm_rope" if variant.startswith("qwen3") else "rotary_embedding")
-        assert {op for op, provider in chosen.items() if provider.startswith("triton")} == expected, chosen
+        expected.add(
+            "split_qkv_rmsnorm_rope" if variant.startswith("qwen3") else "rotary_embedding"
+        )
+        assert {
+            op for op, provider in chosen.items() if provider.startswith("triton")
+        } == expected, chosen
         torch.testing.assert_close(got, ref, atol=1e-4 * float(ref.abs().max()), rtol=1e-4)
 
     def test_triton_first_decode_with_expanded_positions():

@@ -41,25 +41,77 @@ CASES = [
     ("silu_and_mul", "x", (torch.randn(2, 7),), "must be even"),
     ("gelu_and_mul", "x", (torch.randn(2, 9),), "must be even"),
     ("gelu_and_mul", "approximate", (X, "fast"), "'fast'"),
-    ("rotary_embedding", "query", (POS, torch.randn(3, 40), K, 16, CACHE, True), "not a multiple of head_size 16"),
+    (
+        "rotary_embedding",
+        "query",
+        (POS, torch.randn(3, 40), K, 16, CACHE, True),
+        "not a multiple of head_size 16",
+    ),
     ("rotary_embedding", "key", (POS, Q, torch.randn(3, 20), 16, CACHE, True), "not a multiple"),
     ("rotary_embedding", "key", (POS, Q, K.half(), 16, CACHE, True), "dtype"),
-    ("rotary_embedding", "positions", (torch.tensor([0, 5, 32]), Q, K, 16, CACHE, True), "position 32"),
-    ("rotary_embedding", "positions", (torch.tensor([0, -1, 2]), Q, K, 16, CACHE, True), "position -1"),
+    (
+        "rotary_embedding",
+        "positions",
+        (torch.tensor([0, 5, 32]), Q, K, 16, CACHE, True),
+        "position 32",
+    ),
+    (
+        "rotary_embedding",
+        "positions",
+        (torch.tensor([0, -1, 2]), Q, K, 16, CACHE, True),
+        "position -1",
+    ),
     ("rotary_embedding", "positions", (POS.float(), Q, K, 16, CACHE, True), "int32 or int64"),
     ("rotary_embedding", "positions", (POS.to("meta"), Q, K, 16, CACHE, True), "meta"),
-    ("rotary_embedding", "cos_sin_cache", (POS, Q, K, 16, torch.randn(32, 15), True), "must be even"),
-    ("rotary_embedding", "cos_sin_cache", (POS, Q, K, 8, build_cos_sin_cache(16, 32), True), "larger than head_size 8"),
-    ("rotary_embedding", "cos_sin_cache", (POS, Q, K, 16, CACHE.to(torch.bfloat16), True), "float32"),
+    (
+        "rotary_embedding",
+        "cos_sin_cache",
+        (POS, Q, K, 16, torch.randn(32, 15), True),
+        "must be even",
+    ),
+    (
+        "rotary_embedding",
+        "cos_sin_cache",
+        (POS, Q, K, 8, build_cos_sin_cache(16, 32), True),
+        "larger than head_size 8",
+    ),
+    (
+        "rotary_embedding",
+        "cos_sin_cache",
+        (POS, Q, K, 16, CACHE.to(torch.bfloat16), True),
+        "float32",
+    ),
     ("rotary_embedding", "query", (POS, torch.randn(4, 32), K, 16, CACHE, True), "positions.shape"),
-    ("split_qkv_rmsnorm_rope", "qkv", (QKV, None, None, 1e-6, POS, CACHE, 2, 2, 16, True), "(2 + 2 * 2) * 16 = 96"),
-    ("split_qkv_rmsnorm_rope", "q_weight", (QKV, torch.ones(8), None, 1e-6, POS, CACHE, 2, 1, 16, True), "(16,)"),
-    ("split_qkv_rmsnorm_rope", "positions", (QKV, None, None, 1e-6, torch.tensor([1, 2, 99]), CACHE, 2, 1, 16, True), "position 99"),
-    ("split_qkv_rmsnorm_rope", "num_heads", (QKV, None, None, 1e-6, POS, CACHE, 0, 1, 16, True), "positive"),
+    (
+        "split_qkv_rmsnorm_rope",
+        "qkv",
+        (QKV, None, None, 1e-6, POS, CACHE, 2, 2, 16, True),
+        "(2 + 2 * 2) * 16 = 96",
+    ),
+    (
+        "split_qkv_rmsnorm_rope",
+        "q_weight",
+        (QKV, torch.ones(8), None, 1e-6, POS, CACHE, 2, 1, 16, True),
+        "(16,)",
+    ),
+    (
+        "split_qkv_rmsnorm_rope",
+        "positions",
+        (QKV, None, None, 1e-6, torch.tensor([1, 2, 99]), CACHE, 2, 1, 16, True),
+        "position 99",
+    ),
+    (
+        "split_qkv_rmsnorm_rope",
+        "num_heads",
+        (QKV, None, None, 1e-6, POS, CACHE, 0, 1, 16, True),
+        "positive",
+    ),
 ]
 
 
-@pytest.mark.parametrize("op_name, arg, args, match", CASES, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "op_name, arg, args, match", CASES, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_bad_input_names_op_and_argument(op_name, arg, args, match):
     _raises(ValueError, op_name, arg, getattr(ops, op_name), *args, match=match)
 

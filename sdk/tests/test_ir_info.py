@@ -29,11 +29,21 @@ def test_info_follows_the_given_config_and_reports_errors():
     def silu_and_mul(x):
         return x
 
-    with temporary_impl(ops.silu_and_mul, "ir_info_test", silu_and_mul, supports_args=lambda x: x.dim() == 2), \
-            temporary_impl(ops.silu_and_mul, "ir_info_absent", silu_and_mul, supported=False):
-        data = info(create_config(ir_op_priority={"silu_and_mul": ["ir_info_test"], "gelu_and_mul": ["nope"]}))
+    with (
+        temporary_impl(
+            ops.silu_and_mul, "ir_info_test", silu_and_mul, supports_args=lambda x: x.dim() == 2
+        ),
+        temporary_impl(ops.silu_and_mul, "ir_info_absent", silu_and_mul, supported=False),
+    ):
+        data = info(
+            create_config(
+                ir_op_priority={"silu_and_mul": ["ir_info_test"], "gelu_and_mul": ["nope"]}
+            )
+        )
         entry = data["ops"]["silu_and_mul"]
-        assert entry["effective_priority"] == ["ir_info_test", "native"] and entry["native_appended"]
+        assert (
+            entry["effective_priority"] == ["ir_info_test", "native"] and entry["native_appended"]
+        )
         assert "ir_info_absent" not in entry["supported_here"]
         assert entry["skipped"]["ir_info_absent"].startswith("not supported")
         assert "'nope'" in data["ops"]["gelu_and_mul"]["error"]

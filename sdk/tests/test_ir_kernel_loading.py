@@ -15,7 +15,7 @@ import pytest
 from opcore.plugins import PLATFORM_PLUGINS_GROUP
 from opcore.testing import make_distribution, run_python
 
-PLUGIN = '''
+PLUGIN = """
 from opcore.platforms import Platform
 
 def probe():
@@ -30,15 +30,15 @@ class ZvendorPlatform(Platform):
     def get_device_total_memory(self, index=0): return 1 << 30
     def import_ir_kernels(self):
         import opcore_plugin_zvendor.providers  # noqa: F401  (registers zvfast)
-'''
+"""
 
-PROVIDERS = '''
+PROVIDERS = """
 from opcore.ir import ops
 
 @ops.rms_norm.register_impl("zvfast")
 def rms_norm(x, weight, epsilon, variance_size=None):
     return ops.rms_norm.native(x, weight, epsilon, variance_size) + 1
-'''
+"""
 
 
 @pytest.fixture(scope="module")

@@ -52,8 +52,10 @@ def test_no_priority_means_native(op):
 
 
 def test_user_list_then_platform_default_then_native(op):
-    with temporary_impl(op, "fast", _provider(1.0), supports_args=_small_only), \
-            temporary_impl(op, "other", _provider(2.0)):
+    with (
+        temporary_impl(op, "fast", _provider(1.0), supports_args=_small_only),
+        temporary_impl(op, "other", _provider(2.0)),
+    ):
         config = create_config(ir_op_priority={"ir_prio_op": ["fast"]})
         d = op.decision(config, platform=DefaultsPlatform({"ir_prio_op": ["other", "fast"]}))
         assert d.names == ["fast", "other"]  # 'other' takes every argument: native not needed
@@ -141,14 +143,21 @@ def test_user_named_unsupported_provider_warned(op):
 
 
 def test_explain_reports_each_provider(op):
-    with temporary_impl(op, "fast", _provider(1.0), supports_args=_small_only), \
-            temporary_impl(op, "spare", _provider(2.0)), \
-            temporary_impl(op, "nohw", _provider(3.0), supported=False):
+    with (
+        temporary_impl(op, "fast", _provider(1.0), supports_args=_small_only),
+        temporary_impl(op, "spare", _provider(2.0)),
+        temporary_impl(op, "nohw", _provider(3.0), supported=False),
+    ):
         with op.set_priority(["fast", "native"]):
             e = op.explain(torch.zeros(8))
             status = {p["provider"]: p["status"] for p in e.providers}
             assert e.selected == "native"
-            assert status == {"fast": "tried", "native": "selected", "spare": "not in list", "nohw": "not supported"}
+            assert status == {
+                "fast": "tried",
+                "native": "selected",
+                "spare": "not in list",
+                "nohw": "not supported",
+            }
             assert "supports_args returned False" in str(e)
             assert op.explain(torch.zeros(2)).selected == "fast"
 

@@ -63,12 +63,26 @@ def _ref_rope(positions, t, head_size, cache, is_neox):
 
 def ref_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
     q = _ref_rope(positions, query, head_size, cos_sin_cache, is_neox).reshape(query.shape)
-    k = None if key is None else _ref_rope(positions, key, head_size, cos_sin_cache, is_neox).reshape(key.shape)
+    k = (
+        None
+        if key is None
+        else _ref_rope(positions, key, head_size, cos_sin_cache, is_neox).reshape(key.shape)
+    )
     return q, k
 
 
-def ref_split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads,
-                               num_kv_heads, head_size, is_neox):
+def ref_split_qkv_rmsnorm_rope(
+    qkv,
+    q_weight,
+    k_weight,
+    epsilon,
+    positions,
+    cos_sin_cache,
+    num_heads,
+    num_kv_heads,
+    head_size,
+    is_neox,
+):
     lead = qkv.shape[:-1]
     flat = qkv.double().reshape(-1, qkv.shape[-1])
     q_end, k_end = num_heads * head_size, (num_heads + num_kv_heads) * head_size
@@ -78,8 +92,16 @@ def ref_split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_
         t = t / torch.sqrt((t * t).sum(-1, keepdim=True) / head_size + epsilon)
         return t if weight is None else t * weight.double()
 
-    q = _ref_rope(positions, norm(flat[:, :q_end], num_heads, q_weight), head_size, cos_sin_cache, is_neox)
-    k = _ref_rope(positions, norm(flat[:, q_end:k_end], num_kv_heads, k_weight), head_size, cos_sin_cache, is_neox)
+    q = _ref_rope(
+        positions, norm(flat[:, :q_end], num_heads, q_weight), head_size, cos_sin_cache, is_neox
+    )
+    k = _ref_rope(
+        positions,
+        norm(flat[:, q_end:k_end], num_kv_heads, k_weight),
+        head_size,
+        cos_sin_cache,
+        is_neox,
+    )
     v = flat[:, k_end:]
     return q.reshape(*lead, -1), k.reshape(*lead, -1), v.reshape(*lead, -1)
 
@@ -114,7 +136,13 @@ def test_op_matches_reference(op_name, dtype):
                 assert g is None, f"{sample.name}: output {i} should be None"
                 continue
             assert g.dtype == dtype and g.shape == w.shape, sample.name
-            torch.testing.assert_close(g.double(), w, atol=atol, rtol=rtol, msg=lambda m, s=sample.name, i=i: f"{op_name} {s} output {i}: {m}")
+            torch.testing.assert_close(
+                g.double(),
+                w,
+                atol=atol,
+                rtol=rtol,
+                msg=lambda m, s=sample.name, i=i: f"{op_name} {s} output {i}: {m}",
+            )
         count += 1
     assert count >= 10
 
@@ -134,7 +162,9 @@ def test_fused_split_matches_unfused_chain():
 
 
 def test_rotary_styles_differ_and_partial_rotary_passes_through():
-    sample = next(s for s in ops.rotary_embedding.sample_inputs() if s.name.startswith("partial_t5"))
+    sample = next(
+        s for s in ops.rotary_embedding.sample_inputs() if s.name.startswith("partial_t5")
+    )
     pos, q, k, d, cache, _ = sample.args
     neox, _ = ops.rotary_embedding(pos, q, k, d, cache, True)
     gptj, _ = ops.rotary_embedding(pos, q, k, d, cache, False)

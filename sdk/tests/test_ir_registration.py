@@ -87,8 +87,12 @@ def test_supports_args_must_return_plain_bool():
         return x
 
     x = torch.ones(2, 4)
-    with temporary_impl(ops.rms_norm, "ir_test_truthy", rms_norm,
-                        supports_args=lambda x, weight, epsilon, variance_size=None: torch.tensor(True)):
+    with temporary_impl(
+        ops.rms_norm,
+        "ir_test_truthy",
+        rms_norm,
+        supports_args=lambda x, weight, epsilon, variance_size=None: torch.tensor(True),
+    ):
         with ops.rms_norm.set_priority(["ir_test_truthy", "native"]):
             with pytest.raises(TypeError, match="plain bool"):
                 ops.rms_norm.dispatch(x, None, 1e-6)

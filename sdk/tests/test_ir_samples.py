@@ -16,7 +16,9 @@ def test_names_unique_and_full_extends_quick():
     for op in all_ops().values():
         quick, full = _names(op), _names(op, quick=False)
         assert len(quick) == len(set(quick)), op.name
-        assert len(full) == len(set(full)) and set(quick) <= set(full) and len(full) > len(quick), op.name
+        assert len(full) == len(set(full)) and set(quick) <= set(full) and len(full) > len(quick), (
+            op.name
+        )
 
 
 def test_samples_are_deterministic_and_cast_from_the_same_values():
@@ -25,7 +27,9 @@ def test_samples_are_deterministic_and_cast_from_the_same_values():
         b = list(op.sample_inputs("cpu", torch.float32))
         c = list(op.sample_inputs("cpu", torch.bfloat16))
         for sa, sb, sc in zip(a, b, c, strict=True):
-            for (_, ta), (_, tb), (_, tc) in zip(sa.tensors(), sb.tensors(), sc.tensors(), strict=True):
+            for (_, ta), (_, tb), (_, tc) in zip(
+                sa.tensors(), sb.tensors(), sc.tensors(), strict=True
+            ):
                 assert torch.equal(ta, tb), (op.name, sa.name)
                 if ta.is_floating_point() and tc.dtype == torch.bfloat16:
                     assert torch.equal(ta.to(torch.bfloat16), tc), (op.name, sa.name)
@@ -60,7 +64,9 @@ def test_rotary_coverage():
     assert any(s.args[1].dim() == 4 for s in samples) and any(s.args[1].dim() == 2 for s in samples)
     assert any(s.args[0].dtype == torch.int32 for s in samples)
     strided = [s for s in samples if not s.args[1].is_contiguous()]
-    assert strided and all(s.args[1]._base is not None and s.args[1]._base is s.args[2]._base for s in strided)
+    assert strided and all(
+        s.args[1]._base is not None and s.args[1]._base is s.args[2]._base for s in strided
+    )
     for s in samples:
         pos = s.args[0].reshape(-1)
         if s.name.startswith("expanded_positions"):  # one decode position broadcast (stride 0)
@@ -68,7 +74,9 @@ def test_rotary_coverage():
             continue
         assert pos.unique().numel() == pos.numel()  # distinct positions per token
     qkv = list(ops.split_qkv_rmsnorm_rope.sample_inputs())
-    assert any(s.args[1] is not None and not torch.equal(s.args[1], s.args[2]) for s in qkv)  # distinct q/k weights
+    assert any(
+        s.args[1] is not None and not torch.equal(s.args[1], s.args[2]) for s in qkv
+    )  # distinct q/k weights
     assert any(not s.args[0].is_contiguous() for s in qkv)
     assert any(s.args[5].shape[1] < s.args[8] for s in qkv)
 

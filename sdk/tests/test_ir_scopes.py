@@ -30,8 +30,11 @@ def _tagged(tag: float):
 @pytest.fixture
 def op():
     """An op with providers ``a`` (adds 1) and ``b`` (adds 2); native adds nothing."""
-    with temporary_op(ir_scope_op) as op, temporary_impl(op, "a", _tagged(1.0)), \
-            temporary_impl(op, "b", _tagged(2.0)):
+    with (
+        temporary_op(ir_scope_op) as op,
+        temporary_impl(op, "a", _tagged(1.0)),
+        temporary_impl(op, "b", _tagged(2.0)),
+    ):
         yield op
 
 

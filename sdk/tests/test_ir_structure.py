@@ -26,15 +26,21 @@ def _impls(**providers: tuple[bool, bool]) -> dict[str, Impl]:
     """``name=(supported, takes every argument)``; ``native`` first, as on an op."""
     out = {"native": Impl("native", lambda x: x, True, None, False)}
     for name, (supported, takes_all) in providers.items():
-        out[name] = Impl(name, lambda x: x, supported, None if takes_all else (lambda x: True), False)
+        out[name] = Impl(
+            name, lambda x: x, supported, None if takes_all else (lambda x: True), False
+        )
     return out
 
 
 def test_decide_is_a_function_of_its_arguments_alone():
     impls = _impls(fast=(True, False), other=(True, True), absent=(False, True))
     d = priority.decide(
-        "some_op", impls, user=["fast"], user_source=priority.USER_SOURCE_CONFIG,
-        platform_default=["absent", "other", "fast", "missing"], platform_name="acme",
+        "some_op",
+        impls,
+        user=["fast"],
+        user_source=priority.USER_SOURCE_CONFIG,
+        platform_default=["absent", "other", "fast", "missing"],
+        platform_name="acme",
     )
     assert d.names == ["fast", "other"]  # 'other' takes every argument: no native
     assert d.skipped["absent"].startswith("not supported")
@@ -44,16 +50,24 @@ def test_decide_is_a_function_of_its_arguments_alone():
     assert ("platform-unsupported", "acme", "some_op", "absent") in keys
     assert ("platform-missing", "acme", "some_op", "missing") in keys
     again = priority.decide(
-        "some_op", impls, user=["fast"], user_source=priority.USER_SOURCE_CONFIG,
-        platform_default=["absent", "other", "fast", "missing"], platform_name="acme",
+        "some_op",
+        impls,
+        user=["fast"],
+        user_source=priority.USER_SOURCE_CONFIG,
+        platform_default=["absent", "other", "fast", "missing"],
+        platform_name="acme",
     )
     assert again.names == d.names and again.warnings == d.warnings
 
 
 def test_decide_appends_native_and_says_so():
     d = priority.decide(
-        "some_op", _impls(fast=(True, False)), user=["fast"],
-        user_source=priority.USER_SOURCE_CONFIG, platform_default=[], platform_name="acme",
+        "some_op",
+        _impls(fast=(True, False)),
+        user=["fast"],
+        user_source=priority.USER_SOURCE_CONFIG,
+        platform_default=[],
+        platform_name="acme",
     )
     assert d.names == ["fast", "native"] and d.native_appended
     assert any(key[0] == "native-appended" for key, _ in d.warnings)
@@ -62,13 +76,21 @@ def test_decide_appends_native_and_says_so():
 def test_decide_refuses_an_unknown_user_provider():
     with pytest.raises(ValueError, match=r"'nope'.*registered providers: native"):
         priority.decide(
-            "some_op", _impls(), user=["nope"], user_source=priority.USER_SOURCE_CONFIG,
-            platform_default=[], platform_name="acme",
+            "some_op",
+            _impls(),
+            user=["nope"],
+            user_source=priority.USER_SOURCE_CONFIG,
+            platform_default=[],
+            platform_name="acme",
         )
     with pytest.raises(ValueError, match="unregistered after the block began"):
         priority.decide(
-            "some_op", _impls(), user=["nope"], user_source=priority.USER_SOURCE_BLOCK,
-            platform_default=[], platform_name="acme",
+            "some_op",
+            _impls(),
+            user=["nope"],
+            user_source=priority.USER_SOURCE_BLOCK,
+            platform_default=[],
+            platform_name="acme",
         )
 
 
@@ -82,8 +104,11 @@ def test_ops_module_names_its_ops_where_they_are_defined():
     source = (SRC / "ir" / "ops" / "__init__.py").read_text()
     for name in ops.__all__:
         assert f"import {name}" in source or f", {name}" in source, name
-    assert sorted(ops.__all__) == sorted(n for n, op in opcore.ir.all_ops().items()
-                                         if op.native.__module__.startswith("opcore.ir.ops."))
+    assert sorted(ops.__all__) == sorted(
+        n
+        for n, op in opcore.ir.all_ops().items()
+        if op.native.__module__.startswith("opcore.ir.ops.")
+    )
 
 
 def test_registering_an_op_writes_nothing_into_the_ops_module():
@@ -128,7 +153,9 @@ def test_one_validator_per_op_and_no_second_check():
         source = inspect.getsource(getattr(ops, name).validator)
         tree = ast.parse(source)
         early_returns = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
-        assert not early_returns, f"{name}: validator returns early (a fast path beside a full check)"
+        assert not early_returns, (
+            f"{name}: validator returns early (a fast path beside a full check)"
+        )
 
 
 # --------------------------------------------------------------------------- imports
@@ -169,8 +196,12 @@ def test_imports_point_one_way(module, forbidden):
 
 # a variable name -> the file that defines what it holds (its private names are its own)
 _OWNERS = {
-    "op": "ir/op.py", "impl": "ir/op.py", "_op": "ir/op.py", "priority": "ir/priority.py",
-    "torch_lib": "ir/torch_lib.py", "backend": "compile/backend.py",
+    "op": "ir/op.py",
+    "impl": "ir/op.py",
+    "_op": "ir/op.py",
+    "priority": "ir/priority.py",
+    "torch_lib": "ir/torch_lib.py",
+    "backend": "compile/backend.py",
 }
 
 
@@ -187,7 +218,9 @@ def test_no_module_reaches_into_a_private_name_of_ir_or_compile():
                 and isinstance(node.value, ast.Name)
                 and _OWNERS.get(node.value.id, rel) != rel
             ):
-                offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {node.value.id}.{node.attr}")
+                offenders.append(
+                    f"{path.relative_to(SRC)}:{node.lineno} {node.value.id}.{node.attr}"
+                )
     assert not offenders, offenders
 
 

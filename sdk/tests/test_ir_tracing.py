@@ -10,7 +10,9 @@ from opcore.ir import all_ops, ops
 
 
 def _opcore_nodes(graph):
-    return [n.target for n in graph.nodes if n.op == "call_function" and "opcore_ir" in str(n.target)]
+    return [
+        n.target for n in graph.nodes if n.op == "call_function" and "opcore_ir" in str(n.target)
+    ]
 
 
 def _model(x, w):
@@ -66,7 +68,13 @@ def test_torch_compile_aot_runs_rotary_without_key():
 # Representative samples per op keep opcheck (slow: it traces with AOTAutograd) in budget;
 # the conformance suite runs it over every sample.
 _OPCHECK_SAMPLES = {
-    "rms_norm": ["t5_h33", "strided_rows_t6_h96", "weight_none_t4_h48", "variance_size_t4_h64_v32", "4d_2x2x3x40"],
+    "rms_norm": [
+        "t5_h33",
+        "strided_rows_t6_h96",
+        "weight_none_t4_h48",
+        "variance_size_t4_h64_v32",
+        "4d_2x2x3x40",
+    ],
     "fused_add_rms_norm": ["t1_h8", "strided_rows_t6_h96"],
     "silu_and_mul": ["t5_d7", "strided_rows_t6_d48", "3d_2x3x64"],
     "gelu_and_mul": ["t5_d7_tanh", "4d_2x2x3x40"],

@@ -29,7 +29,10 @@ def _eps_calls(eps):
         ("rms_norm", lambda: ops.rms_norm(X, W, eps)),
         ("rms_norm", lambda: ops.rms_norm(X, None, eps)),
         ("fused_add_rms_norm", lambda: ops.fused_add_rms_norm(X, X, W, eps)),
-        ("split_qkv_rmsnorm_rope", lambda: ops.split_qkv_rmsnorm_rope(QKV, None, None, eps, POS, CACHE, 2, 1, 16, True)),
+        (
+            "split_qkv_rmsnorm_rope",
+            lambda: ops.split_qkv_rmsnorm_rope(QKV, None, None, eps, POS, CACHE, 2, 1, 16, True),
+        ),
     ]
 
 
@@ -40,7 +43,12 @@ def _eps_calls_full_path(eps):
     return [
         ("rms_norm", lambda: ops.rms_norm(X, W, eps, 4)),
         ("fused_add_rms_norm", lambda: ops.fused_add_rms_norm(X, X, None, eps, 4)),
-        ("split_qkv_rmsnorm_rope", lambda: ops.split_qkv_rmsnorm_rope(QKV, qw, qw[None].expand(1, 16)[0], eps, POS, CACHE, 2, 1, 16, True)),
+        (
+            "split_qkv_rmsnorm_rope",
+            lambda: ops.split_qkv_rmsnorm_rope(
+                QKV, qw, qw[None].expand(1, 16)[0], eps, POS, CACHE, 2, 1, 16, True
+            ),
+        ),
     ]
 
 
@@ -48,7 +56,9 @@ BAD_EPS = [-1e-6, -1.0, math.nan, math.inf, -math.inf, -1]
 
 
 @pytest.mark.parametrize("eps", BAD_EPS, ids=repr)
-@pytest.mark.parametrize("calls", [_eps_calls, _eps_calls_full_path], ids=["fast_path", "full_check"])
+@pytest.mark.parametrize(
+    "calls", [_eps_calls, _eps_calls_full_path], ids=["fast_path", "full_check"]
+)
 def test_bad_epsilon_is_a_value_error_naming_op_and_epsilon(calls, eps):
     for op_name, call in calls(eps):
         with pytest.raises(ValueError) as info:
@@ -59,7 +69,9 @@ def test_bad_epsilon_is_a_value_error_naming_op_and_epsilon(calls, eps):
 
 
 @pytest.mark.parametrize("eps", [0.0, 0, 1e-6, 1e-2, 1], ids=repr)
-@pytest.mark.parametrize("calls", [_eps_calls, _eps_calls_full_path], ids=["fast_path", "full_check"])
+@pytest.mark.parametrize(
+    "calls", [_eps_calls, _eps_calls_full_path], ids=["fast_path", "full_check"]
+)
 def test_valid_epsilon_passes_both_paths(calls, eps):
     for _, call in calls(eps):
         outputs = call()
@@ -86,7 +98,9 @@ ARITY_CASES = [
 ]
 
 
-@pytest.mark.parametrize("op_name, args", ARITY_CASES, ids=[f"{c[0]}-{len(c[1])}" for c in ARITY_CASES])
+@pytest.mark.parametrize(
+    "op_name, args", ARITY_CASES, ids=[f"{c[0]}-{len(c[1])}" for c in ARITY_CASES]
+)
 def test_arity_errors_name_the_op(op_name, args):
     op = getattr(ops, op_name)
     for call in (op, op.validate):
@@ -121,8 +135,20 @@ def _zero_token_cases():
         ("hidden", empty, torch.randn(0, 4 * 64), torch.randn(0, 2 * 64), cache),
         ("heads_dim", empty, torch.randn(0, 4, 64), torch.randn(0, 2, 64), cache),
         ("key_none", empty, torch.randn(0, 4 * 64), None, cache),
-        ("batch_2x0", torch.zeros(2, 0, dtype=torch.long), torch.randn(2, 0, 128), torch.randn(2, 0, 64), cache),
-        ("partial_rotary", empty, torch.randn(0, 2 * 64), torch.randn(0, 64), build_cos_sin_cache(32, 100)),
+        (
+            "batch_2x0",
+            torch.zeros(2, 0, dtype=torch.long),
+            torch.randn(2, 0, 128),
+            torch.randn(2, 0, 64),
+            cache,
+        ),
+        (
+            "partial_rotary",
+            empty,
+            torch.randn(0, 2 * 64),
+            torch.randn(0, 64),
+            build_cos_sin_cache(32, 100),
+        ),
     ]
 
 
@@ -132,7 +158,9 @@ def _check_empty(out, q, k):
     assert (ok is None) if k is None else (ok.shape == k.shape and ok.dtype == k.dtype)
 
 
-@pytest.mark.parametrize("name, pos, q, k, cache", _zero_token_cases(), ids=[c[0] for c in _zero_token_cases()])
+@pytest.mark.parametrize(
+    "name, pos, q, k, cache", _zero_token_cases(), ids=[c[0] for c in _zero_token_cases()]
+)
 def test_rotary_embedding_with_zero_tokens_every_provider(name, pos, q, k, cache):
     args = (pos, q, k, 64, cache, True)
     _check_empty(ops.rotary_embedding(*args), q, k)
@@ -175,7 +203,9 @@ print(json.dumps(results))
 
 def test_rotary_embedding_with_zero_tokens_triton_under_interpreter():
     pytest.importorskip("triton")
-    proc = run_python(textwrap.dedent(ZERO_TOKENS_TRITON), env={"TRITON_INTERPRET": "1"}, timeout=180)
+    proc = run_python(
+        textwrap.dedent(ZERO_TOKENS_TRITON), env={"TRITON_INTERPRET": "1"}, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.splitlines()[-1])
     assert results == {

@@ -145,6 +145,7 @@ def test_reference_layer_route_names_its_ops():
 
 def test_duplicate_layer_name_rejected(layer_cls):
     with pytest.raises(ValueError, match="already registered"):
+
         @CustomOp.register("layers_test_op")
         class Other(CustomOp):
             pass

@@ -57,7 +57,9 @@ def test_cos_sin_cache_matches_formula():
 
 @pytest.mark.parametrize("is_neox", [True, False])
 def test_rotary_layer_partial(is_neox):
-    layer = RotaryEmbedding(head_size=32, rotary_dim=16, max_position=64, rope_theta=1000.0, is_neox=is_neox)
+    layer = RotaryEmbedding(
+        head_size=32, rotary_dim=16, max_position=64, rope_theta=1000.0, is_neox=is_neox
+    )
     assert layer.cos_sin_cache.shape == (64, 16)
     assert "cos_sin_cache" not in layer.state_dict()  # rebuilt, not saved
     pos = torch.tensor([3, 0, 63])
@@ -73,13 +75,23 @@ def test_rotary_layer_partial(is_neox):
 
 
 def test_qk_norm_rope_layer():
-    layer = QKNormRoPE(num_heads=4, num_kv_heads=2, head_size=16, eps=1e-6, rotary_dim=8, max_position=32, is_neox=False)
+    layer = QKNormRoPE(
+        num_heads=4,
+        num_kv_heads=2,
+        head_size=16,
+        eps=1e-6,
+        rotary_dim=8,
+        max_position=32,
+        is_neox=False,
+    )
     with torch.no_grad():
         layer.q_weight.copy_(torch.linspace(0.5, 1.5, 16))
         layer.k_weight.copy_(torch.linspace(1.5, 0.5, 16))
     qkv, pos = torch.randn(5, (4 + 4) * 16), torch.tensor([0, 9, 2, 31, 4])
     q, k, v = layer(qkv, pos)
-    ref = ops.split_qkv_rmsnorm_rope.native(qkv, layer.q_weight, layer.k_weight, 1e-6, pos, layer.cos_sin_cache, 4, 2, 16, False)
+    ref = ops.split_qkv_rmsnorm_rope.native(
+        qkv, layer.q_weight, layer.k_weight, 1e-6, pos, layer.cos_sin_cache, 4, 2, 16, False
+    )
     for got, want in zip((q, k, v), ref, strict=True):
         torch.testing.assert_close(got, want)
 

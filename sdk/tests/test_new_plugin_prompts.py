@@ -36,7 +36,7 @@ def test_a_bad_device_type_is_asked_again(tmp_path, capsys, monkeypatch):
     assert asked.count("torch device type [cpu]: ") == 2
     assert "device type 'Not A Device' is not a torch device type name" in out.err
     assert "try again" in out.err
-    platform = (tmp_path / "opcore-plugin-acme" / "src" / "opcore_plugin_acme" / "platform.py")
+    platform = tmp_path / "opcore-plugin-acme" / "src" / "opcore_plugin_acme" / "platform.py"
     assert '"cuda"' in platform.read_text() or "'cuda'" in platform.read_text()
 
 

@@ -25,9 +25,7 @@ API_RANGE = (f"{_MAJOR}.0", f"{_MAJOR + 1}.0")
 NEXT_RANGE = (f"{_MAJOR + 1}.0", f"{_MAJOR + 2}.0")
 
 
-def plugin_module(
-    name: str, *, probe_body: str = "", plugin_api=API_RANGE, top: str = ""
-) -> str:
+def plugin_module(name: str, *, probe_body: str = "", plugin_api=API_RANGE, top: str = "") -> str:
     """Source of a plugin module: a counting probe and a Platform subclass."""
     body = textwrap.indent(textwrap.dedent(probe_body), "    ") if probe_body else ""
     return f'''

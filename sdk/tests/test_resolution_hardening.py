@@ -99,8 +99,9 @@ def site(tmp_path):
 
         def run(self, code, env=None):
             full = {"PROBE_LOG": str(log), **(env or {})}
-            return run_python(PRELUDE + textwrap.dedent(code), site=site_dir, env=full,
-                              timeout=TIMEOUT)
+            return run_python(
+                PRELUDE + textwrap.dedent(code), site=site_dir, env=full, timeout=TIMEOUT
+            )
 
         def probes(self):
             return log.read_text().split()
@@ -196,10 +197,12 @@ def test_attention_selection_with_a_dispatching_general_plugin_does_not_hang(sit
 # --------------------------------------------------------------------------- item 2
 def test_platform_init_reading_current_platform_is_an_error_naming_the_plugin(site):
     site.platform("vendor", OOT, init="from opcore.platforms import current_platform")
-    data = last_json(site.run("""
+    data = last_json(
+        site.run("""
         explicit = attempt(OPCORE_PLATFORM="vendor")
         print(json.dumps({"explicit": explicit, "process": summary(platforms.explain())}))
-    """))
+    """)
+    )
     process = data["process"]
     assert process["platform"] == "cpu" and process["rule"] == "6"
     vendor = cand(process, "vendor")
@@ -217,14 +220,19 @@ def test_probe_over_budget_fails_its_candidate_and_others_go_on(site):
     site.platform("hungexplicit", OOT, probe="time.sleep(3600)")
     site.platform("slow", OOT, probe="time.sleep(1.1)")
     env = {"OPCORE_PROBE_TIMEOUT_S": "0.5", "OPCORE_PLUGINS": "cpu,hung,hungimport"}
-    data = last_json(site.run("""
+    data = last_json(
+        site.run(
+            """
         print(json.dumps({
             "process": summary(platforms.explain()),
             "explicit": attempt(OPCORE_PLATFORM="hungexplicit"),
             "strict": attempt(OPCORE_PLUGINS="cpu,hung", OPCORE_STRICT_PLUGINS="1"),
             "slow": attempt(OPCORE_PLUGINS="cpu,slow", OPCORE_PROBE_TIMEOUT_S="5"),
         }))
-    """, env=env))
+    """,
+            env=env,
+        )
+    )
     process = data["process"]
     assert process["platform"] == "cpu"
     for name in ("hung", "hungimport"):
@@ -246,7 +254,8 @@ def test_probe_over_budget_fails_its_candidate_and_others_go_on(site):
 def test_failed_resolution_is_cached_and_probes_run_once(site):
     site.platform("alpha", OOT)
     site.platform("beta", OOT)
-    messages = last_json(site.run("""
+    messages = last_json(
+        site.run("""
         messages = []
         for access in [platforms.get_current_platform] * 3 + [platforms.explain]:
             try:
@@ -254,7 +263,8 @@ def test_failed_resolution_is_cached_and_probes_run_once(site):
             except platforms.PlatformResolutionError as exc:
                 messages.append((str(exc), [c.name for c in exc.candidates]))
         print(json.dumps(messages))
-    """))
+    """)
+    )
     assert len(messages) == 4 and all(m == messages[0] for m in messages)
     assert "alpha, beta" in messages[0][0]
     assert sorted(site.probes()) == ["alpha", "beta"]  # once each, not once per access
@@ -263,16 +273,19 @@ def test_failed_resolution_is_cached_and_probes_run_once(site):
 def test_bad_probe_timeout_value_is_a_one_line_error_naming_it(site):
     site.platform("vendor", OOT)
     values = ["abc", "-1", "0", "nan", "inf", "1e999"]
-    data = last_json(site.run(f"""
+    data = last_json(
+        site.run(f"""
         print(json.dumps([attempt(OPCORE_PROBE_TIMEOUT_S=v) for v in {values!r}]))
-    """))
+    """)
+    )
     for value, out in zip(values, data, strict=True):
         assert out.get("raised") == "PlatformResolutionError", (value, out)
         assert out["message"].startswith(f"OPCORE_PROBE_TIMEOUT_S={value!r}: ")
         assert "positive number of seconds" in out["message"] and "\n" not in out["message"]
     assert site.probes() == []  # refused before any plugin code ran
-    proc = site.run("from opcore.cli import main; main(['info'])",
-                    env={"OPCORE_PROBE_TIMEOUT_S": "abc"})
+    proc = site.run(
+        "from opcore.cli import main; main(['info'])", env={"OPCORE_PROBE_TIMEOUT_S": "abc"}
+    )
     assert "Traceback" not in proc.stderr
     assert "OPCORE_PROBE_TIMEOUT_S='abc'" in proc.stdout + proc.stderr
 
@@ -282,7 +295,9 @@ def test_a_plugin_name_belongs_to_one_distribution(site):
     site.platform("cpu", OOT, dist="acme-impostor")  # out-of-tree, named like the built-in
     site.platform("cpu", INTREE, dist="acme-cpu")  # in the in-tree group, same name
     site.platform("accel", INTREE, dist="acme-accel")  # third-party in the in-tree group
-    data = last_json(site.run("""
+    data = last_json(
+        site.run(
+            """
         d = platforms.explain()
         assert d.platform is platforms.current_platform
         print(json.dumps({
@@ -292,7 +307,10 @@ def test_a_plugin_name_belongs_to_one_distribution(site):
             "strict_explicit": attempt(OPCORE_STRICT_PLUGINS="1", OPCORE_PLATFORM="cpu"),
             "with_accel": attempt(OPCORE_PLUGINS="cpu,accel"),
         }))
-    """, env={"OPCORE_PLUGINS": "cpu"}))
+    """,
+            env={"OPCORE_PLUGINS": "cpu"},
+        )
+    )
     process = data["process"]
     # explain() describes the object current_platform returns, and that is the built-in.
     assert process["platform"] == "cpu" and process["rule"] == "6"
@@ -326,8 +344,12 @@ def test_a_plugin_name_belongs_to_one_distribution(site):
 # --------------------------------------------------------------------------- item 10
 def test_broken_plugins_are_named_and_never_take_resolution_down(site):
     low, high = API_RANGE
-    for name, api in [("apinone", None), ("apishort", (low,)), ("apistr", low),
-                      ("apibad", ("x", high))]:
+    for name, api in [
+        ("apinone", None),
+        ("apishort", (low,)),
+        ("apistr", low),
+        ("apibad", ("x", high)),
+    ]:
         site.platform(name, OOT, plugin_api=api)
     site.platform("initraise", OOT, init="raise RuntimeError('no firmware')")
     site.platform("exitprobe", OOT, probe="sys.exit(3)")
@@ -335,13 +357,15 @@ def test_broken_plugins_are_named_and_never_take_resolution_down(site):
     # Third-party in the in-tree group: chosen by rule 5 once initraise is out, then it fails.
     site.platform("exitinit", INTREE, dist="acme-exitinit", init="sys.exit(4)")
     site.general("quitter", "import sys; sys.exit(6)")
-    data = last_json(site.run("""
+    data = last_json(
+        site.run("""
         from opcore.plugins import load_general_plugins
         process = summary(platforms.explain())
         general = {r.name: r.error for r in load_general_plugins()}
         explicit = attempt(OPCORE_PLATFORM="initraise")
         print(json.dumps({"process": process, "general": general, "explicit": explicit}))
-    """))
+    """)
+    )
     process = data["process"]
     assert process["platform"] == "cpu" and process["rule"] == "6"
     errors = {c["name"]: c["error"] for c in process["candidates"]}
@@ -357,7 +381,9 @@ def test_broken_plugins_are_named_and_never_take_resolution_down(site):
     assert data["general"]["quitter"] == "SystemExit: 6"
     explicit = data["explicit"]
     assert explicit["raised"] == "PlatformResolutionError"
-    assert "OPCORE_PLATFORM=initraise" in explicit["message"] and "no firmware" in explicit["message"]
+    assert (
+        "OPCORE_PLATFORM=initraise" in explicit["message"] and "no firmware" in explicit["message"]
+    )
 
 
 def test_plugin_output_goes_to_stderr_and_info_json_stays_valid(site):
@@ -374,6 +400,10 @@ def test_plugin_output_goes_to_stderr_and_info_json_stays_valid(site):
     data, end = json.JSONDecoder().raw_decode(proc.stdout)  # nothing before the JSON
     assert proc.stdout[end:].strip() == "after info"  # outside plugin code, stdout is stdout
     assert data["platform"]["name"] == "vendor"
-    for text in ("vendor module imported", "vendor probing", "vendor platform created",
-                 "general plugin ran"):
+    for text in (
+        "vendor module imported",
+        "vendor probing",
+        "vendor platform created",
+        "general plugin ran",
+    ):
         assert text in proc.stderr

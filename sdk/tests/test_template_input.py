@@ -42,7 +42,7 @@ QUOTED_VENDORS = [
     'x"""y',
     "a\\",
     '\\"',
-    "trailing quote\"",
+    'trailing quote"',
     "Nimbus Inc.",
     "emoji 😀 corp {",
 ]
@@ -187,14 +187,27 @@ def test_hook_matches_names_whole_without_the_cli(tmp_path, capfd):
 @pytest.mark.parametrize(
     "text",
     [
-        "{{ 7*7 }}", "{% if true %}x{% endif %}", "{# c #}", "{% raw %}{{ 1 }}{% endraw %}",
-        "{{ '{' }}", "{{{{", "}}}}", "{-", "{%- -%}", "\\{{ x }}", "a}b{c", "", "plain",
+        "{{ 7*7 }}",
+        "{% if true %}x{% endif %}",
+        "{# c #}",
+        "{% raw %}{{ 1 }}{% endraw %}",
+        "{{ '{' }}",
+        "{{{{",
+        "}}}}",
+        "{-",
+        "{%- -%}",
+        "\\{{ x }}",
+        "a}b{c",
+        "",
+        "plain",
     ],
 )
 def test_literal_template_renders_back_to_the_text(text):
     from cookiecutter.environment import StrictEnvironment
 
-    assert StrictEnvironment(context={}).from_string(templates.literal_template(text)).render() == text
+    assert (
+        StrictEnvironment(context={}).from_string(templates.literal_template(text)).render() == text
+    )
 
 
 def test_template_keeps_the_default_jinja_delimiters():

@@ -29,23 +29,44 @@ def render_and_install(root: Path, name: str, **options) -> tuple[Path, Path]:
     project = templates.render_plugin(name, root, **options)
     site = root / "site"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--target", str(site), str(project)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(site),
+            str(project),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (site / f"opcore_plugin_{name}-0.1.0.dist-info" / "entry_points.txt").is_file()
     return project, site
 
 
-def run_pytest(project: Path, site: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(
+    project: Path, site: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
     """The generated project's own tests, in its directory (its own pytest configuration)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
-    full_env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     full_env.update(env)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *args],
-        cwd=project, env=full_env, capture_output=True, text=True, timeout=300,
+        cwd=project,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -92,7 +113,9 @@ def test_a_typo_in_the_opt_in_is_reported_not_ignored(installed):
 
 def test_opted_in_it_wins_over_cpu_and_its_kernels_run(installed):
     _, site = installed
-    code = DECISION + """
+    code = (
+        DECISION
+        + """
 import torch
 from opcore.ir import ops
 x, w = torch.randn(3, 64), torch.randn(64)
@@ -103,6 +126,7 @@ out = layer(x)
 print(json.dumps({"layer": type(layer).__name__, "method": layer.bound_method,
                   "matches_native": bool(torch.allclose(out, ops.rms_norm.native(x, layer.weight, 1e-6)))}))
 """
+    )
     proc = run_python(code, site=site, env={STANDIN: "1"})
     assert proc.returncode == 0, proc.stderr
     d, dispatch, layer = (json.loads(line) for line in proc.stdout.splitlines()[-3:])
@@ -115,7 +139,11 @@ print(json.dumps({"layer": type(layer).__name__, "method": layer.bound_method,
 def example_expectations(project: Path) -> str:
     """The rendered expectations file with its commented example entry switched on."""
     text = (project / "src/opcore_plugin_acme/expectations.toml").read_text(encoding="utf-8")
-    example = [line[4:] for line in text.splitlines() if line.startswith("#   ") and not line.startswith("#   #")]
+    example = [
+        line[4:]
+        for line in text.splitlines()
+        if line.startswith("#   ") and not line.startswith("#   #")
+    ]
     return "version = 1\n" + "\n".join(example) + "\n"
 
 
@@ -131,13 +159,30 @@ def test_opcore_conformance_passes_on_it(installed, tmp_path):
     assert entry.status == "tolerance" and "bfloat16" in entry.match
     reports = tmp_path / "reports"
     proc = run_python(
-        "", site=site, env={STANDIN: "1"}, timeout=300,
-        args=["-m", "opcore", "conformance", "--ops", "rms_norm", "--dtypes", "float32",
-              "--expectations", str(example), "--report-dir", str(reports), "--no-progress"],
+        "",
+        site=site,
+        env={STANDIN: "1"},
+        timeout=300,
+        args=[
+            "-m",
+            "opcore",
+            "conformance",
+            "--ops",
+            "rms_norm",
+            "--dtypes",
+            "float32",
+            "--expectations",
+            str(example),
+            "--report-dir",
+            str(reports),
+            "--no-progress",
+        ],
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "platform acme on cpu" in proc.stdout
-    records = [json.loads(line) for line in (reports / "conformance.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (reports / "conformance.jsonl").read_text().splitlines()
+    ]
     cases = [r for r in records if r.get("type") == "case"]
     ours = [r for r in cases if r.get("provider") == NAME]
     assert ours and all(r["status"] == "pass" for r in ours)
@@ -147,11 +192,21 @@ def test_opcore_conformance_passes_on_it(installed, tmp_path):
 
 def test_its_own_tests_pass(installed):
     project, site = installed
-    proc = run_pytest(project, site, **{STANDIN: "1", "OPCORE_CONFORMANCE_ARGS": "--ops rms_norm --dtypes float32"})
+    proc = run_pytest(
+        project,
+        site,
+        **{STANDIN: "1", "OPCORE_CONFORMANCE_ARGS": "--ops rms_norm --dtypes float32"},
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert "PASSED tests/test_acme_conformance.py::test_conformance_suite_passes" in proc.stdout
-    assert "PASSED tests/test_acme_plugin.py::test_provider_matches_the_native_reference" in proc.stdout
-    assert "PASSED tests/test_acme_attention.py::test_backend_is_registered_selected_and_matches_the_reference" in proc.stdout
+    assert (
+        "PASSED tests/test_acme_plugin.py::test_provider_matches_the_native_reference"
+        in proc.stdout
+    )
+    assert (
+        "PASSED tests/test_acme_attention.py::test_backend_is_registered_selected_and_matches_the_reference"
+        in proc.stdout
+    )
     assert " skipped" not in proc.stdout.splitlines()[-1]
 
 
@@ -162,7 +217,14 @@ def test_a_plugin_for_another_device_type_installs_and_its_tests_pass(tmp_path):
     project, site = render_and_install(tmp_path, "my_accel2", device_type="npu")
     proc = run_pytest(project, site, "tests/test_my_accel2_plugin.py")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    for test in ("entry_point_is_installed", "probe_without_the_standin",
-                 "standin_activates_and_rejects_typos", "platform_class_identity_and_priority"):
+    for test in (
+        "entry_point_is_installed",
+        "probe_without_the_standin",
+        "standin_activates_and_rejects_typos",
+        "platform_class_identity_and_priority",
+    ):
         assert f"PASSED tests/test_my_accel2_plugin.py::test_{test}" in proc.stdout
-    assert "SKIPPED [1] tests/test_my_accel2_plugin.py" in proc.stdout and "no npu device here" in proc.stdout
+    assert (
+        "SKIPPED [1] tests/test_my_accel2_plugin.py" in proc.stdout
+        and "no npu device here" in proc.stdout
+    )

@@ -94,7 +94,9 @@ def test_renders_every_option_combination(tmp_path, name, vendor, device_type):
     assert meta["project"]["optional-dependencies"]["test"][0] == version_policy.requirement(
         name="opcore-conformance"
     )
-    assert meta["project"]["entry-points"]["opcore.platform_plugins"] == {name: f"opcore_plugin_{name}:probe"}
+    assert meta["project"]["entry-points"]["opcore.platform_plugins"] == {
+        name: f"opcore_plugin_{name}:probe"
+    }
     assert meta["tool"]["setuptools"]["package-data"] == {
         f"opcore_plugin_{name}": ["expectations.toml", "py.typed"]
     }
@@ -161,7 +163,9 @@ def test_template_defaults_match_this_opcore():
     context = json.loads((templates.plugin_template_dir() / "cookiecutter.json").read_text())
     assert context["__opcore_version"] == opcore.__version__
     assert context["__opcore_requirement"] == version_policy.requirement()
-    assert context["__conformance_requirement"] == version_policy.requirement(name="opcore-conformance")
+    assert context["__conformance_requirement"] == version_policy.requirement(
+        name="opcore-conformance"
+    )
     assert (context["__plugin_api_min"], context["__plugin_api_max"]) == templates._api_range()
 
 
@@ -214,7 +218,9 @@ def test_cli_refuses_a_bad_name_in_one_line(tmp_path, capsys, name, expected):
         ("--device-type", "Not-A-Type", "not a torch device type name"),
     ],
 )
-def test_cli_refuses_bad_vendor_and_device_type_in_one_line(tmp_path, capsys, option, value, expected):
+def test_cli_refuses_bad_vendor_and_device_type_in_one_line(
+    tmp_path, capsys, option, value, expected
+):
     rc = main(["new-plugin", "acme", "-o", str(tmp_path), "--no-input", option, value])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and expected in err, err
@@ -237,8 +243,12 @@ def test_hook_refuses_a_bad_name_without_the_cli(tmp_path, capfd):
             output_dir=str(out),
             config_file=str(config),
         )
-    hook_lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ERROR: ")]
-    assert hook_lines == ["ERROR: plugin name 'cuda' is taken by opcore-plugin-cuda; name the plugin after your product or device"]
+    hook_lines = [
+        line for line in capfd.readouterr().err.splitlines() if line.startswith("ERROR: ")
+    ]
+    assert hook_lines == [
+        "ERROR: plugin name 'cuda' is taken by opcore-plugin-cuda; name the plugin after your product or device"
+    ]
     assert not out.exists() or list(out.iterdir()) == []
 
 
@@ -258,7 +268,9 @@ class Terminal(io.StringIO):
 
 def test_missing_cookiecutter_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
     for module in ("cookiecutter", "cookiecutter.main", "cookiecutter.exceptions"):
-        monkeypatch.setitem(sys.modules, module, None)  # what the import system does for a missing package
+        monkeypatch.setitem(
+            sys.modules, module, None
+        )  # what the import system does for a missing package
     # Interactive, yet nothing is asked: the missing package is reported first.
     monkeypatch.setattr(sys, "stdin", Terminal())
     monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail(f"asked {prompt!r}"))
@@ -276,7 +288,10 @@ def test_interactive_run_asks_for_vendor_and_device_type(tmp_path, capsys, monke
     monkeypatch.setattr("builtins.input", lambda prompt: (asked.append(prompt), next(answers))[1])
     rc = main(["new-plugin", "acme", "-o", str(tmp_path)])
     assert rc == 0, capsys.readouterr().err
-    assert asked == ["Vendor (who publishes the plugin) [The acme authors]: ", "torch device type [cpu]: "]
+    assert asked == [
+        "Vendor (who publishes the plugin) [The acme authors]: ",
+        "torch device type [cpu]: ",
+    ]
     meta = tomllib.loads((tmp_path / "opcore-plugin-acme" / "pyproject.toml").read_text())
     assert meta["project"]["authors"] == [{"name": "Acme Labs"}]
     assert "Created " in capsys.readouterr().out

@@ -32,9 +32,22 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
     project = templates.render_plugin(NAME, root, device_type=NAME)
     site = root / "site"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--target", str(site), str(project)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(site),
+            str(project),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return project, site
@@ -42,11 +55,17 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
 
 def _pytest(project: Path, site: Path, **env: str) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
-    full_env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     full_env.update(env)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"],
-        cwd=project, env=full_env, capture_output=True, text=True, timeout=600,
+        cwd=project,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -58,16 +77,25 @@ def test_without_device_or_standin_its_tests_skip_saying_why(installed):
     # the provider, attention-selection and conformance tests: each says how to run it
     assert len(skipped) >= 3, proc.stdout[-3000:]
     assert all(STANDIN in line for line in skipped)
-    assert any("test_nimbus_conformance.py" in line and "no 'torch.nimbus' device module" in line for line in skipped)
+    assert any(
+        "test_nimbus_conformance.py" in line and "no 'torch.nimbus' device module" in line
+        for line in skipped
+    )
 
 
 def test_with_the_standin_its_tests_and_conformance_pass_on_nimbus0(installed):
     project, site = installed
-    proc = _pytest(project, site, **{STANDIN: "1", "OPCORE_CONFORMANCE_ARGS": "--ops rms_norm --dtypes float32"})
+    proc = _pytest(
+        project,
+        site,
+        **{STANDIN: "1", "OPCORE_CONFORMANCE_ARGS": "--ops rms_norm --dtypes float32"},
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    for test in ("test_nimbus_conformance.py::test_conformance_suite_passes",
-                 "test_nimbus_plugin.py::test_provider_matches_the_native_reference",
-                 "test_nimbus_attention.py::test_backend_is_registered_selected_and_matches_the_reference"):
+    for test in (
+        "test_nimbus_conformance.py::test_conformance_suite_passes",
+        "test_nimbus_plugin.py::test_provider_matches_the_native_reference",
+        "test_nimbus_attention.py::test_backend_is_registered_selected_and_matches_the_reference",
+    ):
         assert f"PASSED tests/{test}" in proc.stdout
     assert "SKIPPED" not in proc.stdout
 
@@ -76,9 +104,22 @@ def test_opcore_conformance_runs_on_the_renamed_virtual_device(installed, tmp_pa
     _, site = installed
     reports = tmp_path / "reports"
     proc = run_python(
-        "", site=site, env={STANDIN: "1", "OPCORE_VDEV_DEVICES": "2"}, timeout=600,
-        args=["-m", "opcore", "conformance", "--ops", "rms_norm", "--dtypes", "bfloat16",
-              "--report-dir", str(reports), "--no-progress"],
+        "",
+        site=site,
+        env={STANDIN: "1", "OPCORE_VDEV_DEVICES": "2"},
+        timeout=600,
+        args=[
+            "-m",
+            "opcore",
+            "conformance",
+            "--ops",
+            "rms_norm",
+            "--dtypes",
+            "bfloat16",
+            "--report-dir",
+            str(reports),
+            "--no-progress",
+        ],
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "platform nimbus on nimbus:0" in proc.stdout
@@ -93,8 +134,13 @@ def test_opcore_conformance_runs_on_the_renamed_virtual_device(installed, tmp_pa
 def test_chosen_by_name_without_device_or_standin_the_run_stops_in_one_line(installed):
     _, site = installed
     # OPCORE_PLATFORM names it, its probe says absent: the run cannot start (exit 2).
-    proc = run_python("", site=site, env={"OPCORE_PLATFORM": NAME}, timeout=300,
-                      args=["-m", "opcore", "conformance", "--ops", "rms_norm", "--no-progress"])
+    proc = run_python(
+        "",
+        site=site,
+        env={"OPCORE_PLATFORM": NAME},
+        timeout=300,
+        args=["-m", "opcore", "conformance", "--ops", "rms_norm", "--no-progress"],
+    )
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert NAME in proc.stderr and STANDIN in proc.stderr

@@ -19,14 +19,18 @@ def test_rendered_plugin_passes_twine_check(tmp_path):
     dist = tmp_path / "dist"
     build = subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(project)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     files = sorted(str(p) for p in dist.iterdir())
     assert len(files) == 2, files
     check = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", *files],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "WARNING" not in check.stdout + check.stderr

@@ -37,7 +37,9 @@ def wheel(tmp_path_factory) -> Path:
     shutil.copytree(SDK, src, ignore=ignore)
     proc = subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(root / "dist"), str(src)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (whl,) = (root / "dist").glob("opcore-*.whl")
@@ -54,15 +56,29 @@ def test_the_wheel_holds_the_whole_template(wheel):
     }
     assert names == checkout
     # Hidden files, which package-data globs would miss, are there.
-    assert any(n.endswith("/.ci/run") for n in names) and any(n.endswith("/.gitignore") for n in names)
+    assert any(n.endswith("/.ci/run") for n in names) and any(
+        n.endswith("/.gitignore") for n in names
+    )
 
 
 def test_new_plugin_renders_from_the_installed_wheel(wheel, tmp_path):
     site = tmp_path / "site"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-         "--target", str(site), str(wheel)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = tmp_path / "out"
@@ -75,7 +91,9 @@ sys.exit(main(["new-plugin", "wheelie", "-o", {str(out)!r}, "--no-input", "--ven
 """
     proc = run_python(code, site=site)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[0].startswith(str(site)), "opcore was not imported from the wheel"
+    assert proc.stdout.splitlines()[0].startswith(str(site)), (
+        "opcore was not imported from the wheel"
+    )
 
     from_wheel = out / "opcore-plugin-wheelie"
     from_checkout = templates.render_plugin("wheelie", tmp_path / "checkout", vendor="Wheel Co")

@@ -44,7 +44,9 @@ if not INTERPRETED:
             "    raise AssertionError('no error')\n"
             "print('ok')\n"
         )
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
 
 else:
@@ -52,7 +54,11 @@ else:
     from opcore.kernels.triton import activation, norm, qk_norm_rope, rotary
 
     DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-    TOL = {torch.float32: (2e-5, 2e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)}
+    TOL = {
+        torch.float32: (2e-5, 2e-5),
+        torch.float16: (2e-3, 2e-3),
+        torch.bfloat16: (1.6e-2, 1.6e-2),
+    }
 
     def check(out, ref, dtype):
         assert out.dtype == dtype
@@ -218,8 +224,13 @@ else:
         assert thp(1, 32, 8, 128) == (8, 4, 1, 2)
         assert thp(256, 32, 8, 128) == (4, 8, 2, 4)
         assert thp(2, 28, 4, 128) == (4, 8, 1, 4)
-        for args in [(t, a, b, c) for t in (1, 7, 300, 5000) for a in (1, 3, 28, 64)
-                     for b in (0, 1, 5, 8) for c in (16, 128, 256)]:
+        for args in [
+            (t, a, b, c)
+            for t in (1, 7, 300, 5000)
+            for a in (1, 3, 28, 64)
+            for b in (0, 1, 5, 8)
+            for c in (16, 128, 256)
+        ]:
             programs, ba, bb, w = thp(*args)
             t, a, b, _ = args
             assert programs * ba >= a and programs * bb >= b, args  # every head covered
@@ -251,7 +262,10 @@ else:
         assert torch.equal(qkv, qkv0)
         check(qo, ref_rope(positions, q, d, cache, is_neox), dtype)
         check(ko, ref_rope(positions, k, d, cache, is_neox), dtype)
-        rq, rk = ref_rope(positions, q, d, cache, is_neox), ref_rope(positions, k, d, cache, is_neox)
+        rq, rk = (
+            ref_rope(positions, q, d, cache, is_neox),
+            ref_rope(positions, k, d, cache, is_neox),
+        )
         qi, ki = rotary.rotary_embedding_inplace(positions, q, k, d, cache, is_neox)
         assert qi is q and ki is k
         check(q, rq, dtype)
@@ -274,7 +288,10 @@ else:
         qo, ko = rotary.rotary_embedding(positions, q, k, d, cache, is_neox)
         check(qo, ref_rope(positions, q, d, cache, is_neox), dtype)
         check(ko, ref_rope(positions, k, d, cache, is_neox), dtype)
-        rq, rk = ref_rope(positions, q, d, cache, is_neox), ref_rope(positions, k, d, cache, is_neox)
+        rq, rk = (
+            ref_rope(positions, q, d, cache, is_neox),
+            ref_rope(positions, k, d, cache, is_neox),
+        )
         rotary.rotary_embedding_inplace(positions, q, k, d, cache, is_neox)
         check(q, rq, dtype)
         check(k, rk, dtype)
@@ -316,7 +333,8 @@ else:
         qkv = torch.randn(4, (h + 2 * kv) * d)
         cache = make_cache(16, d)
         q, k, v = qk_norm_rope.split_qkv_rmsnorm_rope(
-            qkv, None, None, 1e-6, positions, cache, h, kv, d, True)
+            qkv, None, None, 1e-6, positions, cache, h, kv, d, True
+        )
         rq, rk, rv = ref_split(qkv, None, None, 1e-6, positions.contiguous(), cache, h, kv, d, True)
         check(q, rq, torch.float32)
         check(k, rk, torch.float32)
@@ -326,8 +344,11 @@ else:
         q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
         qn = ref_rms(q.reshape(-1, h, d), qw, eps).reshape(q.shape)
         kn = ref_rms(k.reshape(-1, kv, d), kw, eps).reshape(k.shape)
-        return (ref_rope(positions, qn, d, cache, is_neox),
-                ref_rope(positions, kn, d, cache, is_neox), v.double())
+        return (
+            ref_rope(positions, qn, d, cache, is_neox),
+            ref_rope(positions, kn, d, cache, is_neox),
+            v.double(),
+        )
 
     @pytest.mark.parametrize("dtype", DTYPES)
     @pytest.mark.parametrize("is_neox", [True, False])
@@ -342,7 +363,8 @@ else:
         cache = make_cache(40, rot)
         buf0 = buf.clone()
         q, k, v = qk_norm_rope.split_qkv_rmsnorm_rope(
-            qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox)
+            qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox
+        )
         rq, rk, rv = ref_split(qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox)
         assert torch.equal(buf, buf0)
         # the norm rounds nothing before the rotation; allow one more ulp of slack for bf16
@@ -360,7 +382,8 @@ else:
         positions = torch.randint(0, 16, (n_tok,))
         cache = make_cache(16, rot)
         q, k, v = qk_norm_rope.split_qkv_rmsnorm_rope(
-            qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox)
+            qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox
+        )
         rq, rk, rv = ref_split(qkv, qw, kw, 1e-6, positions, cache, h, kv, d, is_neox)
         check(q, rq, dtype)
         check(k, rk, dtype)
@@ -372,7 +395,8 @@ else:
         positions = torch.randint(0, 10, (2, 3))
         cache = make_cache(10, 32)
         q, k, v = qk_norm_rope.split_qkv_rmsnorm_rope(
-            qkv, None, None, 1e-6, positions, cache, h, kv, d, True)
+            qkv, None, None, 1e-6, positions, cache, h, kv, d, True
+        )
         rq, rk, rv = ref_split(qkv, None, None, 1e-6, positions, cache, h, kv, d, True)
         check(q, rq, torch.float32)
         check(k, rk, torch.float32)
@@ -421,7 +445,8 @@ else:
             "meta device": reg.supports_rms_norm(x.to("meta"), None, 1e-6),
             "mixed devices": reg.supports_rms_norm(x, w.to("meta"), 1e-6),
             "overlapping residual rows": reg.supports_fused_add_rms_norm(
-                x, torch.randn(1, 64).expand(4, 64), w, 1e-6),
+                x, torch.randn(1, 64).expand(4, 64), w, 1e-6
+            ),
             "residual shape": reg.supports_fused_add_rms_norm(x, torch.randn(4, 32), None, 1e-6),
             "residual dtype": reg.supports_fused_add_rms_norm(x, x.half(), None, 1e-6),
             "odd last dim": reg.supports_silu_and_mul(torch.randn(2, 9)),
@@ -429,15 +454,20 @@ else:
             "float positions": reg.supports_rotary_embedding(pos.float(), q, k, 32, cache, True),
             "rot_dim > head_size": reg.supports_rotary_embedding(pos, q, k, 8, cache, True),
             "overlapping heads": reg.supports_rotary_embedding(
-                pos, torch.randn(3, 1, 32).expand(3, 4, 32), None, 32, cache, True),
+                pos, torch.randn(3, 1, 32).expand(3, 4, 32), None, 32, cache, True
+            ),
             "key dtype": reg.supports_rotary_embedding(pos, q, k.half(), 32, cache, True),
             "token count": reg.supports_rotary_embedding(torch.arange(2), q, k, 32, cache, True),
             "is_neox not bool": reg.supports_rotary_embedding(pos, q, k, 32, cache, 1),
-            "qkv width": reg.supports_split_qkv_rmsnorm_rope(qkv, None, None, 1e-6, pos, cache, 4, 1, 32, True),
+            "qkv width": reg.supports_split_qkv_rmsnorm_rope(
+                qkv, None, None, 1e-6, pos, cache, 4, 1, 32, True
+            ),
             "one weight": reg.supports_split_qkv_rmsnorm_rope(
-                qkv, torch.randn(32), None, 1e-6, pos, cache, 4, 2, 32, True),
+                qkv, torch.randn(32), None, 1e-6, pos, cache, 4, 2, 32, True
+            ),
             "positions count": reg.supports_split_qkv_rmsnorm_rope(
-                qkv, None, None, 1e-6, torch.arange(4), cache, 4, 2, 32, True),
+                qkv, None, None, 1e-6, torch.arange(4), cache, 4, 2, 32, True
+            ),
         }
         accepted = [name for name, ok in cases.items() if ok is not False]
         assert not accepted, accepted
@@ -450,8 +480,16 @@ else:
             qkv, pos = torch.randn(3, 8 * 32), torch.arange(3)
             cache = torch.randn(8, 16)
             assert reg.supports_rms_norm(x, w, 1e-6) is True
-            assert reg.supports_rotary_embedding(pos, qkv[:, :128], qkv[:, 128:192], 32, cache, True) is True
-            assert reg.supports_split_qkv_rmsnorm_rope(qkv, w[:32], w[:32], 1e-6, pos, cache, 4, 2, 32, True) is True
+            assert (
+                reg.supports_rotary_embedding(pos, qkv[:, :128], qkv[:, 128:192], 32, cache, True)
+                is True
+            )
+            assert (
+                reg.supports_split_qkv_rmsnorm_rope(
+                    qkv, w[:32], w[:32], 1e-6, pos, cache, 4, 2, 32, True
+                )
+                is True
+            )
             assert reg.supports_silu_and_mul(torch.randn(2, 9)) is False
 
     def test_supports_args_on_symbolic_fake_tensors():
@@ -476,7 +514,8 @@ else:
                 "gelu_and_mul": reg.supports_gelu_and_mul(x, "tanh"),
                 "rotary_embedding": reg.supports_rotary_embedding(pos, q, k, 32, cache, True),
                 "split_qkv_rmsnorm_rope": reg.supports_split_qkv_rmsnorm_rope(
-                    qkv, w[:32], w[:32], 1e-6, pos, cache, 4, 2, 32, True),
+                    qkv, w[:32], w[:32], 1e-6, pos, cache, 4, 2, 32, True
+                ),
             }
         assert {name: type(a) for name, a in answers.items()} == dict.fromkeys(answers, bool)
         assert all(answers.values()), answers

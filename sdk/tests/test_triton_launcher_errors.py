@@ -23,10 +23,8 @@ else:
 
     from opcore.kernels.triton import activation, norm, qk_norm_rope
 
-
     def column_major(rows: int, cols: int) -> torch.Tensor:
         return torch.randn(cols, rows).t()  # last dim not contiguous
-
 
     CASES = [
         ("rms_norm: x", lambda: norm.rms_norm(column_major(4, 8), None, 1e-6)),
@@ -36,19 +34,28 @@ else:
         ),
         (
             "fused_add_rms_norm: x",
-            lambda: norm.fused_add_rms_norm_inplace(column_major(4, 8), torch.randn(4, 8), None, 1e-6),
+            lambda: norm.fused_add_rms_norm_inplace(
+                column_major(4, 8), torch.randn(4, 8), None, 1e-6
+            ),
         ),
         ("silu_and_mul: x", lambda: activation.silu_and_mul(column_major(4, 8))),
         ("gelu_and_mul: x", lambda: activation.gelu_and_mul(column_major(4, 8), "tanh")),
         (
             "split_qkv_rmsnorm_rope: qkv",
             lambda: qk_norm_rope.split_qkv_rmsnorm_rope(
-                column_major(3, 3 * 16), None, None, 1e-6, torch.arange(3),
-                torch.randn(8, 16), 1, 1, 16, True,
+                column_major(3, 3 * 16),
+                None,
+                None,
+                1e-6,
+                torch.arange(3),
+                torch.randn(8, 16),
+                1,
+                1,
+                16,
+                True,
             ),
         ),
     ]
-
 
     @pytest.mark.parametrize("what, call", CASES, ids=[c[0] for c in CASES])
     def test_a_tensor_that_is_not_rows_of_one_stride_is_refused_naming_op_and_argument(what, call):

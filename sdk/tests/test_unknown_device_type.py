@@ -14,12 +14,12 @@ import pytest
 
 from opcore.testing import make_distribution, run_python
 
-PROBE = '''
+PROBE = """
 def probe():
     return "ghost_plugin.platform.GhostPlatform"
-'''
+"""
 
-PLATFORM = '''
+PLATFORM = """
 from opcore.platforms.torch_device import TorchDevicePlatform
 
 
@@ -28,14 +28,15 @@ class GhostPlatform(TorchDevicePlatform):
     device_name = "ghost"
     device_type = "ghost"
     dispatch_key = "PrivateUse1"
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     site = tmp_path_factory.mktemp("ghost") / "site"
     make_distribution(
-        site, "opcore-plugin-ghost",
+        site,
+        "opcore-plugin-ghost",
         entry_points={"opcore.platform_plugins": {"ghost": "ghost_plugin:probe"}},
         files={"ghost_plugin/__init__.py": PROBE, "ghost_plugin/platform.py": PLATFORM},
     )
@@ -59,9 +60,21 @@ def test_opcore_info_names_plugin_and_remedy_in_one_line(site):
 
 
 def test_conformance_cannot_start_and_exits_2_in_one_line(site, tmp_path):
-    proc = run_python("", site=site, timeout=300,
-                      args=["-m", "opcore", "conformance", "--ops", "rms_norm", "--no-progress",
-                            "--report-dir", str(tmp_path / "reports")])
+    proc = run_python(
+        "",
+        site=site,
+        timeout=300,
+        args=[
+            "-m",
+            "opcore",
+            "conformance",
+            "--ops",
+            "rms_norm",
+            "--no-progress",
+            "--report-dir",
+            str(tmp_path / "reports"),
+        ],
+    )
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     line = _expected_line(proc.stderr)

@@ -98,10 +98,17 @@ def test_unsupported_op_and_dtype_raise_one_line_naming_them():
     )
     kind, msg = out["op"]
     assert kind == "UnsupportedOpError" and "\n" not in msg
-    assert msg.startswith("aten::linalg_inv_ex") and "not supported by the virtual device 'vdev'" in msg
+    assert (
+        msg.startswith("aten::linalg_inv_ex")
+        and "not supported by the virtual device 'vdev'" in msg
+    )
     for key, dtype in (("f64", "float64"), ("bf16", "bfloat16")):
         kind, msg = out[key]
-        assert kind == "TypeError" and f"does not support {dtype}" in msg and "its dtypes: float32" in msg
+        assert (
+            kind == "TypeError"
+            and f"does not support {dtype}" in msg
+            and "its dtypes: float32" in msg
+        )
 
 
 def test_devices_are_separate_and_results_stay_on_their_device():

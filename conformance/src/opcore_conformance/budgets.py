@@ -65,7 +65,9 @@ def budget_for(op: Any, dtype: str) -> Budget:
     floor_default = DEFAULT_FLOOR_ULPS.get(dtype, FALLBACK_FLOOR_ULPS)
     if entry is not None:
         floor = entry.get("floor_ulps", {}).get(dtype, floor_default)
-        factor, floor = _checked((entry.get("factor", DEFAULT_FACTOR), floor), f"OP_BUDGETS[{op.name!r}]")
+        factor, floor = _checked(
+            (entry.get("factor", DEFAULT_FACTOR), floor), f"OP_BUDGETS[{op.name!r}]"
+        )
         return Budget(factor, floor, "suite")
     return Budget(DEFAULT_FACTOR, floor_default, "default")
 
@@ -76,6 +78,8 @@ def _checked(pair: Any, where: str) -> tuple[float, float]:
     except (TypeError, ValueError):
         raise ValueError(f"{where}: expected (factor, floor_ulps), got {pair!r}") from None
     if not (math.isfinite(factor) and factor >= 1 and math.isfinite(floor) and floor > 0):
-        raise ValueError(f"{where}: factor must be a finite number >= 1 and floor_ulps a finite "
-                         f"number > 0; got ({factor:g}, {floor:g})")
+        raise ValueError(
+            f"{where}: factor must be a finite number >= 1 and floor_ulps a finite "
+            f"number > 0; got ({factor:g}, {floor:g})"
+        )
     return factor, floor

@@ -139,8 +139,17 @@ class Result:
             "duration_s": round(self.duration_s, 6),
             "repro": self.repro,
         }
-        for key in ("max_abs", "max_rel", "max_ratio", "atol", "rtol", "ref_dtype", "ref_device",
-                    "mismatched", "numel"):
+        for key in (
+            "max_abs",
+            "max_rel",
+            "max_ratio",
+            "atol",
+            "rtol",
+            "ref_dtype",
+            "ref_device",
+            "mismatched",
+            "numel",
+        ):
             rec[key] = self.metrics.get(key)
         extra = {k: v for k, v in self.metrics.items() if k not in rec}
         if extra:

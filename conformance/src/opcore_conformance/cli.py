@@ -19,52 +19,102 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--platform", metavar="NAME",
-                        help="run on this platform plugin (sets OPCORE_PLATFORM for the run)")
+    parser.add_argument(
+        "--platform",
+        metavar="NAME",
+        help="run on this platform plugin (sets OPCORE_PLATFORM for the run)",
+    )
     parser.add_argument("--ops", metavar="A,B", help="only these ops (comma-separated)")
     parser.add_argument("--providers", metavar="A,B", help="only these providers")
-    parser.add_argument("--dtypes", metavar="A,B", help="only these dtypes (float32, float16, bfloat16)")
-    parser.add_argument("--checks", metavar="A,B",
-                        help="only these checks (platform, numerics, functional, maybe_inplace, "
-                             "determinism, supports_args, opcheck, layers, attention, compile; "
-                             "or a sub-check such as platform.dtype)")
-    parser.add_argument("--case", action="append", metavar="ID", dest="cases",
-                        help="run exactly this case id (globs with * and ? allowed; repeatable); "
-                             "the form every failure's rerun command uses")
-    parser.add_argument("--import", action="append", dest="imports", metavar="MODULE",
-                        help="import MODULE before collecting (repeatable): providers no plugin "
-                             "registers on this platform, e.g. opcore.kernels.triton with "
-                             "TRITON_INTERPRET=1 on the CPU")
-    parser.add_argument("--device-index", type=int, default=0, metavar="N",
-                        help="run the cases on the platform's device N (default 0): a second "
-                             "device of a multi-device platform")
+    parser.add_argument(
+        "--dtypes", metavar="A,B", help="only these dtypes (float32, float16, bfloat16)"
+    )
+    parser.add_argument(
+        "--checks",
+        metavar="A,B",
+        help="only these checks (platform, numerics, functional, maybe_inplace, "
+        "determinism, supports_args, opcheck, layers, attention, compile; "
+        "or a sub-check such as platform.dtype)",
+    )
+    parser.add_argument(
+        "--case",
+        action="append",
+        metavar="ID",
+        dest="cases",
+        help="run exactly this case id (globs with * and ? allowed; repeatable); "
+        "the form every failure's rerun command uses",
+    )
+    parser.add_argument(
+        "--import",
+        action="append",
+        dest="imports",
+        metavar="MODULE",
+        help="import MODULE before collecting (repeatable): providers no plugin "
+        "registers on this platform, e.g. opcore.kernels.triton with "
+        "TRITON_INTERPRET=1 on the CPU",
+    )
+    parser.add_argument(
+        "--device-index",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the cases on the platform's device N (default 0): a second "
+        "device of a multi-device platform",
+    )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", dest="quick", action="store_true", default=True,
-                      help="the op generators' quick sample sets (default)")
-    mode.add_argument("--full", dest="quick", action="store_false",
-                      help="the whole grid of samples")
-    parser.add_argument("--report-dir", metavar="DIR", default=None,
-                        help="write conformance.jsonl, conformance.md and conformance-junit.xml "
-                             "exactly here; refused when DIR already holds reports, unless "
-                             "--overwrite (default: a new directory per run, "
-                             "./opcore-reports/<UTC time>, with ./opcore-reports/latest "
-                             "pointing at the last)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="let --report-dir replace the reports already in DIR")
-    parser.add_argument("--expectations", metavar="FILE",
-                        help="the expectations TOML file (default: the platform's own, from its "
-                             "conformance_expectations attribute; 'none' to ignore it)")
-    parser.add_argument("--dump", metavar="DIR",
-                        help="with --case: write each numerics case's inputs, float64 reference, "
-                             "provider and native outputs (torch.save) and a standalone repro.py "
-                             "that shows the mismatch without the suite, to DIR/<case id>/")
-    parser.add_argument("--draft-expectations", metavar="FILE",
-                        help="after the run, write FILE: an expectations file with an xfail entry "
-                             "per group of identical failures, each with a reason to fill in")
-    parser.add_argument("--list", action="store_true", dest="list_only",
-                        help="list the selected case ids as JSON lines and exit")
-    parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar on stderr")
+    mode.add_argument(
+        "--quick",
+        dest="quick",
+        action="store_true",
+        default=True,
+        help="the op generators' quick sample sets (default)",
+    )
+    mode.add_argument(
+        "--full", dest="quick", action="store_false", help="the whole grid of samples"
+    )
+    parser.add_argument(
+        "--report-dir",
+        metavar="DIR",
+        default=None,
+        help="write conformance.jsonl, conformance.md and conformance-junit.xml "
+        "exactly here; refused when DIR already holds reports, unless "
+        "--overwrite (default: a new directory per run, "
+        "./opcore-reports/<UTC time>, with ./opcore-reports/latest "
+        "pointing at the last)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --report-dir replace the reports already in DIR",
+    )
+    parser.add_argument(
+        "--expectations",
+        metavar="FILE",
+        help="the expectations TOML file (default: the platform's own, from its "
+        "conformance_expectations attribute; 'none' to ignore it)",
+    )
+    parser.add_argument(
+        "--dump",
+        metavar="DIR",
+        help="with --case: write each numerics case's inputs, float64 reference, "
+        "provider and native outputs (torch.save) and a standalone repro.py "
+        "that shows the mismatch without the suite, to DIR/<case id>/",
+    )
+    parser.add_argument(
+        "--draft-expectations",
+        metavar="FILE",
+        help="after the run, write FILE: an expectations file with an xfail entry "
+        "per group of identical failures, each with a reason to fill in",
+    )
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        dest="list_only",
+        help="list the selected case ids as JSON lines and exit",
+    )
+    parser.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bar on stderr"
+    )
 
 
 def options_from_args(args: argparse.Namespace):
@@ -90,13 +140,21 @@ def options_from_args(args: argparse.Namespace):
 
 
 def _say_dumped(base) -> None:
-    folders = sorted(p for p in base.iterdir() if (p / "repro.py").is_file()) if base.is_dir() else []
+    folders = (
+        sorted(p for p in base.iterdir() if (p / "repro.py").is_file()) if base.is_dir() else []
+    )
     if folders:
-        print(f"opcore conformance: dumped {len(folders)} case(s) under {base} "
-              f"(each: python {folders[0] / 'repro.py'})", file=sys.stderr)
+        print(
+            f"opcore conformance: dumped {len(folders)} case(s) under {base} "
+            f"(each: python {folders[0] / 'repro.py'})",
+            file=sys.stderr,
+        )
     else:
-        print(f"opcore conformance: --dump {base}: no numerics case ran, nothing dumped "
-              f"(dumps are written for numerics[...] cases)", file=sys.stderr)
+        print(
+            f"opcore conformance: --dump {base}: no numerics case ran, nothing dumped "
+            f"(dumps are written for numerics[...] cases)",
+            file=sys.stderr,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,12 +171,18 @@ def run(args: argparse.Namespace) -> int:
                 print(f"opcore conformance: {exc}", file=sys.stderr)
                 return 2
             if args.overwrite and args.report_dir is None:
-                print("opcore conformance: --overwrite needs --report-dir (without it each run "
-                      "writes a new directory and overwrites nothing)", file=sys.stderr)
+                print(
+                    "opcore conformance: --overwrite needs --report-dir (without it each run "
+                    "writes a new directory and overwrites nothing)",
+                    file=sys.stderr,
+                )
                 return 2
             if args.dump and not args.cases:
-                print("opcore conformance: --dump needs --case ID (a dump is written per case; "
-                      "name the cases to dump)", file=sys.stderr)
+                print(
+                    "opcore conformance: --dump needs --case ID (a dump is written per case; "
+                    "name the cases to dump)",
+                    file=sys.stderr,
+                )
                 return 2
             from opcore_conformance.runner import run as run_session
 
@@ -127,15 +191,21 @@ def run(args: argparse.Namespace) -> int:
                 _say_dumped(options.dump)
             return status
         except Interrupted as exc:  # while importing torch, before the runner took over
-            print(f"opcore conformance: interrupted by {exc.signal_name} before the run "
-                  f"started; no report written", file=sys.stderr)
+            print(
+                f"opcore conformance: interrupted by {exc.signal_name} before the run "
+                f"started; no report written",
+                file=sys.stderr,
+            )
             return exit_status(exc.signal_name)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """For ``opcore``'s subcommand table: ``opcore conformance ...``."""
-    parser = subparsers.add_parser("conformance", help="check this platform against the reference semantics",
-                                   description=DESCRIPTION)
+    parser = subparsers.add_parser(
+        "conformance",
+        help="check this platform against the reference semantics",
+        description=DESCRIPTION,
+    )
     add_arguments(parser)
     parser.set_defaults(run=run)
     return parser

@@ -21,23 +21,29 @@ REASON_TODO = "TODO: why this fails here, and the issue tracking it"
 
 def render(records: list[dict[str, Any]], *, platform: str | None, mode: str | None) -> str:
     failures = [r for r in records if r["status"] in (S.FAIL, S.ERROR)]
-    lines = [f"# Drafted by opcore conformance from a {mode} run on platform {platform}:",
-             f"# {len(failures)} failing case(s). Fill in every reason (or fix the defect and drop",
-             "# the entry) before shipping this as the platform's conformance_expectations.",
-             "version = 1", ""]
+    lines = [
+        f"# Drafted by opcore conformance from a {mode} run on platform {platform}:",
+        f"# {len(failures)} failing case(s). Fill in every reason (or fix the defect and drop",
+        "# the entry) before shipping this as the platform's conformance_expectations.",
+        "version = 1",
+        "",
+    ]
     for g in group_failures(failures):
         message = " ".join((g.first.get("message") or "").split())
-        lines += [f"# {g.count} case(s), e.g. {g.first['id']}: {g.first['status']}: {message[:300]}",
-                  "[[expect]]",
-                  f"match = {json.dumps(g.glob)}",
-                  'status = "xfail"',
-                  f"reason = {json.dumps(REASON_TODO)}",
-                  ""]
+        lines += [
+            f"# {g.count} case(s), e.g. {g.first['id']}: {g.first['status']}: {message[:300]}",
+            "[[expect]]",
+            f"match = {json.dumps(g.glob)}",
+            'status = "xfail"',
+            f"reason = {json.dumps(REASON_TODO)}",
+            "",
+        ]
     return "\n".join(lines)
 
 
-def write(path: Path | str, records: list[dict[str, Any]], *, platform: str | None,
-          mode: str | None) -> int:
+def write(
+    path: Path | str, records: list[dict[str, Any]], *, platform: str | None, mode: str | None
+) -> int:
     """Write the draft; return how many entries it has."""
     text = render(records, platform=platform, mode=mode)
     Path(path).write_text(text, encoding="utf-8")

@@ -51,9 +51,25 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write(base: str | Path, *, case_id: str, op: str, provider: str, dtype: str, device: str,
-          sample: Any, reference: Any, output: Any, native: Any, tolerance: Any, budget: Any,
-          status: str, message: str, metrics: dict[str, Any], environment: dict[str, str]) -> Path:
+def write(
+    base: str | Path,
+    *,
+    case_id: str,
+    op: str,
+    provider: str,
+    dtype: str,
+    device: str,
+    sample: Any,
+    reference: Any,
+    output: Any,
+    native: Any,
+    tolerance: Any,
+    budget: Any,
+    status: str,
+    message: str,
+    metrics: dict[str, Any],
+    environment: dict[str, str],
+) -> Path:
     """Write the dump of one case under ``base``; returns its folder."""
     folder = Path(base) / folder_name(case_id)
     folder.mkdir(parents=True, exist_ok=True)
@@ -66,13 +82,21 @@ def write(base: str | Path, *, case_id: str, op: str, provider: str, dtype: str,
     elif out_file.exists():
         out_file.unlink()  # a stale output of an earlier dump would be read as this one's
     meta = {
-        "case": case_id, "op": op, "provider": provider, "dtype": dtype, "device": device,
-        "atol": tolerance.atol, "rtol": tolerance.rtol,
+        "case": case_id,
+        "op": op,
+        "provider": provider,
+        "dtype": dtype,
+        "device": device,
+        "atol": tolerance.atol,
+        "rtol": tolerance.rtol,
         "budget_factor": getattr(budget, "factor", None),
         "budget_floor_ulps": getattr(budget, "floor_ulps", None),
         "ulp_magnitude_floor": ULP_MAGNITUDE_FLOOR,
-        "status": status, "message": message, "metrics": _jsonable(metrics),
-        "environment": environment, "torch": torch.__version__,
+        "status": status,
+        "message": message,
+        "metrics": _jsonable(metrics),
+        "environment": environment,
+        "torch": torch.__version__,
     }
     (folder / "case.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     (folder / SCRIPT_NAME).write_text(SCRIPT, encoding="utf-8")

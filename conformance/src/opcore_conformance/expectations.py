@@ -154,14 +154,18 @@ def _entry(raw: Any, index: int, source: str) -> Entry:
         raise ExpectationsError(f"{where}: must be a table")
     unknown = set(raw) - _KEYS
     if unknown:
-        raise ExpectationsError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
+        raise ExpectationsError(
+            f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}"
+        )
     match = raw.get("match")
     if not isinstance(match, str) or not match.strip():
         raise ExpectationsError(f"{where}: 'match' must be a non-empty glob over case ids")
     where = f"{where} (match = {match!r})"
     status = raw.get("status")
     if status not in ENTRY_STATUSES:
-        raise ExpectationsError(f"{where}: 'status' must be one of {', '.join(ENTRY_STATUSES)}; got {status!r}")
+        raise ExpectationsError(
+            f"{where}: 'status' must be one of {', '.join(ENTRY_STATUSES)}; got {status!r}"
+        )
     reason = raw.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         raise ExpectationsError(f"{where}: 'reason' is required and must say why")
@@ -171,10 +175,14 @@ def _entry(raw: Any, index: int, source: str) -> Entry:
             raise ExpectationsError(f"{where}: status 'tolerance' needs 'atol' and/or 'rtol'")
         for key, value in (("atol", atol), ("rtol", rtol)):
             if value is not None and (
-                not isinstance(value, (int, float)) or isinstance(value, bool)
-                or not math.isfinite(value) or value < 0
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or value < 0
             ):
-                raise ExpectationsError(f"{where}: '{key}' must be a finite number >= 0; got {value!r}")
+                raise ExpectationsError(
+                    f"{where}: '{key}' must be a finite number >= 0; got {value!r}"
+                )
     elif atol is not None or rtol is not None:
         raise ExpectationsError(f"{where}: 'atol'/'rtol' are only allowed with status 'tolerance'")
     error_regex = raw.get("error_regex")
@@ -184,12 +192,19 @@ def _entry(raw: Any, index: int, source: str) -> Entry:
         try:
             re.compile(error_regex)
         except re.error as exc:
-            raise ExpectationsError(f"{where}: 'error_regex' is not a regular expression: {exc}") from None
+            raise ExpectationsError(
+                f"{where}: 'error_regex' is not a regular expression: {exc}"
+            ) from None
     link = raw.get("link")
     return Entry(
-        index=index, match=match, status=status, reason=reason.strip(),
-        atol=None if atol is None else float(atol), rtol=None if rtol is None else float(rtol),
-        error_regex=error_regex, link=link,
+        index=index,
+        match=match,
+        status=status,
+        reason=reason.strip(),
+        atol=None if atol is None else float(atol),
+        rtol=None if rtol is None else float(rtol),
+        error_regex=error_regex,
+        link=link,
     )
 
 
@@ -214,7 +229,9 @@ def load_resource(spec: str) -> Expectations:
         resource = importlib.resources.files(package).joinpath(rel)
         text = resource.read_text(encoding="utf-8")
     except (ImportError, OSError) as exc:
-        raise ExpectationsError(f"conformance_expectations = {spec!r}: cannot read it: {exc}") from None
+        raise ExpectationsError(
+            f"conformance_expectations = {spec!r}: cannot read it: {exc}"
+        ) from None
     return parse(text, spec)
 
 

@@ -107,7 +107,9 @@ class SampleCache:
         # Quick lists are small: keep them all (every check reuses them). Full lists can be
         # large: keep only ``size`` of them.
         self._size = size
-        self._lru: collections.OrderedDict[tuple[str, str, bool], list[Any]] = collections.OrderedDict()
+        self._lru: collections.OrderedDict[tuple[str, str, bool], list[Any]] = (
+            collections.OrderedDict()
+        )
         self._names: dict[tuple[str, str, bool], list[str]] = {}
         self._layouts: dict[tuple[str, str, bool, str], str] = {}
 

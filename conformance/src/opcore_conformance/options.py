@@ -72,7 +72,11 @@ class Options:
             self.dump = Path(self.dump)
         for name in self.dtypes or ():
             dtype_from_name(name)
-        if isinstance(self.device_index, bool) or not isinstance(self.device_index, int) or self.device_index < 0:
+        if (
+            isinstance(self.device_index, bool)
+            or not isinstance(self.device_index, int)
+            or self.device_index < 0
+        ):
             raise ValueError(f"device index {self.device_index!r}: expected an int >= 0")
 
     @property

@@ -17,41 +17,87 @@ from typing import Any
 
 import pytest
 
-_ACTIVATING = ("opcore_platform", "opcore_ops", "opcore_providers", "opcore_dtypes", "opcore_checks",
-               "opcore_cases", "opcore_imports", "opcore_full", "opcore_report_dir", "opcore_expectations",
-               "opcore_overwrite")
+_ACTIVATING = (
+    "opcore_platform",
+    "opcore_ops",
+    "opcore_providers",
+    "opcore_dtypes",
+    "opcore_checks",
+    "opcore_cases",
+    "opcore_imports",
+    "opcore_full",
+    "opcore_report_dir",
+    "opcore_expectations",
+    "opcore_overwrite",
+)
 _KEY = pytest.StashKey["Any"]()
 _DIR_KEY = pytest.StashKey["Any"]()  # the claimed report directory (report.dirs.ReportDir)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("opcore", "opcore conformance suite")
-    g.addoption("--opcore", action="store_true", default=False,
-                help="run the opcore conformance suite against the current platform")
-    g.addoption("--opcore-only", action="store_true", default=False,
-                help="with --opcore: collect nothing but the conformance cases")
-    g.addoption("--opcore-platform", metavar="NAME", help="platform plugin to run on (sets OPCORE_PLATFORM)")
+    g.addoption(
+        "--opcore",
+        action="store_true",
+        default=False,
+        help="run the opcore conformance suite against the current platform",
+    )
+    g.addoption(
+        "--opcore-only",
+        action="store_true",
+        default=False,
+        help="with --opcore: collect nothing but the conformance cases",
+    )
+    g.addoption(
+        "--opcore-platform", metavar="NAME", help="platform plugin to run on (sets OPCORE_PLATFORM)"
+    )
     g.addoption("--opcore-ops", metavar="A,B", help="only these ops")
     g.addoption("--opcore-providers", metavar="A,B", help="only these providers")
     g.addoption("--opcore-dtypes", metavar="A,B", help="only these dtypes")
     g.addoption("--opcore-checks", metavar="A,B", help="only these checks (e.g. numerics,platform)")
-    g.addoption("--opcore-case", action="append", dest="opcore_cases", metavar="ID",
-                help="exactly this case id (globs * and ?; repeatable)")
-    g.addoption("--opcore-import", action="append", dest="opcore_imports", metavar="MODULE",
-                help="import MODULE before collecting (providers no plugin registers here)")
-    g.addoption("--opcore-quick", action="store_true", default=False, help="quick sample sets (default)")
+    g.addoption(
+        "--opcore-case",
+        action="append",
+        dest="opcore_cases",
+        metavar="ID",
+        help="exactly this case id (globs * and ?; repeatable)",
+    )
+    g.addoption(
+        "--opcore-import",
+        action="append",
+        dest="opcore_imports",
+        metavar="MODULE",
+        help="import MODULE before collecting (providers no plugin registers here)",
+    )
+    g.addoption(
+        "--opcore-quick", action="store_true", default=False, help="quick sample sets (default)"
+    )
     g.addoption("--opcore-full", action="store_true", default=False, help="the whole grid")
-    g.addoption("--opcore-report-dir", metavar="DIR",
-                help="write the reports exactly here, refused when DIR holds reports unless "
-                     "--opcore-overwrite (default: a new ./opcore-reports/<UTC time> per run)")
-    g.addoption("--opcore-overwrite", action="store_true", default=False,
-                help="let --opcore-report-dir replace the reports already there")
-    g.addoption("--opcore-expectations", metavar="FILE",
-                help="expectations TOML (default: the platform's own; 'none' to ignore it)")
+    g.addoption(
+        "--opcore-report-dir",
+        metavar="DIR",
+        help="write the reports exactly here, refused when DIR holds reports unless "
+        "--opcore-overwrite (default: a new ./opcore-reports/<UTC time> per run)",
+    )
+    g.addoption(
+        "--opcore-overwrite",
+        action="store_true",
+        default=False,
+        help="let --opcore-report-dir replace the reports already there",
+    )
+    g.addoption(
+        "--opcore-expectations",
+        metavar="FILE",
+        help="expectations TOML (default: the platform's own; 'none' to ignore it)",
+    )
 
 
 def _active(config: pytest.Config) -> bool:
-    if config.getoption("opcore") or config.getoption("opcore_only") or config.getoption("opcore_quick"):
+    if (
+        config.getoption("opcore")
+        or config.getoption("opcore_only")
+        or config.getoption("opcore_quick")
+    ):
         return True
     return any(config.getoption(name) for name in _ACTIVATING)
 
@@ -82,8 +128,11 @@ def pytest_configure(config: pytest.Config) -> None:
         )
         # The directory first (cheap), as the command line does: an unusable one, or one
         # holding an earlier run's reports, stops pytest before anything runs.
-        rd = dirs.claim(options.report_dir, overwrite=options.overwrite,
-                        options=("--opcore-report-dir", "--opcore-overwrite"))
+        rd = dirs.claim(
+            options.report_dir,
+            overwrite=options.overwrite,
+            options=("--opcore-report-dir", "--opcore-overwrite"),
+        )
     except ValueError as exc:  # ReportDirError is a ValueError
         raise pytest.UsageError(f"opcore conformance: {exc}") from None
     try:
@@ -148,7 +197,9 @@ class ConformanceCollector(pytest.Collector):
             yield ConformanceItem.from_parent(self, name=case.id, case=case)
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list
+) -> None:
     if _KEY not in config.stash:
         return
     collector = ConformanceCollector.from_parent(session, name="opcore-conformance")
@@ -168,8 +219,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     records = [r.to_record() for r in conf.results]
     interrupted = "SIGINT" if exitstatus == pytest.ExitCode.INTERRUPTED else None
-    conf.paths = report.write_all(conf.report_dir, conf.header(), records,
-                                  collected=conf.collected, interrupted=interrupted)
+    conf.paths = report.write_all(
+        conf.report_dir, conf.header(), records, collected=conf.collected, interrupted=interrupted
+    )
     dirs.mark_latest(config.stash[_DIR_KEY])
 
 
@@ -184,5 +236,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     records = [r.to_record() for r in conf.results]
     paths = getattr(conf, "paths", None)
     terminalreporter.write_sep("=", "opcore conformance")
-    terminalreporter.write_line(terminal.render(conf.header(), records,
-                                                {k: str(v) for k, v in (paths or {}).items()}))
+    terminalreporter.write_line(
+        terminal.render(conf.header(), records, {k: str(v) for k, v in (paths or {}).items()})
+    )

@@ -17,8 +17,13 @@ EXIT_RED = 1
 EXIT_USAGE = 2
 
 
-def run(options: Options, *, out: TextIO | None = None, list_only: bool = False,
-        interruptions: Interruptions | None = None) -> int:
+def run(
+    options: Options,
+    *,
+    out: TextIO | None = None,
+    list_only: bool = False,
+    interruptions: Interruptions | None = None,
+) -> int:
     """Run (or with ``list_only`` list) the cases; write the reports; return the exit status:
     0 when nothing failed, errored or passed unexpectedly, 1 otherwise, 2 when the run
     could not start (a bad option, expectations file or report directory: checked before
@@ -51,8 +56,13 @@ def run(options: Options, *, out: TextIO | None = None, list_only: bool = False,
         return EXIT_USAGE
 
 
-def _run(session: ConformanceSession, rd: dirs.ReportDir | None, out: TextIO, list_only: bool,
-         intr: Interruptions) -> int:
+def _run(
+    session: ConformanceSession,
+    rd: dirs.ReportDir | None,
+    out: TextIO,
+    list_only: bool,
+    intr: Interruptions,
+) -> int:
     options = session.options
     phase, cases, stream, paths = "setup", None, None, None
     try:
@@ -63,9 +73,20 @@ def _run(session: ConformanceSession, rd: dirs.ReportDir | None, out: TextIO, li
         intr.check()
         if list_only:
             for case in cases:
-                out.write(json.dumps({"id": case.id, "check": case.check, "op": case.op,
-                                      "provider": case.provider, "dtype": case.dtype,
-                                      "sample": case.sample, "preset": case.preset}) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "id": case.id,
+                            "check": case.check,
+                            "op": case.op,
+                            "provider": case.provider,
+                            "dtype": case.dtype,
+                            "sample": case.sample,
+                            "preset": case.preset,
+                        }
+                    )
+                    + "\n"
+                )
             return 0
         if options.cases is not None and not cases:
             raise SetupError(f"no case matches {options.cases}")
@@ -95,25 +116,40 @@ def _run(session: ConformanceSession, rd: dirs.ReportDir | None, out: TextIO, li
     assert rd is not None  # run() claims the report directory unless list_only
     if stream is None or paths is None:
         stream, paths = report.open_stream(rd.path, session.header())
-    foot = stream.close(collected=None if cases is None else len(cases),
-                        interrupted=intr.signal_name, stopped_in=phase)
+    foot = stream.close(
+        collected=None if cases is None else len(cases),
+        interrupted=intr.signal_name,
+        stopped_in=phase,
+    )
     report.derive(paths)
     dirs.mark_latest(rd)
     records = stream.records  # exactly what the JSONL holds
     note = markdown.incomplete_note(foot, records)
-    out.write(terminal.render(session.header(), records, {k: str(v) for k, v in paths.items()}, note)
-              + "\n")
+    out.write(
+        terminal.render(session.header(), records, {k: str(v) for k, v in paths.items()}, note)
+        + "\n"
+    )
     out.flush()
     if options.draft_expectations is not None:
         from opcore_conformance import draft
 
-        n = draft.write(options.draft_expectations, records, platform=session.header().get("platform"),
-                        mode=options.mode)
-        print(f"opcore conformance: drafted {n} xfail entr{'y' if n == 1 else 'ies'} in "
-              f"{options.draft_expectations}: fill in each reason", file=sys.stderr)
+        n = draft.write(
+            options.draft_expectations,
+            records,
+            platform=session.header().get("platform"),
+            mode=options.mode,
+        )
+        print(
+            f"opcore conformance: drafted {n} xfail entr{'y' if n == 1 else 'ies'} in "
+            f"{options.draft_expectations}: fill in each reason",
+            file=sys.stderr,
+        )
     if intr.signal_name:
-        print(f"opcore conformance: {note or f'stopped by {intr.signal_name}'}; "
-              f"the reports hold what ran: {rd.path}", file=sys.stderr)
+        print(
+            f"opcore conformance: {note or f'stopped by {intr.signal_name}'}; "
+            f"the reports hold what ran: {rd.path}",
+            file=sys.stderr,
+        )
         return exit_status(intr.signal_name)
     return foot["exit_status"]
 
@@ -121,6 +157,8 @@ def _run(session: ConformanceSession, rd: dirs.ReportDir | None, out: TextIO, li
 def _stopped_early(signal_name: str | None, rd: dirs.ReportDir | None) -> int:
     dirs.release(rd)
     name = signal_name or "SIGINT"
-    print(f"opcore conformance: interrupted by {name} before the run started; no report written",
-          file=sys.stderr)
+    print(
+        f"opcore conformance: interrupted by {name} before the run started; no report written",
+        file=sys.stderr,
+    )
     return exit_status(name)

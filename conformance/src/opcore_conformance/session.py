@@ -89,8 +89,14 @@ class Context:
     def quick(self) -> bool:
         return self.options.quick
 
-    def wants(self, *, op: str | None = None, provider: str | None = None,
-              dtype: str | None = None, check: str | None = None) -> bool:
+    def wants(
+        self,
+        *,
+        op: str | None = None,
+        provider: str | None = None,
+        dtype: str | None = None,
+        check: str | None = None,
+    ) -> bool:
         """Whether a case with these parts passes the filters (used to avoid generating
         samples for ops nobody asked for)."""
         o = self.options
@@ -105,8 +111,15 @@ class Context:
         return True
 
     def unfiltered(self, quick: bool) -> Context:
-        opts = dataclasses.replace(self.options, ops=None, providers=None, dtypes=None,
-                                   checks=None, cases=None, quick=quick)
+        opts = dataclasses.replace(
+            self.options,
+            ops=None,
+            providers=None,
+            dtypes=None,
+            checks=None,
+            cases=None,
+            quick=quick,
+        )
         return dataclasses.replace(self, options=opts)
 
 
@@ -142,8 +155,9 @@ class ConformanceSession:
         self.started = time.time()
         # The environment as the run found it: setup sets OPCORE_PLATFORM for --platform,
         # and rerun commands must carry what the user had set, not what the run set.
-        self.environment = {k: v for k, v in os.environ.items()
-                            if k.startswith("OPCORE_") or k in _RERUN_VARIABLES}
+        self.environment = {
+            k: v for k, v in os.environ.items() if k.startswith("OPCORE_") or k in _RERUN_VARIABLES
+        }
         # Where the reports go (`report.dirs.claim`'s answer), for rerun commands; None
         # when nothing is written (--list).
         self.report_dir: Path | None = None
@@ -173,18 +187,26 @@ class ConformanceSession:
             try:
                 count = platform.device_count()
             except Exception as exc:
-                raise SetupError(f"--device-index {index}: platform {platform.name!r}: device_count() "
-                                 f"failed: {type(exc).__name__}: {exc}") from exc
+                raise SetupError(
+                    f"--device-index {index}: platform {platform.name!r}: device_count() "
+                    f"failed: {type(exc).__name__}: {exc}"
+                ) from exc
             if index >= count:
-                raise SetupError(f"--device-index {index}: platform {platform.name!r} has {count} "
-                                 f"device(s) (indices 0 to {count - 1})")
+                raise SetupError(
+                    f"--device-index {index}: platform {platform.name!r} has {count} "
+                    f"device(s) (indices 0 to {count - 1})"
+                )
         try:
             device = platform.device(index)
         except Exception as exc:  # every case runs there: the run cannot start without it
-            raise SetupError(f"platform {platform.name!r}: device({index}) failed: "
-                             f"{type(exc).__name__}: {exc}") from exc
+            raise SetupError(
+                f"platform {platform.name!r}: device({index}) failed: {type(exc).__name__}: {exc}"
+            ) from exc
         self.ctx = Context(
-            options=self.options, platform=platform, device=device, seed=irapi.sample_seed(),
+            options=self.options,
+            platform=platform,
+            device=device,
+            seed=irapi.sample_seed(),
         )
         self._load_expectations(platform)
         return self.ctx
@@ -243,15 +265,24 @@ class ConformanceSession:
         for flag, (names, given) in known.items():
             unknown = [g for g in given or () if g not in names]
             if unknown:
-                hint = (" (a provider that no plugin registers here can be loaded with --import MODULE)"
-                        if flag == "--providers" else "")
-                raise SetupError(f"{flag}: {', '.join(map(repr, unknown))} named by no case on platform "
-                                 f"{self.ctx.platform.name!r}; known: {', '.join(sorted(names))}{hint}")
+                hint = (
+                    " (a provider that no plugin registers here can be loaded with --import MODULE)"
+                    if flag == "--providers"
+                    else ""
+                )
+                raise SetupError(
+                    f"{flag}: {', '.join(map(repr, unknown))} named by no case on platform "
+                    f"{self.ctx.platform.name!r}; known: {', '.join(sorted(names))}{hint}"
+                )
         checks = {c.check for c in everything} | set(CHECK_NAMES)
-        unknown = [g for g in o.checks or () if not any(c == g or c.startswith(g + ".") for c in checks)]
+        unknown = [
+            g for g in o.checks or () if not any(c == g or c.startswith(g + ".") for c in checks)
+        ]
         if unknown:
-            raise SetupError(f"--checks: {', '.join(map(repr, unknown))} is not a check; known: "
-                             f"{', '.join(sorted(checks))}")
+            raise SetupError(
+                f"--checks: {', '.join(map(repr, unknown))} is not a check; known: "
+                f"{', '.join(sorted(checks))}"
+            )
 
     def _collect_all(self, ctx: Context) -> list[Case]:
         from opcore_conformance.checks import CHECK_MODULES
@@ -260,7 +291,9 @@ class ConformanceSession:
         for module, names in CHECK_MODULES:
             selected = ctx.options.checks
             if selected is not None and not any(
-                _check_selected(n, selected) or s.startswith(n + ".") for n in names for s in selected
+                _check_selected(n, selected) or s.startswith(n + ".")
+                for n in names
+                for s in selected
             ):
                 continue
             name = names[0]
@@ -268,9 +301,15 @@ class ConformanceSession:
                 out.extend(module.collect(ctx))
             except Exception as exc:
                 msg = f"collecting {name} cases failed: {type(exc).__name__}: {exc}"
-                out.append(Case(id=case_id(name, "collect"), check=name, preset=S.ERROR,
-                                preset_reason=msg,
-                                info={"traceback": traceback.format_exc(), "collect_error": True}))
+                out.append(
+                    Case(
+                        id=case_id(name, "collect"),
+                        check=name,
+                        preset=S.ERROR,
+                        preset_reason=msg,
+                        info={"traceback": traceback.format_exc(), "collect_error": True},
+                    )
+                )
         return out
 
     def _selected(self, case: Case) -> bool:
@@ -303,8 +342,14 @@ class ConformanceSession:
     def _expectation_cases(self) -> list[Case]:
         assert self.ctx is not None  # set by setup()
         if self.expectations_error:
-            return [Case(id=case_id("expectations", "file"), check="expectations",
-                         preset=S.ERROR, preset_reason=self.expectations_error)]
+            return [
+                Case(
+                    id=case_id("expectations", "file"),
+                    check="expectations",
+                    preset=S.ERROR,
+                    preset_reason=self.expectations_error,
+                )
+            ]
         if not self.expectations.entries:
             return []
         out = []
@@ -317,15 +362,27 @@ class ConformanceSession:
             unmatched = self.expectations.unmatched(ids)
         for entry in unmatched:
             near = near_globs(entry.match, ids)
-            hint = ("; did you mean " + " or ".join(f"{g!r} ({n} case{'s' if n > 1 else ''})"
-                                                     for g, n in near) + "?") if near else ""
-            out.append(Case(
-                id=case_id("expectations", f"entry{entry.index}"), check="expectations",
-                preset=S.ERROR,
-                preset_reason=(f"{self.expectations.source}: {entry.label()} matches no case of "
-                               f"platform {self.ctx.platform.name!r} (or only cases an earlier "
-                               f"entry already takes): remove it or fix the glob{hint}"),
-            ))
+            hint = (
+                (
+                    "; did you mean "
+                    + " or ".join(f"{g!r} ({n} case{'s' if n > 1 else ''})" for g, n in near)
+                    + "?"
+                )
+                if near
+                else ""
+            )
+            out.append(
+                Case(
+                    id=case_id("expectations", f"entry{entry.index}"),
+                    check="expectations",
+                    preset=S.ERROR,
+                    preset_reason=(
+                        f"{self.expectations.source}: {entry.label()} matches no case of "
+                        f"platform {self.ctx.platform.name!r} (or only cases an earlier "
+                        f"entry already takes): remove it or fix the glob{hint}"
+                    ),
+                )
+            )
         return out
 
     # ------------------------------------------------------------------ running
@@ -355,18 +412,29 @@ class ConformanceSession:
         tolerance, source = case.default_tolerance, "op"
         if entry is not None and entry.status == "tolerance":
             if case.default_tolerance is None:
-                return Result(case, S.ERROR, S.ERROR,
-                              f"{entry.label()} loosens the tolerance of a case that has none")
+                return Result(
+                    case,
+                    S.ERROR,
+                    S.ERROR,
+                    f"{entry.label()} loosens the tolerance of a case that has none",
+                )
             try:
-                tolerance, source = X.loosened(entry, case.default_tolerance, case.dtype), "expectations"
+                tolerance, source = (
+                    X.loosened(entry, case.default_tolerance, case.dtype),
+                    "expectations",
+                )
             except X.ExpectationsError as exc:
                 return Result(case, S.ERROR, S.ERROR, str(exc))
         outcome = run_body(case, self.ctx, tolerance)
         status = X.resolve_outcome(outcome.status, entry, outcome.message)
         message = outcome.message
         if status == S.XPASS and entry is not None:  # XPASS only comes from an entry
-            message = f"passed, but {entry.label()} expects xfail ({entry.reason}): remove the entry"
-        return Result(case, status, outcome.status, message, outcome.metrics, tolerance_source=source)
+            message = (
+                f"passed, but {entry.label()} expects xfail ({entry.reason}): remove the entry"
+            )
+        return Result(
+            case, status, outcome.status, message, outcome.metrics, tolerance_source=source
+        )
 
     def repro(self, case: Case) -> str:
         """A one-line command that reruns exactly this case, as this run ran it: the
@@ -388,8 +456,11 @@ class ConformanceSession:
         if self.options.expectations:
             parts += ["--expectations", shlex.quote(_absolute(self.options.expectations))]
         if self.report_dir is not None:
-            parts += ["--report-dir", shlex.quote(str(Path(self.report_dir).resolve() / "rerun")),
-                      "--overwrite"]
+            parts += [
+                "--report-dir",
+                shlex.quote(str(Path(self.report_dir).resolve() / "rerun")),
+                "--overwrite",
+            ]
         return " ".join(parts)
 
     def rerun_environment(self) -> dict[str, str]:
@@ -428,13 +499,19 @@ class ConformanceSession:
             "seed": None,
             "mode": self.options.mode,
             "filters": {
-                "ops": self.options.ops, "providers": self.options.providers,
-                "dtypes": self.options.dtypes, "checks": self.options.checks,
-                "cases": self.options.cases, "imports": self.options.imports,
+                "ops": self.options.ops,
+                "providers": self.options.providers,
+                "dtypes": self.options.dtypes,
+                "checks": self.options.checks,
+                "cases": self.options.cases,
+                "imports": self.options.imports,
             },
             "expectations": self.expectations.source,
-            "environment": {k: v for k, v in os.environ.items()
-                            if k.startswith("OPCORE_") or k in _RERUN_VARIABLES},
+            "environment": {
+                k: v
+                for k, v in os.environ.items()
+                if k.startswith("OPCORE_") or k in _RERUN_VARIABLES
+            },
             "reference": {"device": "cpu", "dtype": "float64"},
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "argv": sys.argv,
@@ -446,20 +523,22 @@ class ConformanceSession:
             device_name = p.get_device_name(0)
         except Exception as exc:  # reported by platform.device_queries as well
             device_name = f"<get_device_name failed: {exc}>"
-        head.update({
-            "platform": p.name,
-            "platform_class": f"{type(p).__module__}.{type(p).__qualname__}",
-            "platform_distribution": _distribution_of(type(p).__module__),
-            "device": str(self.ctx.device),
-            "device_type": p.device_type,
-            "device_name": device_name,
-            "providers": irapi.provider_table(),
-            "seed": self.ctx.seed,
-            # For certificate.json: what a certificate must name to be checked later.
-            "identities": _identities(),
-            "device_summary": _device_summary(p),
-            "driver": {"cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)},
-        })
+        head.update(
+            {
+                "platform": p.name,
+                "platform_class": f"{type(p).__module__}.{type(p).__qualname__}",
+                "platform_distribution": _distribution_of(type(p).__module__),
+                "device": str(self.ctx.device),
+                "device_type": p.device_type,
+                "device_name": device_name,
+                "providers": irapi.provider_table(),
+                "seed": self.ctx.seed,
+                # For certificate.json: what a certificate must name to be checked later.
+                "identities": _identities(),
+                "device_summary": _device_summary(p),
+                "driver": {"cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)},
+            }
+        )
         return head
 
     def exit_code(self) -> int:
@@ -483,8 +562,10 @@ def _identities() -> dict[str, dict[str, dict[str, str | None]]]:
             except Exception:  # a provider without readable source: no identity to certify
                 ident = None
             module = getattr(impl.impl_fn, "__module__", None) or ""
-            out[name][provider] = {"identity": ident,
-                                   "distribution": _distribution_of(module) if module else None}
+            out[name][provider] = {
+                "identity": ident,
+                "distribution": _distribution_of(module) if module else None,
+            }
     return out
 
 

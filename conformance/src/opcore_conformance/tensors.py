@@ -66,6 +66,7 @@ def to_device(obj: Any, device: torch.device | str) -> Any:
 
 def clone_preserving(obj: Any) -> Any:
     """A copy on the same device, layout and storage sharing preserved."""
+
     def first_device(o: Any) -> torch.device | None:
         for _, t in iter_tensors(o):
             if isinstance(t, torch.Tensor):
@@ -136,13 +137,19 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> d
     bound = atol + rtol * r.abs()
     ratio = torch.where(
         finite,
-        torch.where(bound > 0, diff / bound.clamp_min(1e-300), torch.where(diff > 0, math.inf, 0.0)),
+        torch.where(
+            bound > 0, diff / bound.clamp_min(1e-300), torch.where(diff > 0, math.inf, 0.0)
+        ),
         torch.zeros_like(r),
     )
     ratio = torch.where(nonfinite_bad, torch.full_like(r, math.inf), ratio)
     rel = torch.where(finite & (r.abs() > 0), diff / r.abs().clamp_min(1e-300), torch.zeros_like(r))
     flat_idx = int(torch.argmax(ratio.reshape(-1)))
-    worst = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_idx), r.shape)) if r.dim() else ()
+    worst = (
+        tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_idx), r.shape))
+        if r.dim()
+        else ()
+    )
     mismatched = int(((ratio > 1.0) | nonfinite_bad).sum())
     return {
         "max_abs": float(diff.max()),
@@ -154,7 +161,6 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> d
         "worst_value": float(o.reshape(-1)[flat_idx]),
         "worst_reference": float(r.reshape(-1)[flat_idx]),
     }
-
 
 
 # Elements smaller than this fraction of their output's RMS are measured in ULPs at that
@@ -202,4 +208,8 @@ def ulp_summary(errors: torch.Tensor) -> dict[str, float]:
     if n == 0:
         return {"peak_ulp": 0.0, "p99_ulp": 0.0, "over_1ulp": 0.0}
     p99 = float(torch.kthvalue(errors.reshape(-1), max(1, math.ceil(0.99 * n))).values)
-    return {"peak_ulp": float(errors.max()), "p99_ulp": p99, "over_1ulp": float((errors > 1.0).sum()) / n}
+    return {
+        "peak_ulp": float(errors.max()),
+        "p99_ulp": p99,
+        "over_1ulp": float((errors > 1.0).sum()) / n,
+    }

@@ -53,8 +53,16 @@ def call_words(method: Callable, args: tuple[Any, ...], *, name: str = "forward"
 
 
 # Spellings people write for the names case ids use.
-_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
-            "float": "float32", "f32": "float32", "f16": "float16", "fp64": "float64"}
+_ALIASES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float": "float32",
+    "f32": "float32",
+    "f16": "float16",
+    "fp64": "float64",
+}
 _TOKEN = re.compile(r"[A-Za-z0-9_.]+")
 
 
@@ -71,11 +79,15 @@ def near_globs(glob: str, ids: list[str], *, limit: int = 3) -> list[tuple[str, 
     for word in dict.fromkeys(_TOKEN.findall(glob)):
         if word in words:
             continue
-        options = ([_ALIASES[word.lower()]] if word.lower() in _ALIASES else []) + \
-            difflib.get_close_matches(word, words, n=3, cutoff=0.6)
+        options = (
+            [_ALIASES[word.lower()]] if word.lower() in _ALIASES else []
+        ) + difflib.get_close_matches(word, words, n=3, cutoff=0.6)
         if options:
-            variants = [re.sub(rf"(?<![A-Za-z0-9_.]){re.escape(word)}(?![A-Za-z0-9_.])", o, v)
-                        for v in variants for o in dict.fromkeys(options)]
+            variants = [
+                re.sub(rf"(?<![A-Za-z0-9_.]){re.escape(word)}(?![A-Za-z0-9_.])", o, v)
+                for v in variants
+                for o in dict.fromkeys(options)
+            ]
     out = []
     for v in dict.fromkeys(variants):
         if v == glob:

@@ -47,6 +47,7 @@ NATIVE = ops.split_qkv_rmsnorm_rope.native  # the op's reference; unfused eager 
 
 def reference(qkv, qw, kw, eps, positions, cache, nh, nkv, d, is_neox):
     """The native function in float64 on the CPU (as the conformance suite's reference)."""
+
     def f64(t):
         return t.double().cpu()
 

@@ -32,7 +32,9 @@ HAS_TORCH_NPU = importlib.util.find_spec("torch_npu") is not None
 
 
 def test_ascend_entry_points_are_out_of_tree_and_runtime_is_an_extra():
-    eps = {(ep.group, ep.name): ep.value for ep in md.distribution("opcore-plugin-ascend").entry_points}
+    eps = {
+        (ep.group, ep.name): ep.value for ep in md.distribution("opcore-plugin-ascend").entry_points
+    }
     # One entry point, out of tree; nothing runs in processes where the platform is
     # inactive (no general plugin).
     assert eps == {("opcore.platform_plugins", "ascend"): "opcore_plugin_ascend:probe"}
@@ -63,7 +65,9 @@ def fake_torch_npu(tmp_path, monkeypatch):
     sys.modules.pop("torch_npu", None)
 
 
-def test_ascend_probe_simulated_torch_npu_without_cann_keeps_error_and_env(fake_torch_npu, monkeypatch):
+def test_ascend_probe_simulated_torch_npu_without_cann_keeps_error_and_env(
+    fake_torch_npu, monkeypatch
+):
     # What torch_npu 2.13 does on a host without CANN: it sets the autoload variable,
     # then its C extension fails to load (see reports/probe-without-cann.md).
     fake_torch_npu(
@@ -85,14 +89,24 @@ def test_ascend_probe_simulated_torch_npu_without_cann_keeps_error_and_env(fake_
 
 def test_ascend_probe_simulated_torch_npu_without_device(fake_torch_npu, monkeypatch):
     fake_torch_npu("")
-    monkeypatch.setattr(torch, "npu", types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0), raising=False)
+    monkeypatch.setattr(
+        torch,
+        "npu",
+        types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0),
+        raising=False,
+    )
     result = detect.probe()
     assert isinstance(result, Absent) and "is_available() is False" in result.reason
 
 
 def test_ascend_probe_simulated_npu_present(fake_torch_npu, monkeypatch):
     fake_torch_npu("")
-    monkeypatch.setattr(torch, "npu", types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 8), raising=False)
+    monkeypatch.setattr(
+        torch,
+        "npu",
+        types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 8),
+        raising=False,
+    )
     assert detect.probe() == "opcore_plugin_ascend.platform.AscendPlatform"
 
 
@@ -103,7 +117,9 @@ def test_ascend_platform_identity_and_defaults():
     assert "plugin_api" in vars(type(p)) and p.plugin_api == ("2.0", "3.0")  # declared, API 2.0
     assert removed_members(type(p)) == {}  # nothing plugin API 2.0 removed
     priority = p.get_default_ir_op_priority(None)
-    assert priority["rms_norm"] == ["npu"] and priority["split_qkv_rmsnorm_rope"] == ["ascend_triton"]
+    assert priority["rms_norm"] == ["npu"] and priority["split_qkv_rmsnorm_rope"] == [
+        "ascend_triton"
+    ]
     assert p.get_attn_backend_candidates(None) == ["ASCEND", "TORCH_NATIVE"]
 
 
@@ -126,8 +142,14 @@ def test_ascend_attention_backend_registered_by_name_and_explains_absence():
         unregister_backend("ASCEND")
         Attention.unregister_oot()
     cls = load_backend_class("opcore_plugin_ascend.attention.AscendBackend")
-    cfg = AttentionSelectorConfig(head_size=128, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16,
-                                  block_size=128, device_type="cpu")
+    cfg = AttentionSelectorConfig(
+        head_size=128,
+        num_heads=8,
+        num_kv_heads=2,
+        dtype=torch.bfloat16,
+        block_size=128,
+        device_type="cpu",
+    )
     reasons = cls.validate_configuration(cfg)
     assert any(r.startswith("no usable NPU: torch_npu") for r in reasons)
     assert any("device type 'cpu'" in r for r in reasons)
@@ -191,8 +213,9 @@ def _run_active(tmp_path):
     (tmp_path / "torch_npu.py").write_text("# simulated torch_npu: imports, has no kernels\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", _ACTIVE_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _ACTIVE_SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -227,7 +250,7 @@ print(json.dumps({
 
 # What torch_npu does on import, reduced to what the device queries need: name the
 # PrivateUse1 backend "npu" and register torch.npu.
-_SIMULATED_TORCH_NPU = '''
+_SIMULATED_TORCH_NPU = """
 import types
 import torch
 calls = []
@@ -245,19 +268,28 @@ torch._register_device_module("npu", types.SimpleNamespace(
         "get_device_properties", lambda i: types.SimpleNamespace(total_memory=64 << 30)),
     manual_seed_all=_record("manual_seed_all", lambda seed: None),
 ))
-'''
+"""
 
 
 def test_ascend_device_queries_import_torch_npu_then_ask_torch_npu_simulated(tmp_path):
     (tmp_path / "torch_npu.py").write_text(_SIMULATED_TORCH_NPU)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", _QUERIES_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _QUERIES_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["count"] == 8 and got["name"] == "Ascend910B1" and got["memory"] == 64 << 30
     assert got["capability"] is None  # NPUs have no (major, minor); torch.npu is not asked
     assert got["host_seed"] == 5
-    assert got["calls"] == [["manual_seed_all", 5], ["device_count"], ["get_device_name", 1],
-                            ["get_device_properties", 1]]
+    assert got["calls"] == [
+        ["manual_seed_all", 5],
+        ["device_count"],
+        ["get_device_name", 1],
+        ["get_device_properties", 1],
+    ]

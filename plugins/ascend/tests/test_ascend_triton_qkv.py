@@ -104,7 +104,11 @@ else:
     ]
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-    @pytest.mark.parametrize("case", CASES, ids=lambda c: f"t{c[0]}_h{c[1]}_kv{c[2]}_d{c[3]}_r{c[4]}_{'neox' if c[5] else 'gptj'}")
+    @pytest.mark.parametrize(
+        "case",
+        CASES,
+        ids=lambda c: f"t{c[0]}_h{c[1]}_kv{c[2]}_d{c[3]}_r{c[4]}_{'neox' if c[5] else 'gptj'}",
+    )
     def test_ascend_triton_qkv_matches_definition(case, dtype):
         tokens, nh, nkv, d, rot, neox = case
         args = make(tokens, nh, nkv, d, rot, dtype)

@@ -25,7 +25,13 @@ needs_no_ipex = pytest.mark.skipif(
 def test_ipex_provider_not_registered_without_ipex():
     assert ipex.REGISTERED is False
     assert "intel_extension_for_pytorch" in ipex.IMPORT_ERROR
-    for name in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"):
+    for name in (
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "gelu_and_mul",
+        "rotary_embedding",
+    ):
         assert "ipex" not in getattr(ops, name).impls
 
 

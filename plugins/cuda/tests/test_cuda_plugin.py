@@ -97,7 +97,9 @@ def test_entry_point_is_installed_and_discovered():
 def test_forcing_the_cuda_platform_here_fails_with_the_probe_reason():
     env = {**os.environ, "OPCORE_PLATFORM": "cuda"}
     code = "import opcore.platforms as p; p.get_current_platform()"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode != 0
     assert "cuda" in out.stderr and "NVML" in out.stderr
 
@@ -113,8 +115,12 @@ def test_platform_identity():
     assert p.get_attn_backend_candidates(None) == ["TRITON_PAGED", "TORCH_NATIVE"]
     assert p.get_default_ir_op_priority(None) == {op: ["triton", "native"] for op in TRITON_OPS}
     assert set(TRITON_OPS) == {
-        "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul",
-        "rotary_embedding", "split_qkv_rmsnorm_rope",
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "gelu_and_mul",
+        "rotary_embedding",
+        "split_qkv_rmsnorm_rope",
     }
 
 

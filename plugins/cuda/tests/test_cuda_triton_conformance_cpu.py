@@ -29,10 +29,21 @@ CODE = (
 
 def test_conformance_samples_pass_for_triton_under_the_interpreter(tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "1", "OPCORE_PLATFORM": "cpu"}
-    args = ["conformance", "--providers", "triton", "--checks", "numerics,maybe_inplace",
-            "--dtypes", "float32,bfloat16", "--no-progress", "--report-dir", str(tmp_path)]
-    proc = subprocess.run([sys.executable, "-c", CODE, *args], env=env, capture_output=True,
-                          text=True, timeout=900)
+    args = [
+        "conformance",
+        "--providers",
+        "triton",
+        "--checks",
+        "numerics,maybe_inplace",
+        "--dtypes",
+        "float32,bfloat16",
+        "--no-progress",
+        "--report-dir",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE, *args], env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     statuses: dict[tuple[str, str], int] = {}
     ops = set()
@@ -43,5 +54,11 @@ def test_conformance_samples_pass_for_triton_under_the_interpreter(tmp_path):
             ops.add(rec.get("op"))
     assert set(statuses) == {"pass"}, statuses
     assert statuses["pass"] > 300
-    assert ops >= {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul",
-                   "rotary_embedding", "split_qkv_rmsnorm_rope"}
+    assert ops >= {
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "gelu_and_mul",
+        "rotary_embedding",
+        "split_qkv_rmsnorm_rope",
+    }

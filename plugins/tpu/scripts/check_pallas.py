@@ -29,30 +29,48 @@ import torch
 from opcore_plugin_tpu import pallas_kernels as pk
 
 MAX_ATTENTION_CASES_PER_MIX = 4
-DTYPES = {"float32": (jnp.float32, 2e-6), "bfloat16": (jnp.bfloat16, 1.6e-2), "float16": (jnp.float16, 2e-3)}
+DTYPES = {
+    "float32": (jnp.float32, 2e-6),
+    "bfloat16": (jnp.bfloat16, 1.6e-2),
+    "float16": (jnp.float16, 2e-3),
+}
 
 
 def check_kernel_interpret() -> list[str]:
     rng = np.random.default_rng(0)
     rows_out, failures = [], 0
-    for rows, hidden, var_size, weight in [(1, 128, None, True), (5, 256, None, True), (37, 512, 256, True),
-                                            (64, 384, None, False), (1000, 128, None, True)]:
+    for rows, hidden, var_size, weight in [
+        (1, 128, None, True),
+        (5, 256, None, True),
+        (37, 512, 256, True),
+        (64, 384, None, False),
+        (1000, 128, None, True),
+    ]:
         for dname, (dtype, tol) in DTYPES.items():
             x = rng.standard_normal((rows, hidden)).astype(np.float32)
             w = (1 + 0.5 * rng.standard_normal((1, hidden))).astype(np.float32) if weight else None
             xj = jnp.asarray(x).astype(dtype)
             wj = None if w is None else jnp.asarray(w).astype(dtype)
             block = pk.pick_block_rows(rows, hidden, jnp.dtype(dtype).itemsize)
-            out = pk.rms_norm(xj, wj, epsilon=1e-6, variance_size=var_size, block_rows=block, interpret=True)
+            out = pk.rms_norm(
+                xj, wj, epsilon=1e-6, variance_size=var_size, block_rows=block, interpret=True
+            )
             xr = np.asarray(xj.astype(jnp.float32), dtype=np.float64)
             xv = xr if var_size is None else xr[:, :var_size]
             ref = xr / np.sqrt((xv**2).mean(-1, keepdims=True) + 1e-6)
             if wj is not None:
                 ref = ref * np.asarray(wj.astype(jnp.float32), dtype=np.float64)
-            err = float(np.max(np.abs(np.asarray(out.astype(jnp.float32), dtype=np.float64) - ref) / (1 + np.abs(ref))))
+            err = float(
+                np.max(
+                    np.abs(np.asarray(out.astype(jnp.float32), dtype=np.float64) - ref)
+                    / (1 + np.abs(ref))
+                )
+            )
             ok = out.dtype == xj.dtype and err <= tol
             failures += not ok
-            rows_out.append(f"| {rows}x{hidden} | {var_size} | {weight} | {dname} | {block} | {err:.2e} | {'ok' if ok else 'FAIL'} |")
+            rows_out.append(
+                f"| {rows}x{hidden} | {var_size} | {weight} | {dname} | {block} | {err:.2e} | {'ok' if ok else 'FAIL'} |"
+            )
     print("### 1. Pallas rms_norm kernel in the interpreter (JAX CPU)\n")
     print("| shape | variance_size | weight | dtype | block_rows | max err/(1+|ref|) | verdict |")
     print("|---|---|---|---|---|---|---|")
@@ -64,20 +82,29 @@ def check_kernel_interpret() -> list[str]:
 def check_tpu_lowering() -> list[str]:
     print("### 2. Lowered for TPU (Mosaic) on this host\n")
     failures = []
-    for rows, hidden, dtype in [(64, 4096, jnp.bfloat16), (7, 128, jnp.float32), (1000, 5120, jnp.bfloat16)]:
+    for rows, hidden, dtype in [
+        (64, 4096, jnp.bfloat16),
+        (7, 128, jnp.float32),
+        (1000, 5120, jnp.bfloat16),
+    ]:
         x = jnp.zeros((rows, hidden), dtype)
         w = jnp.zeros((1, hidden), dtype)
         block = pk.pick_block_rows(rows, hidden, jnp.dtype(dtype).itemsize)
         try:
-            text = pk.rms_norm.trace(x, w, epsilon=1e-6, variance_size=None, block_rows=block).lower(
-                lowering_platforms=("tpu",)).as_text()
+            text = (
+                pk.rms_norm.trace(x, w, epsilon=1e-6, variance_size=None, block_rows=block)
+                .lower(lowering_platforms=("tpu",))
+                .as_text()
+            )
             ok = "tpu_custom_call" in text
             detail = "tpu_custom_call emitted" if ok else "no tpu_custom_call in the lowered module"
         except Exception as exc:  # a lowering error is the finding
             ok, detail = False, f"{type(exc).__name__}: {str(exc)[:200]}"
         if not ok:
             failures.append("lowering")
-        print(f"- {rows}x{hidden} {jnp.dtype(dtype).name}, block_rows {block}: {'ok' if ok else 'FAIL'} ({detail})")
+        print(
+            f"- {rows}x{hidden} {jnp.dtype(dtype).name}, block_rows {block}: {'ok' if ok else 'FAIL'} ({detail})"
+        )
     print()
     return failures
 
@@ -117,7 +144,9 @@ def check_attention_plumbing() -> list[str]:
         per_mix[mix] = per_mix.get(mix, 0) + 1
         if not ok:
             failures.append(case.name)
-        print(f"| {case.name} | {max_abs:.2e} | {max_rel:.2e} | {rtol:g} | {'ok' if ok else 'FAIL'} |")
+        print(
+            f"| {case.name} | {max_abs:.2e} | {max_rel:.2e} | {rtol:g} | {'ok' if ok else 'FAIL'} |"
+        )
     print(f"\n{ran} cases accepted by PALLAS's declarations ran.\n")
     if ran == 0:
         failures.append("no attention case ran")

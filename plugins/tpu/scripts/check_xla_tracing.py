@@ -74,10 +74,14 @@ def main() -> int:
                 f"| {name} | {sample.name} | {provider} | {execs} | {compiles} | {to_host} | "
                 f"{', '.join(fallbacks) or 'none'} | {'ok' if ok else 'VIOLATION'} |"
             )
-    print(f"Device: {device} ({torch_xla.runtime.device_type()}), torch {torch.__version__}, "
-          f"torch_xla {torch_xla.__version__}; {CALLS} calls per measured step, bf16 samples.")
+    print(
+        f"Device: {device} ({torch_xla.runtime.device_type()}), torch {torch.__version__}, "
+        f"torch_xla {torch_xla.__version__}; {CALLS} calls per measured step, bf16 samples."
+    )
     print()
-    print("| op | sample | provider | graphs executed | compiles | device->host transfers | CPU fallbacks | verdict |")
+    print(
+        "| op | sample | provider | graphs executed | compiles | device->host transfers | CPU fallbacks | verdict |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print()

@@ -58,7 +58,9 @@ def fake_torch_xla(tmp_path, monkeypatch):
     sys.modules.pop("torch_xla", None)
 
 
-def test_tpu_probe_simulated_torch_xla_activates_only_with_explicit_pjrt_cpu(fake_torch_xla, monkeypatch):
+def test_tpu_probe_simulated_torch_xla_activates_only_with_explicit_pjrt_cpu(
+    fake_torch_xla, monkeypatch
+):
     fake_torch_xla()
     monkeypatch.setattr(probe_mod, "count_tpu_chips", lambda *a, **k: 0)
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
@@ -82,12 +84,16 @@ def test_tpu_probe_simulated_tpu_chips_activate_without_pjrt_device(fake_torch_x
     assert probe_mod.probe() == "opcore_plugin_tpu.platform.TpuPlatform"
 
 
-def test_tpu_probe_simulated_torch_xla_for_another_torch_release_says_so(fake_torch_xla, monkeypatch):
+def test_tpu_probe_simulated_torch_xla_for_another_torch_release_says_so(
+    fake_torch_xla, monkeypatch
+):
     fake_torch_xla()
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     real_version = importlib.metadata.version
     monkeypatch.setattr(
-        importlib.metadata, "version", lambda name: "1.0.0" if name == "torch_xla" else real_version(name)
+        importlib.metadata,
+        "version",
+        lambda name: "1.0.0" if name == "torch_xla" else real_version(name),
     )
     assert probe_mod.torch_xla_mismatch("1.0.3") is None  # same release: loads
     expected = (
@@ -109,7 +115,9 @@ def _stand_in_torch_xla(site, body: str) -> None:
     from opcore.testing import make_distribution
 
     make_distribution(
-        site, "torch_xla", version=torch.__version__.split("+")[0],
+        site,
+        "torch_xla",
+        version=torch.__version__.split("+")[0],
         files={"torch_xla/__init__.py": body},
     )
 
@@ -131,7 +139,9 @@ def test_tpu_probe_budget_does_not_pay_a_simulated_slow_torch_xla_import(tmp_pat
 
     _stand_in_torch_xla(tmp_path, f"import time\ntime.sleep({SLOW_IMPORT_S})\n")
     res = run_python(
-        RESOLVE, site=tmp_path, timeout=120,
+        RESOLVE,
+        site=tmp_path,
+        timeout=120,
         env={"PJRT_DEVICE": "CPU", "OPCORE_PROBE_TIMEOUT_S": str(SLOW_IMPORT_S / 2)},
     )
     assert res.returncode == 0, res.stderr
@@ -146,12 +156,16 @@ def test_tpu_simulated_broken_torch_xla_refuses_the_platform_with_the_import_err
 
     from opcore.testing import run_python
 
-    _stand_in_torch_xla(tmp_path, "raise ImportError('libtpu.so: cannot open shared object file')\n")
+    _stand_in_torch_xla(
+        tmp_path, "raise ImportError('libtpu.so: cannot open shared object file')\n"
+    )
     res = run_python(RESOLVE, site=tmp_path, timeout=120, env={"PJRT_DEVICE": "CPU"})
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["platform"] == "cpu", out  # the fallback, with the reason on the tpu candidate
-    assert "ImportError: libtpu.so: cannot open shared object file" in (out["tpu"]["error"] or ""), out
+    assert "ImportError: libtpu.so: cannot open shared object file" in (
+        out["tpu"]["error"] or ""
+    ), out
 
 
 def test_tpu_chip_count_reads_pci_ids_from_a_simulated_sysfs(tmp_path):
@@ -200,10 +214,14 @@ def test_tpu_pallas_backend_is_registered_by_name_and_unavailable_here(fake_torc
     finally:
         unregister_backend("PALLAS")
     cls = load_backend_class("opcore_plugin_tpu.attention.PallasBackend")
-    cfg = AttentionSelectorConfig(head_size=128, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, device_type="xla")
+    cfg = AttentionSelectorConfig(
+        head_size=128, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, device_type="xla"
+    )
     reasons = cls.validate_configuration(cfg)
     assert any("needs a TPU" in r for r in reasons)
-    cfg64 = AttentionSelectorConfig(head_size=64, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, device_type="xla")
+    cfg64 = AttentionSelectorConfig(
+        head_size=64, num_heads=8, num_kv_heads=2, dtype=torch.bfloat16, device_type="xla"
+    )
     assert any("lane width" in r for r in cls.validate_configuration(cfg64))
     assert cls.get_kv_cache_shape(10, 16, 2, 128) == (10, 16, 4, 128)
 

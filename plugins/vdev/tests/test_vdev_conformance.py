@@ -18,8 +18,17 @@ CLI = "import sys; from opcore.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def test_conformance_passes_on_vdev0(tmp_path):
-    args = ["conformance", "--platform", "vdev", "--quick", "--ops", "rms_norm,silu_and_mul",
-            "--no-progress", "--report-dir", str(tmp_path)]
+    args = [
+        "conformance",
+        "--platform",
+        "vdev",
+        "--quick",
+        "--ops",
+        "rms_norm,silu_and_mul",
+        "--no-progress",
+        "--report-dir",
+        str(tmp_path),
+    ]
     proc = run_python(CLI, env={"OPCORE_VDEV": "1"}, args=args, timeout=600)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     report = (tmp_path / "conformance.md").read_text()
@@ -36,17 +45,39 @@ def test_conformance_passes_on_vdev0(tmp_path):
         vdev_cases += rec.get("provider") == "vdev"
     assert set(statuses) <= {"pass", "not_applicable"}, statuses
     assert statuses["pass"] > 300 and vdev_cases > 100
-    assert {"numerics", "functional", "supports_args", "opcheck", "compile.matches_eager", "platform.identity"} <= checks
+    assert {
+        "numerics",
+        "functional",
+        "supports_args",
+        "opcheck",
+        "compile.matches_eager",
+        "platform.identity",
+    } <= checks
 
 
 def test_conformance_on_the_second_device_vdev1(tmp_path):
     """Samples moved to vdev:1 with their layouts, every result checked there against the
     float64 CPU reference; numerics and functional checks of the ops the vdev provider
     serves, both providers."""
-    args = ["conformance", "--platform", "vdev", "--device-index", "1",
-            "--ops", "rms_norm,fused_add_rms_norm,silu_and_mul", "--checks", "numerics,functional",
-            "--dtypes", "float32,bfloat16", "--no-progress", "--report-dir", str(tmp_path)]
-    proc = run_python(CLI, env={"OPCORE_VDEV": "1", "OPCORE_VDEV_DEVICES": "2"}, args=args, timeout=600)
+    args = [
+        "conformance",
+        "--platform",
+        "vdev",
+        "--device-index",
+        "1",
+        "--ops",
+        "rms_norm,fused_add_rms_norm,silu_and_mul",
+        "--checks",
+        "numerics,functional",
+        "--dtypes",
+        "float32,bfloat16",
+        "--no-progress",
+        "--report-dir",
+        str(tmp_path),
+    ]
+    proc = run_python(
+        CLI, env={"OPCORE_VDEV": "1", "OPCORE_VDEV_DEVICES": "2"}, args=args, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     assert "- device: `vdev:1`" in (tmp_path / "conformance.md").read_text()
     cases = [json.loads(line) for line in (tmp_path / "conformance.jsonl").read_text().splitlines()]
@@ -56,16 +87,34 @@ def test_conformance_on_the_second_device_vdev1(tmp_path):
 
 
 def test_a_device_index_the_platform_lacks_stops_the_run(tmp_path):
-    args = ["conformance", "--platform", "vdev", "--device-index", "1", "--no-progress",
-            "--report-dir", str(tmp_path)]
+    args = [
+        "conformance",
+        "--platform",
+        "vdev",
+        "--device-index",
+        "1",
+        "--no-progress",
+        "--report-dir",
+        str(tmp_path),
+    ]
     proc = run_python(CLI, env={"OPCORE_VDEV": "1"}, args=args, timeout=300)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "--device-index 1: platform 'vdev' has 1 device(s)" in proc.stderr
 
 
 def test_vdev_attention_backend_passes_the_attention_cases(tmp_path):
-    args = ["conformance", "--platform", "vdev", "--checks", "attention", "--providers", "VDEV",
-            "--no-progress", "--report-dir", str(tmp_path)]
+    args = [
+        "conformance",
+        "--platform",
+        "vdev",
+        "--checks",
+        "attention",
+        "--providers",
+        "VDEV",
+        "--no-progress",
+        "--report-dir",
+        str(tmp_path),
+    ]
     proc = run_python(CLI, env={"OPCORE_VDEV": "1"}, args=args, timeout=600)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     cases = [json.loads(line) for line in (tmp_path / "conformance.jsonl").read_text().splitlines()]

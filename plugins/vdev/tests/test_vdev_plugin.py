@@ -33,7 +33,10 @@ def test_probe_is_off_by_default_and_says_how_to_enable(monkeypatch):
 
 @pytest.mark.parametrize(
     "env, needle",
-    [({"OPCORE_VDEV": "yes"}, "OPCORE_VDEV='yes'"), ({"OPCORE_VDEV": "1", "OPCORE_VDEV_DEVICES": "x"}, "OPCORE_VDEV_DEVICES")],
+    [
+        ({"OPCORE_VDEV": "yes"}, "OPCORE_VDEV='yes'"),
+        ({"OPCORE_VDEV": "1", "OPCORE_VDEV_DEVICES": "x"}, "OPCORE_VDEV_DEVICES"),
+    ],
 )
 def test_probe_reports_a_typo_instead_of_ignoring_it(monkeypatch, env, needle):
     for key, value in env.items():

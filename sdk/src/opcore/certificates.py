@@ -63,14 +63,18 @@ def parse(data: Any, source: str) -> Certificate:
     if data["format"] != FORMAT:
         raise CertificateError(f"{source}: format is {data['format']!r}, expected {FORMAT!r}")
     if data["format_version"] != FORMAT_VERSION:
-        raise CertificateError(f"{source}: format_version {data['format_version']!r} is not "
-                               f"{FORMAT_VERSION} (written by another opcore version)")
+        raise CertificateError(
+            f"{source}: format_version {data['format_version']!r} is not "
+            f"{FORMAT_VERSION} (written by another opcore version)"
+        )
     providers: dict[tuple[str, str], dict[str, Any]] = {}
     if not isinstance(data["providers"], list):
         raise CertificateError(f"{source}: providers is not a list")
     for entry in data["providers"]:
-        if not (isinstance(entry, dict) and all(isinstance(entry.get(k), str)
-                                                for k in ("op", "provider", "identity"))):
+        if not (
+            isinstance(entry, dict)
+            and all(isinstance(entry.get(k), str) for k in ("op", "provider", "identity"))
+        ):
             raise CertificateError(f"{source}: a providers entry lacks op, provider or identity")
         providers[(entry["op"], entry["provider"])] = entry
     return Certificate(source, str(data["device_type"]), str(data["mode"]), providers, data)
@@ -105,8 +109,9 @@ def shipped(package: str) -> tuple[list[Certificate], list[str]]:
     return found, errors
 
 
-def coverage(op: str, provider: str, identity: str, device_type: str,
-             certificates: list[Certificate]) -> dict[str, Any]:
+def coverage(
+    op: str, provider: str, identity: str, device_type: str, certificates: list[Certificate]
+) -> dict[str, Any]:
     """Whether ``certificates`` cover this provider on ``device_type``: ``status``
     (`CERTIFIED` or `NOT_CERTIFIED`), ``modes`` (those covered), ``sources`` (the covering
     files) and ``why`` (for "not certified": the nearest miss, in words)."""
@@ -120,8 +125,10 @@ def coverage(op: str, provider: str, identity: str, device_type: str,
         if cert.device_type != device_type:
             misses.append(f"{cert.source} is for device type {cert.device_type!r}")
         elif entry["identity"] != identity:
-            misses.append(f"{cert.source} certifies identity {entry['identity'][:16]}, the "
-                          f"provider is now {identity[:16]} (its source changed)")
+            misses.append(
+                f"{cert.source} certifies identity {entry['identity'][:16]}, the "
+                f"provider is now {identity[:16]} (its source changed)"
+            )
         elif not entry.get("passed", False):
             misses.append(f"{cert.source} records failures for it")
         else:
@@ -129,8 +136,12 @@ def coverage(op: str, provider: str, identity: str, device_type: str,
             sources.append(cert.source)
     if modes:
         return {"status": CERTIFIED, "modes": sorted(modes), "sources": sources, "why": None}
-    return {"status": NOT_CERTIFIED, "modes": [], "sources": [],
-            "why": "; ".join(misses) if misses else "no certificate lists it"}
+    return {
+        "status": NOT_CERTIFIED,
+        "modes": [],
+        "sources": [],
+        "why": "; ".join(misses) if misses else "no certificate lists it",
+    }
 
 
 def _top_package(module: str | None) -> str | None:
@@ -180,5 +191,4 @@ def info(platform: Any = None, config: Any = None) -> dict[str, Any]:
                 **coverage(name, provider, identity, platform.device_type, certificates),
                 "identity": identity[:16],
             }
-    return {"device_type": platform.device_type, "found": sources, "errors": errors,
-            "ops": result}
+    return {"device_type": platform.device_type, "found": sources, "errors": errors, "ops": result}

@@ -148,8 +148,6 @@ def parse_backend_name(text: str, *, source: str = "attention.backend") -> str:
     return text.upper()
 
 
-
-
 def check_environment(env: Mapping[str, str] | None = None) -> None:
     """Check the ``OPCORE_*`` variables of ``env`` (default ``os.environ``) that configure
     the process rather than the config object: the switches (`SWITCH_VARIABLES`), the
@@ -237,7 +235,9 @@ def check_custom_op_names(
     `opcore.layers.CustomOp` (a typo would otherwise be ignored in silence)."""
     wanted = [(item, item[1:]) for item in items if item not in ("all", "none")]
     if wanted:
-        _check_registered(wanted, _layer_op_names, what="layer op", source=source, platform=platform)
+        _check_registered(
+            wanted, _layer_op_names, what="layer op", source=source, platform=platform
+        )
 
 
 def check_attention_backend_name(

@@ -24,7 +24,9 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any
 
-_STACK: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("opcore_scopes", default=())
+_STACK: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar(
+    "opcore_scopes", default=()
+)
 
 # The open blocks of this thread or task, innermost last (``()`` when none is open). The
 # ContextVar's bound ``get``: the cheapest call there is, for dispatch hot paths.
@@ -61,7 +63,9 @@ class ScopeKind:
 
     def values(self, frames: tuple[Frame, ...] | None = None) -> list[Any]:
         """The values of the open blocks of this kind, outermost first."""
-        return [f.value for f in (_STACK.get() if frames is None else frames) if f.kind == self.name]
+        return [
+            f.value for f in (_STACK.get() if frames is None else frames) if f.kind == self.name
+        ]
 
     @contextlib.contextmanager
     def push(self, value: Any) -> Iterator[Frame]:

@@ -26,8 +26,12 @@ def grid(
     dtypes the platform does not claim become ``unsupported`` cases (still listed, so the
     report shows the whole grid and expectation entries can name them)."""
     if not irapi.available():
-        yield Case(case_id(check), check, preset=S.NOT_APPLICABLE,
-                   preset_reason=f"opcore.ir is not importable: {irapi.unavailable_reason()}")
+        yield Case(
+            case_id(check),
+            check,
+            preset=S.NOT_APPLICABLE,
+            preset_reason=f"opcore.ir is not importable: {irapi.unavailable_reason()}",
+        )
         return
     if make_body is None:  # only callers without ops pass None (fake.collect)
         raise TypeError(f"grid({check!r}): make_body is required when opcore.ir is importable")
@@ -50,8 +54,12 @@ def grid(
                     samples = sample_filter(samples)
                 for sample in samples:
                     case = Case(
-                        case_id(check, op_name, provider, dtype, sample), check,
-                        op=op_name, provider=provider, dtype=dtype, sample=sample,
+                        case_id(check, op_name, provider, dtype, sample),
+                        check,
+                        op=op_name,
+                        provider=provider,
+                        dtype=dtype,
+                        sample=sample,
                         layout=ctx.cache.layout(op, dtype, ctx.quick, sample),
                         body=make_body(op_name, provider, dtype, sample),
                     )
@@ -59,15 +67,21 @@ def grid(
                         case.default_tolerance = Tolerance(*irapi.tolerance(op, dtype))
                     if not irapi.impl_supported(impl):
                         case.preset = S.UNSUPPORTED
-                        case.preset_reason = f"provider {provider!r} of {op_name} is not supported here"
+                        case.preset_reason = (
+                            f"provider {provider!r} of {op_name} is not supported here"
+                        )
                     elif dtype not in claimed:
                         case.preset = S.UNSUPPORTED
-                        case.preset_reason = (f"platform {ctx.platform.name!r} does not claim {dtype} "
-                                              f"(supported_dtypes)")
+                        case.preset_reason = (
+                            f"platform {ctx.platform.name!r} does not claim {dtype} "
+                            f"(supported_dtypes)"
+                        )
                     yield case
 
 
-def device_sample(ctx: Any, op_name: str, dtype: str, sample_name: str) -> tuple[Any, Any, tuple, dict]:
+def device_sample(
+    ctx: Any, op_name: str, dtype: str, sample_name: str
+) -> tuple[Any, Any, tuple, dict]:
     """(op, the CPU sample, device args, device kwargs): a fresh device copy each call."""
     op = irapi.get_op(op_name)
     sample = ctx.cache.get(op, dtype, ctx.quick, sample_name)
@@ -85,11 +99,15 @@ def forced(op: Any, provider: str, args: tuple, kwargs: dict) -> Iterator[None]:
         try:
             chosen = op.dispatch(*args, **kwargs).provider
         except Exception as exc:
-            raise CheckFailed(f"{op.name}.dispatch with provider {provider!r} first raised "
-                              f"{type(exc).__name__}: {exc}") from None
+            raise CheckFailed(
+                f"{op.name}.dispatch with provider {provider!r} first raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         if chosen != provider:
-            raise Unsupported(f"supports_args of provider {provider!r} declines this sample "
-                              f"({op.name} would run {chosen!r})")
+            raise Unsupported(
+                f"supports_args of provider {provider!r} declines this sample "
+                f"({op.name} would run {chosen!r})"
+            )
         yield
 
 
@@ -99,4 +117,6 @@ def call(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except Exception as exc:
         text = str(exc).strip().splitlines()
-        raise CheckFailed(f"{what} raised {type(exc).__name__}: {text[0] if text else ''}") from None
+        raise CheckFailed(
+            f"{what} raised {type(exc).__name__}: {text[0] if text else ''}"
+        ) from None

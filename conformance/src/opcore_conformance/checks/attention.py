@@ -32,8 +32,15 @@ def collect(ctx) -> list[Case]:
     try:
         testing = _testing()
     except ImportError as exc:
-        return [Case(case_id(CHECK), CHECK, op=OP, preset=S.NOT_APPLICABLE,
-                     preset_reason=f"opcore.attention.testing is not importable: {exc}")]
+        return [
+            Case(
+                case_id(CHECK),
+                CHECK,
+                op=OP,
+                preset=S.NOT_APPLICABLE,
+                preset_reason=f"opcore.attention.testing is not importable: {exc}",
+            )
+        ]
     claimed = {str(d).removeprefix("torch.") for d in ctx.platform.supported_dtypes}
     out = []
     for case in testing.conformance_cases(ctx.quick):
@@ -41,8 +48,15 @@ def collect(ctx) -> list[Case]:
         backends = ctx.platform.get_attn_backend_candidates(cfg)
         dtype = str(case.dtype).removeprefix("torch.")
         for backend in backends:
-            c = Case(case_id(CHECK, backend, case.name), CHECK, op=OP, provider=backend,
-                     dtype=dtype, sample=case.name, body=_body(backend, case))
+            c = Case(
+                case_id(CHECK, backend, case.name),
+                CHECK,
+                op=OP,
+                provider=backend,
+                dtype=dtype,
+                sample=case.name,
+                body=_body(backend, case),
+            )
             if dtype not in claimed:
                 c.preset = S.UNSUPPORTED
                 c.preset_reason = f"platform {ctx.platform.name!r} does not claim {dtype}"
@@ -61,16 +75,27 @@ def _body(backend: str, case: Any):
         except testing.CaseNotSupported as exc:
             raise Unsupported(str(exc)) from None
         except Exception as exc:
-            raise CheckFailed(f"{backend} on {case.name} raised {type(exc).__name__}: {exc}") from None
+            raise CheckFailed(
+                f"{backend} on {case.name} raised {type(exc).__name__}: {exc}"
+            ) from None
         ratio = r.max_rel_err / r.rtol if r.rtol else (0.0 if r.max_rel_err == 0 else math.inf)
-        metrics = {"max_abs": r.max_abs_err, "max_rel": r.max_rel_err, "max_ratio": ratio,
-                   "atol": r.atol, "rtol": r.rtol, "ref_dtype": "float64", "ref_device": "cpu",
-                   "reference": "TORCH_NATIVE"}
+        metrics = {
+            "max_abs": r.max_abs_err,
+            "max_rel": r.max_rel_err,
+            "max_ratio": ratio,
+            "atol": r.atol,
+            "rtol": r.rtol,
+            "ref_dtype": "float64",
+            "ref_device": "cpu",
+            "reference": "TORCH_NATIVE",
+        }
         if not r.passed:
             raise CheckFailed(
                 f"{backend} differs from TORCH_NATIVE on {case.name}: max abs error "
                 f"{r.max_abs_err:.3g}, worst |d|/(atol + rtol|ref|) = {ratio:.3g} > 1 "
-                f"(atol={r.atol:g}, rtol={r.rtol:g})", metrics)
+                f"(atol={r.atol:g}, rtol={r.rtol:g})",
+                metrics,
+            )
         return metrics
 
     return body

@@ -86,16 +86,20 @@ def collect(ctx) -> list[Case]:
     wanted = [c for c in CHECKS if ctx.wants(check=c)]
     if not wanted:
         return []
-    reason = _unavailable() or (None if irapi.available() else
-                                f"opcore.ir is not importable: {irapi.unavailable_reason()}")
+    reason = _unavailable() or (
+        None if irapi.available() else f"opcore.ir is not importable: {irapi.unavailable_reason()}"
+    )
     if reason:
         return [Case(case_id(c), c, preset=S.NOT_APPLICABLE, preset_reason=reason) for c in wanted]
     out: list[Case] = []
     for mode, pick in _plans(ctx):
         if MATCHES_EAGER in wanted:
-            for case in grid(ctx, MATCHES_EAGER, functools.partial(_matches_eager_body, mode),
-                             sample_filter=pick):
-                case.id = case_id(MATCHES_EAGER, case.op, case.provider, case.dtype, case.sample, mode)
+            for case in grid(
+                ctx, MATCHES_EAGER, functools.partial(_matches_eager_body, mode), sample_filter=pick
+            ):
+                case.id = case_id(
+                    MATCHES_EAGER, case.op, case.provider, case.dtype, case.sample, mode
+                )
                 case.info["mode"] = mode
                 out.append(case)
         if LOWERING in wanted:
@@ -120,21 +124,33 @@ def _lowering_cases(ctx, mode: str, pick: Callable[[list[str]], list[str]]) -> I
             if not ctx.wants(dtype=dtype):
                 continue
             for sample in pick(ctx.cache.names(op, dtype, ctx.quick)):
-                case = Case(case_id(LOWERING, op_name, dtype, sample, mode), LOWERING,
-                            op=op_name, dtype=dtype, sample=sample,
-                            layout=ctx.cache.layout(op, dtype, ctx.quick, sample),
-                            body=_lowering_body(mode, op_name, dtype, sample), info={"mode": mode})
+                case = Case(
+                    case_id(LOWERING, op_name, dtype, sample, mode),
+                    LOWERING,
+                    op=op_name,
+                    dtype=dtype,
+                    sample=sample,
+                    layout=ctx.cache.layout(op, dtype, ctx.quick, sample),
+                    body=_lowering_body(mode, op_name, dtype, sample),
+                    info={"mode": mode},
+                )
                 if dtype not in claimed:
                     case.preset = S.UNSUPPORTED
-                    case.preset_reason = f"platform {ctx.platform.name!r} does not claim {dtype} (supported_dtypes)"
+                    case.preset_reason = (
+                        f"platform {ctx.platform.name!r} does not claim {dtype} (supported_dtypes)"
+                    )
                 yield case
 
 
 def _decoder_case(ctx, check: str, mode: str, body: Callable) -> Case:
-    case = Case(case_id(check, mode), check, dtype=DECODER_DTYPE, body=body(mode), info={"mode": mode})
+    case = Case(
+        case_id(check, mode), check, dtype=DECODER_DTYPE, body=body(mode), info={"mode": mode}
+    )
     if DECODER_DTYPE not in _claimed(ctx):
         case.preset = S.UNSUPPORTED
-        case.preset_reason = f"platform {ctx.platform.name!r} does not claim {DECODER_DTYPE}, the decoder's dtype"
+        case.preset_reason = (
+            f"platform {ctx.platform.name!r} does not claim {DECODER_DTYPE}, the decoder's dtype"
+        )
     return case
 
 
@@ -182,7 +198,9 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = getattr(current, "inner_exception", None) or current.__cause__ or current.__context__
+        current = (
+            getattr(current, "inner_exception", None) or current.__cause__ or current.__context__
+        )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -225,8 +243,14 @@ def _failing_node(exc: BaseException, impl: Any) -> str | None:
     return None
 
 
-def _run(what: str, fn: Callable[..., dict[str, Any]], *args: Any, culprit: Callable[[], Any] | None = None,
-         impl: Any = None, **kwargs: Any) -> dict[str, Any]:
+def _run(
+    what: str,
+    fn: Callable[..., dict[str, Any]],
+    *args: Any,
+    culprit: Callable[[], Any] | None = None,
+    impl: Any = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
     """Call a check of `opcore.compile.testing`; its exceptions become statuses. A failure
     while compiling carries its traceback and, where known, the op, provider and source
     line that failed: ``impl`` is the one provider the check compiles; ``culprit`` (for a
@@ -244,13 +268,19 @@ def _run(what: str, fn: Callable[..., dict[str, Any]], *args: Any, culprit: Call
         chain = list(_chain(exc))
         lowering = next((e for e in chain if isinstance(e, LoweringError)), None)
         if lowering is not None:
-            raise NotApplicable(f"{what}: the provider cannot be lowered here: {_first_line(lowering)}") from None
+            raise NotApplicable(
+                f"{what}: the provider cannot be lowered here: {_first_line(lowering)}"
+            ) from None
         root = chain[-1]
         cause = f" (caused by {_first_line(root)})" if root is not exc else ""
         details: dict[str, Any] = {"traceback": _traceback(exc)}
         found = None
         if impl is not None:
-            found = {"op": impl.op_name, "provider": impl.provider, "node": _failing_node(exc, impl)}
+            found = {
+                "op": impl.op_name,
+                "provider": impl.provider,
+                "node": _failing_node(exc, impl),
+            }
         elif culprit is not None:
             found = culprit()
         where = ""
@@ -258,8 +288,10 @@ def _run(what: str, fn: Callable[..., dict[str, Any]], *args: Any, culprit: Call
             details["culprit"] = found
             node = f" at {found['node']}" if found.get("node") else ""
             alone = f" (lowered alone: {found['error']})" if found.get("error") else ""
-            where = (f"; op {found['op']!r}, provider {found['provider']!r} fails to lower{node}{alone}"
-                     f" ({TRACE_RULE})")
+            where = (
+                f"; op {found['op']!r}, provider {found['provider']!r} fails to lower{node}{alone}"
+                f" ({TRACE_RULE})"
+            )
         raise CheckFailed(f"{what} raised {_first_line(exc)}{cause}{where}", details) from None
 
 
@@ -301,8 +333,11 @@ def _lower_op_by_op(ctx, mode: str) -> dict[str, Any] | None:
         try:
             provider = op.dispatch(*sample.args, **sample.kwargs).provider
             args, kwargs = _token_marked(sample)
-            compiled = torch.compile(lambda *a, **k: op(*a, **k),  # noqa: B023 (called at once)
-                                     backend=oc.backend(mode=mode, fusion=False), fullgraph=True)
+            compiled = torch.compile(
+                lambda *a, **k: op(*a, **k),  # noqa: B023 (called at once)
+                backend=oc.backend(mode=mode, fusion=False),
+                fullgraph=True,
+            )
             with torch.no_grad(), _guards_added(guards):
                 compiled(*args, **kwargs)
         except Exception as exc:
@@ -333,8 +368,12 @@ def _guards_added(into: list[str]) -> Iterator[None]:
     handler, level, propagate = _Collect(logging.DEBUG), logger.level, logger.propagate
     # Lowering the level turns on torch's related dynamic-shape logs elsewhere too: its
     # own handlers (on the "torch" logger) are muted meanwhile, so nothing is printed.
-    muted = [(h, h.level) for name, lg in list(logging.root.manager.loggerDict.items())
-             if name.split(".")[0] == "torch" and isinstance(lg, logging.Logger) for h in lg.handlers]
+    muted = [
+        (h, h.level)
+        for name, lg in list(logging.root.manager.loggerDict.items())
+        if name.split(".")[0] == "torch" and isinstance(lg, logging.Logger)
+        for h in lg.handlers
+    ]
     for h, _ in muted:
         h.setLevel(logging.CRITICAL)
     logger.addHandler(handler)
@@ -374,12 +413,23 @@ def _matches_eager_body(mode: str, op_name: str, provider: str, dtype: str, samp
     def body(ctx, _tol) -> dict[str, Any]:
         op, sample = _device_sample(ctx, op_name, dtype, sample_name)
         with _compiling(ctx, mode):
-            m = _run(f"compiling {op_name} with provider {provider!r} ({mode})",
-                     _testing().compiled_matches_eager, op, provider, sample, mode=mode,
-                     impl=op.impls.get(provider))
+            m = _run(
+                f"compiling {op_name} with provider {provider!r} ({mode})",
+                _testing().compiled_matches_eager,
+                op,
+                provider,
+                sample,
+                mode=mode,
+                impl=op.impls.get(provider),
+            )
         atol, rtol = irapi.tolerance(op, dtype)  # the bound compiled_matches_eager used
-        return {"max_abs": m.get("max_abs_err"), "atol": atol, "rtol": rtol, "mode": mode,
-                "how": m.get("how")}
+        return {
+            "max_abs": m.get("max_abs_err"),
+            "atol": atol,
+            "rtol": rtol,
+            "mode": mode,
+            "how": m.get("how"),
+        }
 
     return body
 
@@ -388,9 +438,17 @@ def _lowering_body(mode: str, op_name: str, dtype: str, sample_name: str):
     def body(ctx, _tol) -> dict[str, Any]:
         op, sample = _device_sample(ctx, op_name, dtype, sample_name)
         with _compiling(ctx, mode):
-            picked = op.dispatch(*sample.args, **sample.kwargs).provider  # what lowering should pick
-            m = _run(f"compiling {op_name} ({mode})", _testing().lowering_matches_dispatch,
-                     op, sample, mode=mode, impl=op.impls.get(picked))
+            picked = op.dispatch(
+                *sample.args, **sample.kwargs
+            ).provider  # what lowering should pick
+            m = _run(
+                f"compiling {op_name} ({mode})",
+                _testing().lowering_matches_dispatch,
+                op,
+                sample,
+                mode=mode,
+                impl=op.impls.get(picked),
+            )
         return {"mode": mode, "chosen": m.get("provider")}
 
     return body
@@ -402,8 +460,10 @@ def _device_kwargs(ctx, fn: Callable) -> dict[str, Any]:
     if "device" in inspect.signature(fn).parameters:
         return {"device": ctx.device}
     if ctx.device.type != "cpu":
-        raise NotApplicable(f"opcore.compile.testing.{fn.__name__} builds the decoder on the CPU "
-                            f"only (it takes no device), so it cannot check {ctx.device.type}")
+        raise NotApplicable(
+            f"opcore.compile.testing.{fn.__name__} builds the decoder on the CPU "
+            f"only (it takes no device), so it cannot check {ctx.device.type}"
+        )
     return {}
 
 
@@ -411,8 +471,13 @@ def _dynamic_batch_body(mode: str):
     def body(ctx, _tol) -> dict[str, Any]:
         fn = _testing().no_recompile_on_dynamic_batch
         with _compiling(ctx, mode):
-            m = _run(f"the small decoder with a dynamic batch ({mode})", fn, mode=mode,
-                     culprit=lambda: _lower_op_by_op(ctx, mode), **_device_kwargs(ctx, fn))
+            m = _run(
+                f"the small decoder with a dynamic batch ({mode})",
+                fn,
+                mode=mode,
+                culprit=lambda: _lower_op_by_op(ctx, mode),
+                **_device_kwargs(ctx, fn),
+            )
         return {"max_abs": m.get("max_abs_err"), "mode": mode, "graphs": m.get("graphs")}
 
     return body
@@ -422,8 +487,13 @@ def _fusion_body(mode: str):
     def body(ctx, _tol) -> dict[str, Any]:
         fn = _testing().fusion_fires_on_small_decoder
         with _compiling(ctx, mode):
-            m = _run(f"the small decoder with fusion ({mode})", fn, mode=mode,
-                     culprit=lambda: _lower_op_by_op(ctx, mode), **_device_kwargs(ctx, fn))
+            m = _run(
+                f"the small decoder with fusion ({mode})",
+                fn,
+                mode=mode,
+                culprit=lambda: _lower_op_by_op(ctx, mode),
+                **_device_kwargs(ctx, fn),
+            )
         return {"max_abs": m.get("max_abs_err"), "mode": mode, "fusions": m.get("fusions")}
 
     return body

@@ -24,12 +24,17 @@ def _body(op_name: str, provider: str, dtype: str, sample_name: str):
             with forced(op, provider, args, kwargs):
                 outs.append(call(f"{op_name} with provider {provider!r}", op, *args, **kwargs))
         ctx.platform.synchronize()
-        diffs = [p for (p, x), (_, y) in zip(iter_tensors(outs[0]), iter_tensors(outs[1]), strict=False)
-                 if (x is None) != (y is None)
-                 or (x is not None and y is not None and not bitwise_equal(x, y))]
+        diffs = [
+            p
+            for (p, x), (_, y) in zip(iter_tensors(outs[0]), iter_tensors(outs[1]), strict=False)
+            if (x is None) != (y is None)
+            or (x is not None and y is not None and not bitwise_equal(x, y))
+        ]
         if diffs:
-            raise CheckFailed(f"{op_name} with provider {provider!r} gave different bits on two "
-                              f"runs of the same inputs in {', '.join(diffs)}")
+            raise CheckFailed(
+                f"{op_name} with provider {provider!r} gave different bits on two "
+                f"runs of the same inputs in {', '.join(diffs)}"
+            )
         return {}
 
     return body

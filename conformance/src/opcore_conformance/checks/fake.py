@@ -42,15 +42,34 @@ def collect(ctx) -> list:
             if impl.supports_args is not None:
                 with_sa.add((op_name, provider))
             elif ctx.wants(op=op_name, provider=provider):
-                out.append(Case(case_id(SUPPORTS_ARGS, op_name, provider), SUPPORTS_ARGS,
-                                op=op_name, provider=provider, preset=S.NOT_APPLICABLE,
-                                preset_reason=f"provider {provider!r} declares no supports_args "
-                                              f"(it takes every argument)"))
-    out += list(grid(ctx, SUPPORTS_ARGS, _supports_args_body,
-                     providers=lambda op: [p for p in op.impls if (op.name, p) in with_sa]))
+                out.append(
+                    Case(
+                        case_id(SUPPORTS_ARGS, op_name, provider),
+                        SUPPORTS_ARGS,
+                        op=op_name,
+                        provider=provider,
+                        preset=S.NOT_APPLICABLE,
+                        preset_reason=f"provider {provider!r} declares no supports_args "
+                        f"(it takes every argument)",
+                    )
+                )
+    out += list(
+        grid(
+            ctx,
+            SUPPORTS_ARGS,
+            _supports_args_body,
+            providers=lambda op: [p for p in op.impls if (op.name, p) in with_sa],
+        )
+    )
     # opcheck traces and compiles: in quick mode, the first two samples of each dtype.
-    out += list(grid(ctx, OPCHECK, _opcheck_body,
-                     sample_filter=(lambda names: names[:2]) if ctx.quick else None))
+    out += list(
+        grid(
+            ctx,
+            OPCHECK,
+            _opcheck_body,
+            sample_filter=(lambda names: names[:2]) if ctx.quick else None,
+        )
+    )
     return out
 
 
@@ -61,20 +80,27 @@ def _supports_args_body(op_name: str, provider: str, dtype: str, sample_name: st
         try:
             real = fn(*args, **kwargs)
         except Exception as exc:
-            raise CheckFailed(f"supports_args of {op_name}/{provider} raised {type(exc).__name__} on "
-                              f"device tensors: {exc}") from None
+            raise CheckFailed(
+                f"supports_args of {op_name}/{provider} raised {type(exc).__name__} on "
+                f"device tensors: {exc}"
+            ) from None
         if type(real) is not bool:
-            raise CheckFailed(f"supports_args of {op_name}/{provider} returned "
-                              f"{type(real).__name__} {real!r} on device tensors; it must return a plain bool")
+            raise CheckFailed(
+                f"supports_args of {op_name}/{provider} returned "
+                f"{type(real).__name__} {real!r} on device tensors; it must return a plain bool"
+            )
         # Static fake tensors (what lowering sees for a fixed shape), then symbolic sizes
         # and strides (what it sees under torch.compile's dynamic shapes): comparisons of
         # SymInts give SymBools, which a provider must turn into a bool itself.
         for kind in ("static", "symbolic"):
-            answer = _supports_args_on_fake(fn, args, kwargs, symbolic=kind == "symbolic",
-                                            where=f"{op_name}/{provider}")
+            answer = _supports_args_on_fake(
+                fn, args, kwargs, symbolic=kind == "symbolic", where=f"{op_name}/{provider}"
+            )
             if answer != real:
-                raise CheckFailed(f"supports_args of {op_name}/{provider} answers {answer!r} on "
-                                  f"{kind} fake tensors but {real!r} on device tensors")
+                raise CheckFailed(
+                    f"supports_args of {op_name}/{provider} answers {answer!r} on "
+                    f"{kind} fake tensors but {real!r} on device tensors"
+                )
         return {"answer": real}
 
     return body
@@ -88,7 +114,9 @@ def _supports_args_on_fake(fn, args, kwargs, *, symbolic: bool, where: str) -> b
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=False)
-        fake_args, fake_kwargs = map_tensors((args, kwargs), lambda t: mode.from_tensor(t, static_shapes=False))
+        fake_args, fake_kwargs = map_tensors(
+            (args, kwargs), lambda t: mode.from_tensor(t, static_shapes=False)
+        )
     else:
         mode = FakeTensorMode(allow_non_fake_inputs=False)
         fake_args, fake_kwargs = map_tensors((args, kwargs), mode.from_tensor)
@@ -102,9 +130,11 @@ def _supports_args_on_fake(fn, args, kwargs, *, symbolic: bool, where: str) -> b
             f"never from tensor values ({str(exc).splitlines()[0] if str(exc) else ''})"
         ) from None
     if type(answer) is not bool:
-        raise CheckFailed(f"supports_args of {where} returned {type(answer).__name__} {answer!r} on "
-                          f"{kind} fake tensors; it must return a plain bool (wrap SymBool "
-                          f"comparisons of symbolic sizes in bool())")
+        raise CheckFailed(
+            f"supports_args of {where} returned {type(answer).__name__} {answer!r} on "
+            f"{kind} fake tensors; it must return a plain bool (wrap SymBool "
+            f"comparisons of symbolic sizes in bool())"
+        )
     return answer
 
 
@@ -119,8 +149,9 @@ def _opcheck_body(op_name: str, provider: str, dtype: str, sample_name: str):
         if ctx.device.type in AUTOGRAD_DEVICES:
             utils.append("test_autograd_registration")
         else:
-            info["not_applicable"] = {"test_autograd_registration":
-                                      f"not implemented by PyTorch for {ctx.device.type} tensors"}
+            info["not_applicable"] = {
+                "test_autograd_registration": f"not implemented by PyTorch for {ctx.device.type} tensors"
+            }
         overloads = [("default", op.torch_op, args, kwargs)]
         if op.allow_inplace:  # the donation overload, on its own copy of the inputs
             _, _, args2, kwargs2 = device_sample(ctx, op_name, dtype, sample_name)
@@ -131,15 +162,21 @@ def _opcheck_body(op_name: str, provider: str, dtype: str, sample_name: str):
                 try:
                     result = opcheck(torch_op, a, kw, test_utils=utils)
                 except NotImplementedError as exc:
-                    raise NotApplicable(f"opcheck({name}) cannot run on {ctx.device.type}: {exc}") from None
+                    raise NotApplicable(
+                        f"opcheck({name}) cannot run on {ctx.device.type}: {exc}"
+                    ) from None
                 except Exception as exc:
                     first = str(exc).strip().splitlines()
                     # the stack (down to the provider's line) and opcheck's whole message
                     stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                    raise CheckFailed(f"torch.library.opcheck({name}) failed: "
-                                      f"{type(exc).__name__}: {first[0] if first else ''}",
-                                      {"traceback": "\n".join(stack.splitlines()[-60:])}) from None
-                bad = {k: v for k, v in (result or {}).items() if v not in ("SUCCESS", "xfail", "skip")}
+                    raise CheckFailed(
+                        f"torch.library.opcheck({name}) failed: "
+                        f"{type(exc).__name__}: {first[0] if first else ''}",
+                        {"traceback": "\n".join(stack.splitlines()[-60:])},
+                    ) from None
+                bad = {
+                    k: v for k, v in (result or {}).items() if v not in ("SUCCESS", "xfail", "skip")
+                }
                 if bad:
                     raise CheckFailed(f"torch.library.opcheck({name}): {bad}")
                 info[overload] = result

@@ -24,7 +24,11 @@ def collect(ctx) -> list:
     cases = list(grid(ctx, CHECK, _functional_body))
     if irapi.available():
         inplace_ops = {n for n in irapi.op_names() if irapi.get_op(n).allow_inplace}
-        cases += [c for c in grid(ctx, INPLACE_CHECK, _inplace_body) if c.op in inplace_ops or c.op is None]
+        cases += [
+            c
+            for c in grid(ctx, INPLACE_CHECK, _inplace_body)
+            if c.op in inplace_ops or c.op is None
+        ]
     return cases
 
 
@@ -54,14 +58,21 @@ def _functional_body(op_name: str, provider: str, dtype: str, sample_name: str):
                 now = now.new_empty(0).set_(now.untyped_storage())
                 was = was.new_empty(0).set_(was.untyped_storage())
             if not bitwise_equal(now, was):
-                problems.append(f"input {name!r} was modified (the default overload must not "
-                                f"mutate its inputs; use maybe_inplace for in-place kernels)")
+                problems.append(
+                    f"input {name!r} was modified (the default overload must not "
+                    f"mutate its inputs; use maybe_inplace for in-place kernels)"
+                )
         for path, o in iter_tensors(out) if storage else ():
             if o is None or not hasattr(o, "untyped_storage"):
                 continue
             for name, t in inputs:
-                if hasattr(t, "untyped_storage") and o.device == t.device and o.numel() and t.numel() \
-                        and o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                if (
+                    hasattr(t, "untyped_storage")
+                    and o.device == t.device
+                    and o.numel()
+                    and t.numel()
+                    and o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+                ):
                     problems.append(f"output {path} shares storage with input {name!r}")
         if problems:
             raise CheckFailed(f"{op_name} with provider {provider!r}: " + "; ".join(problems))
@@ -89,19 +100,30 @@ def _inplace_body(op_name: str, provider: str, dtype: str, sample_name: str):
         args2, kwargs2 = to_device((sample.args, dict(sample.kwargs)), ctx.device)
         with forced(op, provider, args, kwargs):
             out = call(f"{op_name} with provider {provider!r}", op, *args, **kwargs)
-            out2 = call(f"{op_name}.maybe_inplace with provider {provider!r}", op.maybe_inplace,
-                        *args2, **kwargs2)
+            out2 = call(
+                f"{op_name}.maybe_inplace with provider {provider!r}",
+                op.maybe_inplace,
+                *args2,
+                **kwargs2,
+            )
         ctx.platform.synchronize()
         a, b = list(iter_tensors(out)), list(iter_tensors(out2))
         if [p for p, _ in a] != [p for p, _ in b]:
-            raise CheckFailed(f"maybe_inplace returns {[p for p, _ in b]}, the default overload "
-                              f"{[p for p, _ in a]}")
-        diffs = [p for (p, x), (_, y) in zip(a, b, strict=False)
-                 if (x is None) != (y is None)
-                 or (x is not None and y is not None and not bitwise_equal(x, y))]
+            raise CheckFailed(
+                f"maybe_inplace returns {[p for p, _ in b]}, the default overload "
+                f"{[p for p, _ in a]}"
+            )
+        diffs = [
+            p
+            for (p, x), (_, y) in zip(a, b, strict=False)
+            if (x is None) != (y is None)
+            or (x is not None and y is not None and not bitwise_equal(x, y))
+        ]
         if diffs:
-            raise CheckFailed(f"{op_name}.maybe_inplace with provider {provider!r} differs from the "
-                              f"default overload in {', '.join(diffs)}")
+            raise CheckFailed(
+                f"{op_name}.maybe_inplace with provider {provider!r} differs from the "
+                f"default overload in {', '.join(diffs)}"
+            )
         return {}
 
     return body

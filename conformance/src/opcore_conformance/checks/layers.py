@@ -59,8 +59,10 @@ def _examples() -> dict[str, Example]:
 
     def rope_calls(dt, g):
         pos = positions(g, 7, 256)
-        return [(pos, _randn(g, 7, 4 * 64).to(dt), _randn(g, 7, 2 * 64).to(dt)),
-                (pos, _randn(g, 7, 4 * 64).to(dt), None)]
+        return [
+            (pos, _randn(g, 7, 4 * 64).to(dt), _randn(g, 7, 2 * 64).to(dt)),
+            (pos, _randn(g, 7, 4 * 64).to(dt), None),
+        ]
 
     def qknorm(dt):
         m = L.QKNormRoPE(4, 2, 64, eps=1e-6, max_position=256, dtype=dt)
@@ -73,11 +75,18 @@ def _examples() -> dict[str, Example]:
     return {
         "rms_norm": (rms_norm, rms_calls),
         "silu_and_mul": (lambda dt: L.SiluAndMul(), lambda dt, g: [(_randn(g, 5, 2 * 48).to(dt),)]),
-        "gelu_and_mul": (lambda dt: L.GeluAndMul("tanh"), lambda dt, g: [(_randn(g, 5, 2 * 40).to(dt),)]),
-        "rotary_embedding": (lambda dt: L.RotaryEmbedding(64, rotary_dim=32, max_position=256, is_neox=False),
-                             rope_calls),
-        "split_qkv_rmsnorm_rope": (qknorm, lambda dt, g: [(_randn(g, 7, (4 + 2 * 2) * 64).to(dt),
-                                                           positions(g, 7, 256))]),
+        "gelu_and_mul": (
+            lambda dt: L.GeluAndMul("tanh"),
+            lambda dt, g: [(_randn(g, 5, 2 * 40).to(dt),)],
+        ),
+        "rotary_embedding": (
+            lambda dt: L.RotaryEmbedding(64, rotary_dim=32, max_position=256, is_neox=False),
+            rope_calls,
+        ),
+        "split_qkv_rmsnorm_rope": (
+            qknorm,
+            lambda dt, g: [(_randn(g, 7, (4 + 2 * 2) * 64).to(dt), positions(g, 7, 256))],
+        ),
     }
 
 
@@ -96,8 +105,14 @@ def collect(ctx) -> list[Case]:
     try:
         from opcore.layers import CustomOp
     except ImportError as exc:
-        return [Case(case_id(CHECK), CHECK, preset=S.NOT_APPLICABLE,
-                     preset_reason=f"opcore.layers is not importable: {exc}")]
+        return [
+            Case(
+                case_id(CHECK),
+                CHECK,
+                preset=S.NOT_APPLICABLE,
+                preset_reason=f"opcore.layers is not importable: {exc}",
+            )
+        ]
     examples = _examples()
     claimed = {str(d).removeprefix("torch.") for d in ctx.platform.supported_dtypes}
     out = []
@@ -105,17 +120,34 @@ def collect(ctx) -> list[Case]:
         if not issubclass(entry.base, CustomOp) or not ctx.wants(op=name):
             continue
         if name not in examples:
-            out.append(Case(case_id("layers.binding", name), "layers.binding", op=name,
-                            preset=S.NOT_APPLICABLE,
-                            preset_reason=f"no conformance example for layer {name!r} "
-                                          f"({entry.base.__qualname__})"))
+            out.append(
+                Case(
+                    case_id("layers.binding", name),
+                    "layers.binding",
+                    op=name,
+                    preset=S.NOT_APPLICABLE,
+                    preset_reason=f"no conformance example for layer {name!r} "
+                    f"({entry.base.__qualname__})",
+                )
+            )
             continue
         build, calls = examples[name]
-        out.append(Case(case_id("layers.binding", name), "layers.binding", op=name,
-                        body=_binding_body(name, build)))
+        out.append(
+            Case(
+                case_id("layers.binding", name),
+                "layers.binding",
+                op=name,
+                body=_binding_body(name, build),
+            )
+        )
         for dtype in DEFAULT_DTYPES:
-            c = Case(case_id("layers.agree", name, dtype), "layers.agree", op=name, dtype=dtype,
-                     body=_agree_body(name, build, calls, dtype))
+            c = Case(
+                case_id("layers.agree", name, dtype),
+                "layers.agree",
+                op=name,
+                dtype=dtype,
+                body=_agree_body(name, build, calls, dtype),
+            )
             if dtype not in claimed:
                 c.preset, c.preset_reason = S.UNSUPPORTED, f"platform does not claim {dtype}"
             out.append(c)
@@ -152,7 +184,9 @@ def _build(name: str, build, dtype: torch.dtype, custom_ops: list[str]):
         try:
             return build(dtype)
         except Exception as exc:
-            raise CheckFailed(f"constructing layer {name!r} raised {type(exc).__name__}: {exc}") from None
+            raise CheckFailed(
+                f"constructing layer {name!r} raised {type(exc).__name__}: {exc}"
+            ) from None
 
 
 def _binding_body(name: str, build):
@@ -162,22 +196,34 @@ def _binding_body(name: str, build):
         problems = []
         want_cls = entry.oot or entry.base
         if type(layer) is not want_cls:
-            problems.append(f"constructing {entry.base.__qualname__} built {type(layer).__qualname__}, "
-                            f"expected the registered {want_cls.__qualname__}")
+            problems.append(
+                f"constructing {entry.base.__qualname__} built {type(layer).__qualname__}, "
+                f"expected the registered {want_cls.__qualname__}"
+            )
         expected = _expected_method(entry)
         if layer.bound_method != expected:
-            why = ("the registered replacement defines forward_oot" if expected == "forward_oot"
-                   else "no registered replacement defines forward_oot")
-            problems.append(f"{type(layer).__qualname__} bound {layer.bound_method}, expected "
-                            f"{expected} ({why})")
+            why = (
+                "the registered replacement defines forward_oot"
+                if expected == "forward_oot"
+                else "no registered replacement defines forward_oot"
+            )
+            problems.append(
+                f"{type(layer).__qualname__} bound {layer.bound_method}, expected "
+                f"{expected} ({why})"
+            )
         off = _build(name, build, torch.float32, ["none"])
         if off.bound_method != "forward_native":
-            problems.append(f"with custom_ops=['none'] {type(off).__qualname__} bound "
-                            f"{off.bound_method}, expected forward_native")
+            problems.append(
+                f"with custom_ops=['none'] {type(off).__qualname__} bound "
+                f"{off.bound_method}, expected forward_native"
+            )
         if problems:
             raise CheckFailed("; ".join(problems))
-        return {"class": f"{type(layer).__module__}.{type(layer).__qualname__}",
-                "method": layer.bound_method, "replacement": entry.oot is not None}
+        return {
+            "class": f"{type(layer).__module__}.{type(layer).__qualname__}",
+            "method": layer.bound_method,
+            "replacement": entry.oot is not None,
+        }
 
     return body
 
@@ -198,9 +244,16 @@ def _agree_body(name: str, build, calls, dtype_name_: str):
         layer = _build(name, build, dtype, ["all"]).to(ctx.device)
         tol = _tolerance(name, dtype)
         g = torch.Generator().manual_seed(0)
-        metrics: dict[str, Any] = {"atol": tol.atol, "rtol": tol.rtol, "max_ratio": 0.0, "max_abs": 0.0,
-                                   "method": layer.bound_method, "class": type(layer).__qualname__,
-                                   "ref_dtype": dtype_name_, "ref_device": str(ctx.device)}
+        metrics: dict[str, Any] = {
+            "atol": tol.atol,
+            "rtol": tol.rtol,
+            "max_ratio": 0.0,
+            "max_abs": 0.0,
+            "method": layer.bound_method,
+            "class": type(layer).__qualname__,
+            "ref_dtype": dtype_name_,
+            "ref_device": str(ctx.device),
+        }
         problems = []
         for args in calls(dtype, g):
             dev_args = tuple(a.to(ctx.device) if isinstance(a, torch.Tensor) else a for a in args)
@@ -208,8 +261,10 @@ def _agree_body(name: str, build, calls, dtype_name_: str):
             try:
                 got = layer(*dev_args)
             except Exception as exc:
-                raise CheckFailed(f"{type(layer).__qualname__}.{layer.bound_method} ({call}) "
-                                  f"raised {type(exc).__name__}: {exc}") from None
+                raise CheckFailed(
+                    f"{type(layer).__qualname__}.{layer.bound_method} ({call}) "
+                    f"raised {type(exc).__name__}: {exc}"
+                ) from None
             want = entry.base.forward_native(layer, *dev_args)
             for (path, o), (_, w) in zip(iter_tensors(got), iter_tensors(want), strict=False):
                 if (o is None) != (w is None):
@@ -218,18 +273,25 @@ def _agree_body(name: str, build, calls, dtype_name_: str):
                 if o is None or w is None:  # both None (one side only is reported above)
                     continue
                 if o.shape != w.shape or o.dtype != w.dtype:
-                    problems.append(f"{call}: {output_words(path)} is {tuple(o.shape)} {o.dtype}, native "
-                                    f"{tuple(w.shape)} {w.dtype}")
+                    problems.append(
+                        f"{call}: {output_words(path)} is {tuple(o.shape)} {o.dtype}, native "
+                        f"{tuple(w.shape)} {w.dtype}"
+                    )
                     continue
                 m = compare(o, w, tol.atol, tol.rtol)
                 metrics["max_ratio"] = max(metrics["max_ratio"], m["max_ratio"])
                 metrics["max_abs"] = max(metrics["max_abs"], m["max_abs"])
                 if m["mismatched"]:
-                    problems.append(f"{call}: {output_words(path)}: {m['mismatched']}/{m['numel']} elements "
-                                    f"differ from forward_native beyond atol={tol.atol:g} rtol={tol.rtol:g}")
+                    problems.append(
+                        f"{call}: {output_words(path)}: {m['mismatched']}/{m['numel']} elements "
+                        f"differ from forward_native beyond atol={tol.atol:g} rtol={tol.rtol:g}"
+                    )
         if problems:
-            raise CheckFailed(f"{type(layer).__qualname__}.{layer.bound_method} disagrees with "
-                              f"{entry.base.__qualname__}.forward_native: " + "; ".join(problems), metrics)
+            raise CheckFailed(
+                f"{type(layer).__qualname__}.{layer.bound_method} disagrees with "
+                f"{entry.base.__qualname__}.forward_native: " + "; ".join(problems),
+                metrics,
+            )
         return metrics
 
     return body

@@ -52,7 +52,9 @@ def reference(op: Any, sample: Any) -> tuple[Any, str]:
             return op.native(*args, **kwargs), str(dt).removeprefix("torch.")
         except Exception as exc:
             last = exc
-    raise RuntimeError(f"the native {op.name} fails on upcast inputs: {type(last).__name__}: {last}")
+    raise RuntimeError(
+        f"the native {op.name} fails on upcast inputs: {type(last).__name__}: {last}"
+    )
 
 
 def _body(op_name: str, provider: str, dtype: str, sample_name: str):
@@ -70,8 +72,17 @@ def _body(op_name: str, provider: str, dtype: str, sample_name: str):
                 out = call(f"{op_name} with provider {provider!r}", op, *args, **kwargs)
             ctx.platform.synchronize()
             native_out = out if native_out is None else native_out
-            metrics = check_outputs(ctx, out, expected, ref, tol, ref_dtype=ref_dtype,
-                                    native=native_out, budget=budget, provider=provider)
+            metrics = check_outputs(
+                ctx,
+                out,
+                expected,
+                ref,
+                tol,
+                ref_dtype=ref_dtype,
+                native=native_out,
+                budget=budget,
+                provider=provider,
+            )
         except CheckFailed as exc:
             dump(out, native_out, "fail", str(exc), exc.metrics)
             raise
@@ -85,14 +96,26 @@ def _native_here(ctx, op: Any, sample: Any) -> Any:
     """The native provider's outputs on a fresh device copy of the sample."""
     args, kwargs = to_device((sample.args, dict(sample.kwargs)), ctx.device)
     with forced(op, NATIVE, args, kwargs):
-        out = call(f"{op.name} with provider 'native' on {ctx.device} (the error budget's "
-                   f"baseline)", op, *args, **kwargs)
+        out = call(
+            f"{op.name} with provider 'native' on {ctx.device} (the error budget's baseline)",
+            op,
+            *args,
+            **kwargs,
+        )
     ctx.platform.synchronize()
     return out
 
 
-def _dumper(ctx, op_name: str, provider: str, dtype: str, sample: Any, ref: Any,
-            tol: Tolerance, budget: Budget):
+def _dumper(
+    ctx,
+    op_name: str,
+    provider: str,
+    dtype: str,
+    sample: Any,
+    ref: Any,
+    tol: Tolerance,
+    budget: Budget,
+):
     """``dump(output, native_output, status, message, metrics)``: writes the case's dump
     folder when the run asked for one (``--dump DIR``), else does nothing."""
     base = getattr(ctx.options, "dump", None)
@@ -102,17 +125,45 @@ def _dumper(ctx, op_name: str, provider: str, dtype: str, sample: Any, ref: Any,
             return
         from opcore_conformance import dump as D
 
-        env = {k: v for k, v in os.environ.items() if k.startswith("OPCORE_") or k == "TRITON_INTERPRET"}
-        D.write(base, case_id=case_id(CHECK, op_name, provider, dtype, sample.name), op=op_name,
-                provider=provider, dtype=dtype, device=str(ctx.device), sample=sample, reference=ref,
-                output=out, native=native_out, tolerance=tol, budget=budget, status=status,
-                message=message, metrics=metrics, environment=env)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith("OPCORE_") or k == "TRITON_INTERPRET"
+        }
+        D.write(
+            base,
+            case_id=case_id(CHECK, op_name, provider, dtype, sample.name),
+            op=op_name,
+            provider=provider,
+            dtype=dtype,
+            device=str(ctx.device),
+            sample=sample,
+            reference=ref,
+            output=out,
+            native=native_out,
+            tolerance=tol,
+            budget=budget,
+            status=status,
+            message=message,
+            metrics=metrics,
+            environment=env,
+        )
 
     return dump
 
 
-def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref_dtype: str,
-                  native: Any = None, budget: Budget | None = None, provider: str = "") -> dict[str, Any]:
+def check_outputs(
+    ctx,
+    out: Any,
+    expected: Any,
+    ref: Any,
+    tol: Tolerance,
+    *,
+    ref_dtype: str,
+    native: Any = None,
+    budget: Budget | None = None,
+    provider: str = "",
+) -> dict[str, Any]:
     """Check ``out`` against ``expected`` (structure, shape, dtype, device) and ``ref`` (the
     tolerance); with ``native`` (native's outputs on the same inputs) and ``budget``, also
     the error budget. Returns the metrics; raises `CheckFailed` with them."""
@@ -121,11 +172,21 @@ def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref
     refs = list(iter_tensors(ref))
     natives = list(iter_tensors(native)) if native is not None else [(p, None) for p, _ in got]
     if [p for p, _ in got] != [p for p, _ in want]:
-        raise CheckFailed(f"output structure {[p for p, _ in got]} differs from the native "
-                          f"function's {[p for p, _ in want]}")
-    metrics: dict[str, Any] = {"atol": tol.atol, "rtol": tol.rtol, "ref_dtype": ref_dtype,
-                               "ref_device": "cpu", "max_abs": 0.0, "max_rel": 0.0,
-                               "max_ratio": 0.0, "mismatched": 0, "numel": 0}
+        raise CheckFailed(
+            f"output structure {[p for p, _ in got]} differs from the native "
+            f"function's {[p for p, _ in want]}"
+        )
+    metrics: dict[str, Any] = {
+        "atol": tol.atol,
+        "rtol": tol.rtol,
+        "ref_dtype": ref_dtype,
+        "ref_device": "cpu",
+        "max_abs": 0.0,
+        "max_rel": 0.0,
+        "max_ratio": 0.0,
+        "mismatched": 0,
+        "numel": 0,
+    }
     ulps: list[torch.Tensor] = []
     native_ulps: list[torch.Tensor] = []
     native_ratio = 0.0
@@ -134,8 +195,10 @@ def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref
     for (path, o), (_, w), (_, r), (_, n) in zip(got, want, refs, natives, strict=False):
         if w is None or o is None:
             if (w is None) != (o is None):
-                problems.append(f"{path} is {'None' if o is None else 'a tensor'}, native gives "
-                                f"{'None' if w is None else 'a tensor'}")
+                problems.append(
+                    f"{path} is {'None' if o is None else 'a tensor'}, native gives "
+                    f"{'None' if w is None else 'a tensor'}"
+                )
             continue
         if not isinstance(o, torch.Tensor):
             problems.append(f"{path} is {type(o).__name__}, expected a tensor")
@@ -147,8 +210,10 @@ def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref
             problems.append(f"{path} has shape {tuple(o.shape)}, expected {tuple(w.shape)}")
             continue
         if o.dtype != w.dtype:
-            problems.append(f"{path} has dtype {str(o.dtype).removeprefix('torch.')}, expected "
-                            f"{str(w.dtype).removeprefix('torch.')}")
+            problems.append(
+                f"{path} has dtype {str(o.dtype).removeprefix('torch.')}, expected "
+                f"{str(w.dtype).removeprefix('torch.')}"
+            )
         if o.device.type != ctx.device.type:
             problems.append(f"{path} is on {o.device}, expected {ctx.device}")
         rounded = r.to(w.dtype).to(torch.float64) if w.is_floating_point() else r
@@ -159,8 +224,12 @@ def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref
             metrics[key] = max(metrics[key], m[key])
         if m["max_ratio"] >= metrics["max_ratio"]:
             metrics["max_ratio"] = m["max_ratio"]
-            metrics["worst"] = {"output": path, "index": m.get("worst_index"),
-                                "value": m.get("worst_value"), "reference": m.get("worst_reference")}
+            metrics["worst"] = {
+                "output": path,
+                "index": m.get("worst_index"),
+                "value": m.get("worst_value"),
+                "reference": m.get("worst_reference"),
+            }
         if m["mismatched"]:
             w_ = m
             problems.append(
@@ -190,8 +259,11 @@ def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref
         metrics.update({f"native_{k}": v for k, v in ulp_summary(torch.cat(native_ulps)).items()})
         metrics["native_max_ratio"] = native_ratio
     if budget is not None:
-        metrics.update(budget_factor=budget.factor, budget_floor_ulps=budget.floor_ulps,
-                       budget_source=budget.source)
+        metrics.update(
+            budget_factor=budget.factor,
+            budget_floor_ulps=budget.floor_ulps,
+            budget_source=budget.source,
+        )
         if "native_peak_ulp" in metrics:
             metrics["ulp_budget"] = budget.allowed(metrics["native_peak_ulp"])
     problems += over_budget
@@ -200,13 +272,18 @@ def check_outputs(ctx, out: Any, expected: Any, ref: Any, tol: Tolerance, *, ref
     return metrics
 
 
-def _budget_message(path: str, mine: dict, theirs: dict, budget: Budget, allowed: float,
-                    provider: str) -> str:
+def _budget_message(
+    path: str, mine: dict, theirs: dict, budget: Budget, allowed: float, provider: str
+) -> str:
     def stats(s: dict) -> str:
-        return (f"peak {s['peak_ulp']:.3g} ULP, p99 {s['p99_ulp']:.3g}, "
-                f"{100 * s['over_1ulp']:.3g} % of elements over 1 ULP")
+        return (
+            f"peak {s['peak_ulp']:.3g} ULP, p99 {s['p99_ulp']:.3g}, "
+            f"{100 * s['over_1ulp']:.3g} % of elements over 1 ULP"
+        )
 
-    return (f"{path}: {provider} is less accurate than native beyond the error budget: "
-            f"{provider} {stats(mine)}; native on the same inputs {stats(theirs)}; allowed peak "
-            f"{allowed:.3g} ULP = max({budget.factor:g} x native's {theirs['peak_ulp']:.3g}, "
-            f"floor {budget.floor_ulps:g}) ({budget.source} budget)")
+    return (
+        f"{path}: {provider} is less accurate than native beyond the error budget: "
+        f"{provider} {stats(mine)}; native on the same inputs {stats(theirs)}; allowed peak "
+        f"{allowed:.3g} ULP = max({budget.factor:g} x native's {theirs['peak_ulp']:.3g}, "
+        f"floor {budget.floor_ulps:g}) ({budget.source} budget)"
+    )

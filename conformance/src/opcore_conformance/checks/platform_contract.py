@@ -89,7 +89,11 @@ def _own_members(cls: type) -> dict[str, tuple[type, Any]]:
     base = _base()
     out: dict[str, tuple[type, Any]] = {}
     for klass in cls.__mro__:
-        if klass is base or klass is object or (isinstance(klass, type) and issubclass(base, klass)):
+        if (
+            klass is base
+            or klass is object
+            or (isinstance(klass, type) and issubclass(base, klass))
+        ):
             continue
         for key, value in vars(klass).items():
             if not key.startswith("_") and key not in out:
@@ -112,18 +116,34 @@ def collect(ctx) -> list[Case]:
     declared = _declared()
     for name, (_, value) in sorted(_own_members(cls).items()):
         if declared.get(name) == "method" and _kind(value) == "method":
-            cases.append(Case(case_id("platform.signatures", name), "platform.signatures",
-                              body=_signature_body(name)))
+            cases.append(
+                Case(
+                    case_id("platform.signatures", name),
+                    "platform.signatures",
+                    body=_signature_body(name),
+                )
+            )
     for mode in ("eager", "inductor"):
-        cases.append(Case(case_id("platform.priorities", mode), "platform.priorities",
-                          body=_priorities_body(mode)))
+        cases.append(
+            Case(
+                case_id("platform.priorities", mode),
+                "platform.priorities",
+                body=_priorities_body(mode),
+            )
+        )
     dtypes = getattr(cls, "supported_dtypes", ())
     if isinstance(dtypes, (tuple, list)):
         for dt in dtypes:
             if isinstance(dt, torch.dtype):
                 name = dtype_name(dt)
-                cases.append(Case(case_id("platform.dtype", name), "platform.dtype", dtype=name,
-                                  body=_dtype_body(dt)))
+                cases.append(
+                    Case(
+                        case_id("platform.dtype", name),
+                        "platform.dtype",
+                        dtype=name,
+                        body=_dtype_body(dt),
+                    )
+                )
     return cases
 
 
@@ -138,7 +158,9 @@ def _members(ctx, _tol) -> dict[str, Any]:
             problems.append(f"{name}: missing (declared {kind})")
             continue
         if _kind(value) != kind:
-            problems.append(f"{name}: declared a {kind}, but {cls.__qualname__} makes it a {_kind(value)}")
+            problems.append(
+                f"{name}: declared a {kind}, but {cls.__qualname__} makes it a {_kind(value)}"
+            )
     abstract = sorted(getattr(cls, "__abstractmethods__", ()))
     if abstract:
         problems.append(f"abstract members not implemented: {', '.join(abstract)}")
@@ -170,18 +192,26 @@ def _signature_body(name: str):
                 if not (has_var_pos and has_var_kw):
                     problems.append(f"parameter {bp.name!r} is missing")
                 continue
-            if bp.kind is bp.POSITIONAL_OR_KEYWORD and (i >= len(positional) or positional[i].name != bp.name):
+            if bp.kind is bp.POSITIONAL_OR_KEYWORD and (
+                i >= len(positional) or positional[i].name != bp.name
+            ):
                 problems.append(f"parameter {bp.name!r} must be positional #{i + 1}")
             if p.kind is p.KEYWORD_ONLY and bp.kind is not bp.KEYWORD_ONLY:
-                problems.append(f"parameter {bp.name!r} is keyword-only, the core passes it positionally")
+                problems.append(
+                    f"parameter {bp.name!r} is keyword-only, the core passes it positionally"
+                )
             if bp.default is not bp.empty and p.default is p.empty:
                 problems.append(f"parameter {bp.name!r} needs a default (the core may omit it)")
         base_names = {bp.name for bp in base_params}
         for p in params:
-            if p.name not in base_names and p.default is p.empty and p.kind not in (
-                p.VAR_POSITIONAL, p.VAR_KEYWORD
+            if (
+                p.name not in base_names
+                and p.default is p.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
             ):
-                problems.append(f"extra parameter {p.name!r} has no default (the core never passes it)")
+                problems.append(
+                    f"extra parameter {p.name!r} has no default (the core never passes it)"
+                )
         if problems:
             raise CheckFailed(
                 f"{type(ctx.platform).__qualname__}.{name}{sig} does not accept the calls the core "
@@ -254,9 +284,12 @@ def _identity(ctx, _tol) -> dict[str, Any]:
             # The resolver refuses such a class; a suite run on it directly says the same.
             if not compatible:
                 cls = type(p)
-                problems.append(f"plugin API {PLUGIN_API_VERSION} is outside plugin_api: " +
-                                refusal_reason(f"{cls.__module__}.{cls.__qualname__}", api,
-                                               p.name or cls.__module__))
+                problems.append(
+                    f"plugin API {PLUGIN_API_VERSION} is outside plugin_api: "
+                    + refusal_reason(
+                        f"{cls.__module__}.{cls.__qualname__}", api, p.name or cls.__module__
+                    )
+                )
     if problems:
         raise CheckFailed("; ".join(problems))
     return {}
@@ -277,16 +310,34 @@ def _device_queries(ctx, _tol) -> dict[str, Any]:
             problems.append(f"{what} returned {value!r}, expected {expected}")
         return value
 
-    count = ask("device_count()", p.device_count,
-                lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1")
+    count = ask(
+        "device_count()",
+        p.device_count,
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+        "an int >= 1",
+    )
     out["device_count"] = count
-    out["device_name"] = ask("get_device_name(0)", lambda: p.get_device_name(0),
-                             lambda v: isinstance(v, str) and v, "a non-empty str")
-    ask("get_device_total_memory(0)", lambda: p.get_device_total_memory(0),
-        lambda v: isinstance(v, int) and v > 0, "an int > 0 (bytes)")
-    ask("get_device_capability(0)", lambda: p.get_device_capability(0),
-        lambda v: v is None or (isinstance(v, tuple) and len(v) == 2 and all(isinstance(i, int) for i in v)),
-        "None or (major, minor)")
+    out["device_name"] = ask(
+        "get_device_name(0)",
+        lambda: p.get_device_name(0),
+        lambda v: isinstance(v, str) and v,
+        "a non-empty str",
+    )
+    ask(
+        "get_device_total_memory(0)",
+        lambda: p.get_device_total_memory(0),
+        lambda v: isinstance(v, int) and v > 0,
+        "an int > 0 (bytes)",
+    )
+    ask(
+        "get_device_capability(0)",
+        lambda: p.get_device_capability(0),
+        lambda v: (
+            v is None
+            or (isinstance(v, tuple) and len(v) == 2 and all(isinstance(i, int) for i in v))
+        ),
+        "None or (major, minor)",
+    )
     ask("synchronize()", p.synchronize, lambda v: True, "")
     ask("manual_seed_all(0)", lambda: p.manual_seed_all(0), lambda v: True, "")
     ask("empty_cache()", p.empty_cache, lambda v: True, "")
@@ -296,9 +347,14 @@ def _device_queries(ctx, _tol) -> dict[str, Any]:
         with cm:
             t = torch.ones(2, device=ctx.device)
             return (t * 2).requires_grad is False
+
     ask("inference_mode()", inference, lambda v: v is True, "a context manager disabling autograd")
-    ask("device(0)", lambda: p.device(0), lambda v: isinstance(v, torch.device) and v.type == p.device_type,
-        f"a torch.device of type {p.device_type!r}")
+    ask(
+        "device(0)",
+        lambda: p.device(0),
+        lambda v: isinstance(v, torch.device) and v.type == p.device_type,
+        f"a torch.device of type {p.device_type!r}",
+    )
     if problems:
         raise CheckFailed("; ".join(problems), out)
     return out
@@ -334,8 +390,11 @@ def _dtype_body(dtype: torch.dtype):
         expect_c = ca * 1.5
         expect_s = expect_c.sum(-1)
         expect_m = ca @ torch.full((4, 2), 0.5, dtype=torch.float64)
-        for what, got, want in (("a*b+a", back[0], expect_c), ("sum", back[1], expect_s),
-                                ("matmul", back[3], expect_m)):
+        for what, got, want in (
+            ("a*b+a", back[0], expect_c),
+            ("sum", back[1], expect_s),
+            ("matmul", back[3], expect_m),
+        ):
             if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-2, atol=1e-2):
                 raise CheckFailed(
                     f"platform claims {dtype_name(dtype)}, but {what} on {dev} gives "
@@ -356,8 +415,10 @@ def _kernels(ctx, _tol) -> dict[str, Any]:
             try:
                 getattr(p, hook)()
             except Exception as exc:
-                raise CheckFailed(f"{hook}() raised on call {attempt} ({'first' if attempt == 1 else 'again: hooks must be idempotent'}): "
-                                  f"{type(exc).__name__}: {exc}") from None
+                raise CheckFailed(
+                    f"{hook}() raised on call {attempt} ({'first' if attempt == 1 else 'again: hooks must be idempotent'}): "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
     return {}
 
 
@@ -389,8 +450,10 @@ def _no_ambient_config():
     original = C.get_current_config
 
     def forbidden():
-        raise AssertionError("hook read the ambient config (opcore.config.get_current_config); "
-                             "use the config it was given")
+        raise AssertionError(
+            "hook read the ambient config (opcore.config.get_current_config); "
+            "use the config it was given"
+        )
 
     C.get_current_config = forbidden
     try:
@@ -411,27 +474,41 @@ def _config_hooks(ctx, _tol) -> dict[str, Any]:
                     problems.append(f"{hook}({label}) raised {type(exc).__name__}: {exc}")
                     continue
                 if ret is not None:
-                    problems.append(f"{hook}({label}) returned {ret!r}; it updates the config in place and returns None")
+                    problems.append(
+                        f"{hook}({label}) returned {ret!r}; it updates the config in place and returns None"
+                    )
             try:
                 prio = p.get_default_ir_op_priority(cfg)
                 if not isinstance(prio, dict) or not all(
-                    isinstance(k, str) and isinstance(v, list) and all(isinstance(s, str) for s in v)
+                    isinstance(k, str)
+                    and isinstance(v, list)
+                    and all(isinstance(s, str) for s in v)
                     for k, v in prio.items()
                 ):
-                    problems.append(f"get_default_ir_op_priority({label}) returned {prio!r}, "
-                                    f"expected dict[str, list[str]]")
+                    problems.append(
+                        f"get_default_ir_op_priority({label}) returned {prio!r}, "
+                        f"expected dict[str, list[str]]"
+                    )
             except Exception as exc:
-                problems.append(f"get_default_ir_op_priority({label}) raised {type(exc).__name__}: {exc}")
-        for label, call in (("None", lambda: p.pre_register_and_update(None)),
-                            ("a parser", lambda: p.pre_register_and_update(argparse.ArgumentParser()))):
+                problems.append(
+                    f"get_default_ir_op_priority({label}) raised {type(exc).__name__}: {exc}"
+                )
+        for label, call in (
+            ("None", lambda: p.pre_register_and_update(None)),
+            ("a parser", lambda: p.pre_register_and_update(argparse.ArgumentParser())),
+        ):
             try:
                 call()
             except Exception as exc:
-                problems.append(f"pre_register_and_update({label}) raised {type(exc).__name__}: {exc}")
+                problems.append(
+                    f"pre_register_and_update({label}) raised {type(exc).__name__}: {exc}"
+                )
         try:
             comm = p.get_device_communicator_cls()
             if comm is not None and not isinstance(comm, str):
-                problems.append(f"get_device_communicator_cls() returned {comm!r}, expected a dotted path or None")
+                problems.append(
+                    f"get_device_communicator_cls() returned {comm!r}, expected a dotted path or None"
+                )
         except Exception as exc:
             problems.append(f"get_device_communicator_cls() raised {type(exc).__name__}: {exc}")
     if problems:
@@ -453,18 +530,26 @@ def _priorities_body(mode: str):
         for op_name, providers in sorted(prio.items()):
             op = irapi.get_op(op_name)
             if op is None:
-                problems.append(f"{op_name!r} is not a registered op (registered: {', '.join(irapi.op_names())})")
+                problems.append(
+                    f"{op_name!r} is not a registered op (registered: {', '.join(irapi.op_names())})"
+                )
                 continue
             impls = irapi.impls(op)
             for provider in providers:
                 impl = impls.get(provider)
                 if impl is None:
-                    problems.append(f"{op_name}: provider {provider!r} is not registered "
-                                    f"(registered: {', '.join(sorted(impls))})")
+                    problems.append(
+                        f"{op_name}: provider {provider!r} is not registered "
+                        f"(registered: {', '.join(sorted(impls))})"
+                    )
                 elif not irapi.impl_supported(impl):
-                    problems.append(f"{op_name}: provider {provider!r} is registered but not supported here")
+                    problems.append(
+                        f"{op_name}: provider {provider!r} is registered but not supported here"
+                    )
         if problems:
-            raise CheckFailed(f"get_default_ir_op_priority(mode={mode}) = {prio!r}: " + "; ".join(problems))
+            raise CheckFailed(
+                f"get_default_ir_op_priority(mode={mode}) = {prio!r}: " + "; ".join(problems)
+            )
         return {"priority": prio}
 
     return body
@@ -477,14 +562,19 @@ def _attention(ctx, _tol) -> dict[str, Any]:
     except ImportError as exc:
         raise NotApplicable(f"opcore.attention is not importable: {exc}") from None
     dtype = p.supported_dtypes[0] if p.supported_dtypes else torch.float32
-    cfg = AttentionSelectorConfig(head_size=128, num_heads=32, num_kv_heads=8, dtype=dtype,
-                                  device_type=p.device_type)
+    cfg = AttentionSelectorConfig(
+        head_size=128, num_heads=32, num_kv_heads=8, dtype=dtype, device_type=p.device_type
+    )
     try:
         candidates = p.get_attn_backend_candidates(cfg)
     except Exception as exc:
-        raise CheckFailed(f"get_attn_backend_candidates(cfg) raised {type(exc).__name__}: {exc}") from None
+        raise CheckFailed(
+            f"get_attn_backend_candidates(cfg) raised {type(exc).__name__}: {exc}"
+        ) from None
     if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
-        raise CheckFailed(f"get_attn_backend_candidates(cfg) returned {candidates!r}, expected list[str]")
+        raise CheckFailed(
+            f"get_attn_backend_candidates(cfg) returned {candidates!r}, expected list[str]"
+        )
     # The registry alone maps a name to its class; the platform registers its own names in
     # import_kernels, which load_registrations runs for the current platform.
     from opcore.attention.registry import backend_class_path, load_backend_class
@@ -496,12 +586,16 @@ def _attention(ctx, _tol) -> dict[str, Any]:
         try:
             path = backend_class_path(name)
         except ValueError as exc:
-            problems.append(f"candidate {name!r}: {exc} (register it with register_backend in import_kernels)")
+            problems.append(
+                f"candidate {name!r}: {exc} (register it with register_backend in import_kernels)"
+            )
             continue
         try:
             load_backend_class(path)
         except Exception as exc:
-            problems.append(f"candidate {name!r} = {path!r} does not load: {type(exc).__name__}: {exc}")
+            problems.append(
+                f"candidate {name!r} = {path!r} does not load: {type(exc).__name__}: {exc}"
+            )
             continue
         answered[name] = path
     if problems:

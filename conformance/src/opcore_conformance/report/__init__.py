@@ -27,8 +27,14 @@ def paths_in(report_dir: Path) -> dict[str, Path]:
     }
 
 
-def write_all(report_dir: Path, header: dict[str, Any], records: list[dict[str, Any]], *,
-              collected: int | None = None, interrupted: str | None = None) -> dict[str, Path]:
+def write_all(
+    report_dir: Path,
+    header: dict[str, Any],
+    records: list[dict[str, Any]],
+    *,
+    collected: int | None = None,
+    interrupted: str | None = None,
+) -> dict[str, Path]:
     """Write the JSONL, then derive the Markdown and JUnit files from what was written.
     ``interrupted`` (a signal's name) with ``collected`` marks a run stopped early."""
     paths = paths_in(report_dir)
@@ -58,4 +64,6 @@ def derive(paths: dict[str, Path]) -> None:
     paths["markdown"].write_text(markdown.render(header_back, records_back, foot), encoding="utf-8")
     junit.write(paths["junit"], header_back, records_back, foot)
     cert = certificate.build(header_back, records_back, foot)
-    paths["certificate"].write_text(json.dumps(cert, indent=2, default=str) + "\n", encoding="utf-8")
+    paths["certificate"].write_text(
+        json.dumps(cert, indent=2, default=str) + "\n", encoding="utf-8"
+    )

@@ -21,8 +21,13 @@ FORMAT = "opcore-conformance-certificate"
 FORMAT_VERSION = 1
 
 
-def build(header: dict[str, Any], records: list[dict[str, Any]],
-          footer: dict[str, Any] | None, *, date: float | None = None) -> dict[str, Any]:
+def build(
+    header: dict[str, Any],
+    records: list[dict[str, Any]],
+    footer: dict[str, Any] | None,
+    *,
+    date: float | None = None,
+) -> dict[str, Any]:
     """The certificate of one run. Each provider the run checked (it has a case naming its
     op and provider) is listed with its identity hash, the distribution defining it, its
     counts per status and ``passed`` (a case passed, none failed, errored or xpassed). ``complete``
@@ -31,29 +36,39 @@ def build(header: dict[str, Any], records: list[dict[str, Any]],
     per_provider: dict[tuple[str, str], collections.Counter] = {}
     for rec in records:
         if rec.get("op") and rec.get("provider"):
-            per_provider.setdefault((rec["op"], rec["provider"]), collections.Counter())[rec["status"]] += 1
+            per_provider.setdefault((rec["op"], rec["provider"]), collections.Counter())[
+                rec["status"]
+            ] += 1
     providers = []
     for (op, provider), counts in sorted(per_provider.items()):
         known = (identities.get(op) or {}).get(provider) or {}
         if not known.get("identity"):
             continue  # no identity (no source to hash): nothing a reader could match
-        providers.append({
-            "op": op,
-            "provider": provider,
-            "identity": known["identity"],
-            "distribution": known.get("distribution"),
-            "counts": {s: counts[s] for s in S.ALL if counts[s]},
-            # at least one case held, none was red: a provider whose cases were all
-            # unsupported or skipped here is listed, but certifies nothing
-            "passed": counts[S.PASS] > 0 and not any(counts[s] for s in S.RED),
-        })
+        providers.append(
+            {
+                "op": op,
+                "provider": provider,
+                "identity": known["identity"],
+                "distribution": known.get("distribution"),
+                "counts": {s: counts[s] for s in S.ALL if counts[s]},
+                # at least one case held, none was red: a provider whose cases were all
+                # unsupported or skipped here is listed, but certifies nothing
+                "passed": counts[S.PASS] > 0 and not any(counts[s] for s in S.RED),
+            }
+        )
     filters = header.get("filters") or {}
     foot = footer or {}
     totals = foot.get("counts") or dict(collections.Counter(r["status"] for r in records))
-    complete = bool(foot) and not foot.get("interrupted") and \
-        foot.get("total") == foot.get("collected") and not any(filters.values())
-    distributions = sorted({p["distribution"] for p in providers if p["distribution"]}
-                           | ({header["platform_distribution"]} if header.get("platform_distribution") else set()))
+    complete = (
+        bool(foot)
+        and not foot.get("interrupted")
+        and foot.get("total") == foot.get("collected")
+        and not any(filters.values())
+    )
+    distributions = sorted(
+        {p["distribution"] for p in providers if p["distribution"]}
+        | ({header["platform_distribution"]} if header.get("platform_distribution") else set())
+    )
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

@@ -45,9 +45,13 @@ def existing_reports(path: Path) -> list[str]:
     return [name for name in REPORT_NAMES if (path / name).exists()]
 
 
-def claim(report_dir: Path | str | None, *, overwrite: bool = False,
-          base: Path | str = DEFAULT_BASE, options: tuple[str, str] = ("--report-dir", "--overwrite"),
-          ) -> ReportDir:
+def claim(
+    report_dir: Path | str | None,
+    *,
+    overwrite: bool = False,
+    base: Path | str = DEFAULT_BASE,
+    options: tuple[str, str] = ("--report-dir", "--overwrite"),
+) -> ReportDir:
     """Make the directory this run writes to, or raise `ReportDirError`.
 
     ``report_dir`` None: a new directory under ``base`` named by the UTC start time.
@@ -66,7 +70,9 @@ def claim(report_dir: Path | str | None, *, overwrite: bool = False,
             except FileExistsError:
                 continue
             except OSError as exc:
-                raise ReportDirError(f"cannot create the report directory {path}: {_why(exc)}") from None
+                raise ReportDirError(
+                    f"cannot create the report directory {path}: {_why(exc)}"
+                ) from None
             return ReportDir(path, per_run=True, created=True)
         raise ReportDirError(f"{base}: too many runs started in the second {stamp}")
     path = Path(report_dir)
@@ -79,7 +85,8 @@ def claim(report_dir: Path | str | None, *, overwrite: bool = False,
         raise ReportDirError(
             f"{label} already holds the reports of an earlier run ({', '.join(held)}): pass "
             f"{options[1]} to replace them, or choose another directory (without {options[0]} "
-            f"each run writes its own directory under {DEFAULT_BASE}/)")
+            f"each run writes its own directory under {DEFAULT_BASE}/)"
+        )
     return ReportDir(path, per_run=False, created=created)
 
 
@@ -121,7 +128,9 @@ def _make(path: Path, label: str) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise ReportDirError(f"{label}: a file is in the way (a part of the path is not a directory)") from None
+        raise ReportDirError(
+            f"{label}: a file is in the way (a part of the path is not a directory)"
+        ) from None
     except OSError as exc:
         raise ReportDirError(f"{label}: cannot create it: {_why(exc)}") from None
 

@@ -36,7 +36,9 @@ class Group:
         repro = self.first.get("repro")
         if not repro or self.count == 1:
             return repro
-        return repro.replace(f"--case {shlex.quote(self.first['id'])}", f"--case {shlex.quote(self.glob)}")
+        return repro.replace(
+            f"--case {shlex.quote(self.first['id'])}", f"--case {shlex.quote(self.glob)}"
+        )
 
 
 def signature(rec: dict[str, Any]) -> tuple[str, ...]:
@@ -44,8 +46,13 @@ def signature(rec: dict[str, Any]) -> tuple[str, ...]:
     for part in (rec.get("sample"), rec.get("dtype")):
         if part:
             message = message.replace(part, "<>")
-    return (rec["status"], rec["check"], rec.get("op") or "", rec.get("provider") or "",
-            _NUMBER.sub("#", message))
+    return (
+        rec["status"],
+        rec["check"],
+        rec.get("op") or "",
+        rec.get("provider") or "",
+        _NUMBER.sub("#", message),
+    )
 
 
 def wildcard(ids: list[str]) -> str:
@@ -53,7 +60,7 @@ def wildcard(ids: list[str]) -> str:
     if len(set(ids)) == 1:
         return ids[0]
     prefix = os.path.commonprefix(ids)
-    rests = [i[len(prefix):] for i in ids]
+    rests = [i[len(prefix) :] for i in ids]
     suffix = os.path.commonprefix([r[::-1] for r in rests])[::-1]
     return f"{prefix}*{suffix}"
 

@@ -29,15 +29,21 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def footer(records: list[dict[str, Any]], *, collected: int | None = None,
-           interrupted: str | None = None) -> dict[str, Any]:
+def footer(
+    records: list[dict[str, Any]], *, collected: int | None = None, interrupted: str | None = None
+) -> dict[str, Any]:
     """Counts by status and the exit status: 1 when a case is red or the run was
     interrupted before every collected case ran."""
     counts = collections.Counter(r["status"] for r in records)
     red = sum(counts[s] for s in S.RED)
-    return {"type": "footer", "counts": {s: counts.get(s, 0) for s in S.ALL},
-            "total": len(records), "collected": len(records) if collected is None else collected,
-            "interrupted": interrupted, "exit_status": 1 if red or interrupted else 0}
+    return {
+        "type": "footer",
+        "counts": {s: counts.get(s, 0) for s in S.ALL},
+        "total": len(records),
+        "collected": len(records) if collected is None else collected,
+        "interrupted": interrupted,
+        "exit_status": 1 if red or interrupted else 0,
+    }
 
 
 class Stream:
@@ -60,8 +66,13 @@ class Stream:
         self._records.append(record)
         self._line(record)
 
-    def close(self, *, collected: int | None, interrupted: str | None = None,
-              stopped_in: str | None = None) -> dict[str, Any]:
+    def close(
+        self,
+        *,
+        collected: int | None,
+        interrupted: str | None = None,
+        stopped_in: str | None = None,
+    ) -> dict[str, Any]:
         """Write the footer. ``collected`` None: the run stopped before collection ended.
         ``stopped_in``: the phase a signal stopped (``setup``, ``collection``, ``cases``)."""
         foot = footer(self._records, collected=collected, interrupted=interrupted)
@@ -72,8 +83,14 @@ class Stream:
         return foot
 
 
-def write(path: Path, header: dict[str, Any], records: list[dict[str, Any]], *,
-          collected: int | None = None, interrupted: str | None = None) -> None:
+def write(
+    path: Path,
+    header: dict[str, Any],
+    records: list[dict[str, Any]],
+    *,
+    collected: int | None = None,
+    interrupted: str | None = None,
+) -> None:
     """The whole file at once (the pytest plugin, at session end)."""
     foot = footer(records, collected=collected, interrupted=interrupted)
     foot["stopped_in"] = "cases" if interrupted else None

@@ -18,19 +18,23 @@ from opcore_conformance import status as S
 from opcore_conformance.report.markdown import incomplete_note
 
 
-def build(header: dict[str, Any], records: list[dict[str, Any]],
-          foot: dict[str, Any] | None = None) -> ET.Element:
+def build(
+    header: dict[str, Any], records: list[dict[str, Any]], foot: dict[str, Any] | None = None
+) -> ET.Element:
     """``foot``: the footer read back from the JSONL (None: none written)."""
     root = ET.Element("testsuites", name=f"opcore-conformance {header.get('platform')}")
     if foot is not None and foot.get("interrupted"):
         root.set("interrupted", str(foot["interrupted"]))
-        suite = ET.SubElement(root, "testsuite", name="run", tests="1", failures="0",
-                              errors="1", skipped="0")
-        tc = ET.SubElement(suite, "testcase", classname="opcore.conformance.run", name="incomplete",
-                           time="0")
+        suite = ET.SubElement(
+            root, "testsuite", name="run", tests="1", failures="0", errors="1", skipped="0"
+        )
+        tc = ET.SubElement(
+            suite, "testcase", classname="opcore.conformance.run", name="incomplete", time="0"
+        )
         note = incomplete_note(foot, records)
-        ET.SubElement(tc, "error", message=f"INCOMPLETE: {note}", type="interrupted").text = (
-            f"{note}; the cases below are those that ran")
+        ET.SubElement(
+            tc, "error", message=f"INCOMPLETE: {note}", type="interrupted"
+        ).text = f"{note}; the cases below are those that ran"
     by_check: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for rec in records:
         by_check[rec["check"]].append(rec)
@@ -38,8 +42,13 @@ def build(header: dict[str, Any], records: list[dict[str, Any]],
         suite = ET.SubElement(root, "testsuite", name=check, tests=str(len(recs)))
         counts: collections.Counter[str] = collections.Counter()
         for rec in recs:
-            tc = ET.SubElement(suite, "testcase", classname=f"opcore.conformance.{check}",
-                               name=rec["id"], time=f"{rec.get('duration_s') or 0:.6f}")
+            tc = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"opcore.conformance.{check}",
+                name=rec["id"],
+                time=f"{rec.get('duration_s') or 0:.6f}",
+            )
             status = rec["status"]
             message = rec.get("message") or ""
             if status in (S.FAIL, S.XPASS):
@@ -63,8 +72,12 @@ def build(header: dict[str, Any], records: list[dict[str, Any]],
     return root
 
 
-def write(path: Path, header: dict[str, Any], records: list[dict[str, Any]],
-          foot: dict[str, Any] | None = None) -> None:
+def write(
+    path: Path,
+    header: dict[str, Any],
+    records: list[dict[str, Any]],
+    foot: dict[str, Any] | None = None,
+) -> None:
     tree = ET.ElementTree(build(header, records, foot))
     ET.indent(tree)
     tree.write(path, encoding="utf-8", xml_declaration=True)

@@ -29,15 +29,20 @@ def incomplete_note(foot: dict[str, Any] | None, records: list[dict[str, Any]]) 
         return f"the report has no footer: the run ended after {len(records)} case(s) without finishing"
     if foot.get("interrupted"):
         if foot.get("collected") is None:  # stopped in setup or collection: no case ran
-            return (f"interrupted by {foot['interrupted']} during {foot.get('stopped_in') or 'setup'}, "
-                    f"before any case ran")
-        return (f"interrupted by {foot['interrupted']} after {foot['total']} of "
-                f"{foot.get('collected')} collected case(s)")
+            return (
+                f"interrupted by {foot['interrupted']} during {foot.get('stopped_in') or 'setup'}, "
+                f"before any case ran"
+            )
+        return (
+            f"interrupted by {foot['interrupted']} after {foot['total']} of "
+            f"{foot.get('collected')} collected case(s)"
+        )
     return None
 
 
-def render(header: dict[str, Any], records: list[dict[str, Any]],
-           written_footer: dict[str, Any] | None) -> str:
+def render(
+    header: dict[str, Any], records: list[dict[str, Any]], written_footer: dict[str, Any] | None
+) -> str:
     """The summary. ``written_footer`` is the footer read from the JSONL (`read_footer`;
     None when the file has none, i.e. the run did not finish)."""
     foot = footer(records)
@@ -73,20 +78,37 @@ def render(header: dict[str, Any], records: list[dict[str, Any]],
             "dtype against the float64 reference, with native's on the same case and device in "
             "brackets (the error budget compares the two).",
             "",
-            "| op | provider | dtype | checks | " + " | ".join(S.SYMBOL[s] + " " + s for s in S.ALL)
+            "| op | provider | dtype | checks | "
+            + " | ".join(S.SYMBOL[s] + " " + s for s in S.ALL)
             + " | worst err/tol | peak ULP (native) | max abs | tolerance (atol, rtol) |",
             "|---|---|---|---|" + "---:|" * len(S.ALL) + "---:|---:|---:|---|",
         ]
         for row in rows:  # a table Row; ``r`` below is a record dict
             tol = f"{row.tolerance[0]:g}, {row.tolerance[1]:g}" if row.tolerance else ""
-            out.append("| " + " | ".join([*row.key, ", ".join(sorted(row.checks)), *_counts_cells(row.counts),
-                                           ratio_text(row), ulp_text(row),
-                                           "" if row.worst_abs is None else f"{row.worst_abs:.2e}", tol]) + " |")
+            out.append(
+                "| "
+                + " | ".join(
+                    [
+                        *row.key,
+                        ", ".join(sorted(row.checks)),
+                        *_counts_cells(row.counts),
+                        ratio_text(row),
+                        ulp_text(row),
+                        "" if row.worst_abs is None else f"{row.worst_abs:.2e}",
+                        tol,
+                    ]
+                )
+                + " |"
+            )
         out.append("")
     others = check_rows([r for r in records if not r.get("op")])
     if others:
-        out += ["## Platform and other checks", "",
-                "| check | " + " | ".join(S.ALL) + " |", "|---|" + "---:|" * len(S.ALL)]
+        out += [
+            "## Platform and other checks",
+            "",
+            "| check | " + " | ".join(S.ALL) + " |",
+            "|---|" + "---:|" * len(S.ALL),
+        ]
         for row in others:
             out.append("| " + " | ".join([row.key[0], *_counts_cells(row.counts)]) + " |")
         out.append("")
@@ -95,24 +117,38 @@ def render(header: dict[str, Any], records: list[dict[str, Any]],
     if not bad:
         out += ["Nothing: no case failed, errored or passed unexpectedly.", ""]
     for r in bad:
-        out += [f"- **{r['status']}** `{r['id']}`: {_cell(r.get('message') or '')}",
-                f"  - rerun: `{r.get('repro')}`" if r.get("repro") else ""]
+        out += [
+            f"- **{r['status']}** `{r['id']}`: {_cell(r.get('message') or '')}",
+            f"  - rerun: `{r.get('repro')}`" if r.get("repro") else "",
+        ]
     out.append("")
     loosened = [r for r in records if r.get("tolerance_source") == "expectations"]
     if loosened:
-        out += ["## Loosened tolerances (from the expectations file)", "",
-                "| case | atol | rtol | worst err/tol | status | reason |", "|---|---:|---:|---:|---|---|"]
+        out += [
+            "## Loosened tolerances (from the expectations file)",
+            "",
+            "| case | atol | rtol | worst err/tol | status | reason |",
+            "|---|---:|---:|---:|---|---|",
+        ]
         for r in loosened:
             ratio = as_float(r.get("max_ratio"))
-            out.append(f"| `{r['id']}` | {r.get('atol')} | {r.get('rtol')} | "
-                       f"{'' if ratio is None else f'{ratio:.2f}'} | {r['status']} | {_cell(r.get('reason') or '')} |")
+            out.append(
+                f"| `{r['id']}` | {r.get('atol')} | {r.get('rtol')} | "
+                f"{'' if ratio is None else f'{ratio:.2f}'} | {r['status']} | {_cell(r.get('reason') or '')} |"
+            )
         out.append("")
     expected = [r for r in records if r.get("expected") in ("xfail", "skip", "unsupported")]
     if expected:
-        out += ["## Declared by the expectations file", "", "| case | declared | status | reason |",
-                "|---|---|---|---|"]
+        out += [
+            "## Declared by the expectations file",
+            "",
+            "| case | declared | status | reason |",
+            "|---|---|---|---|",
+        ]
         for r in expected:
-            out.append(f"| `{r['id']}` | {r['expected']} | {r['status']} | {_cell(r.get('reason') or '')} |")
+            out.append(
+                f"| `{r['id']}` | {r['expected']} | {r['status']} | {_cell(r.get('reason') or '')} |"
+            )
         out.append("")
     return "\n".join(line for line in out if line is not None) + "\n"
 

@@ -25,8 +25,14 @@ class Progress:
     """``total`` cases; ``weight``: their summed `expected_cost` (default: one each), so the
     bar fills as time passes rather than as cases are counted."""
 
-    def __init__(self, total: int, *, stream: TextIO | None = None, enabled: bool = True,
-                 weight: float | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        stream: TextIO | None = None,
+        enabled: bool = True,
+        weight: float | None = None,
+    ) -> None:
         self.total = max(total, 1)
         self.weight = max(weight if weight is not None else float(total), 1e-9)
         self.weight_done = 0.0
@@ -51,14 +57,17 @@ class Progress:
             filled = int(width * frac)
             bar = "#" * filled + "-" * (width - filled)
             label = case_id if len(case_id) <= 60 else case_id[:57] + "..."
-            self.stream.write(f"\r[{bar}] {self.done}/{self.total} {elapsed:5.1f}s "
-                              f"{self.red} red  {label:<60}")
+            self.stream.write(
+                f"\r[{bar}] {self.done}/{self.total} {elapsed:5.1f}s {self.red} red  {label:<60}"
+            )
             if self.done == self.total:
                 self.stream.write("\n")
         else:
             decile = int(frac * 10)
             if decile != self._last_decile:
                 self._last_decile = decile
-                self.stream.write(f"[{int(frac * 100):3d}%] {self.done}/{self.total} cases, "
-                                  f"{self.red} red, {elapsed:.1f}s\n")
+                self.stream.write(
+                    f"[{int(frac * 100):3d}%] {self.done}/{self.total} cases, "
+                    f"{self.red} red, {elapsed:.1f}s\n"
+                )
         self.stream.flush()

@@ -41,7 +41,9 @@ def causal_mask(device: torch.device) -> torch.Tensor:
     sparse modes 3 and 4 expect; built once per device."""
     mask = _masks.get(device)
     if mask is None:
-        mask = torch.triu(torch.ones(MASK_SIZE, MASK_SIZE, dtype=torch.bool, device=device), diagonal=1)
+        mask = torch.triu(
+            torch.ones(MASK_SIZE, MASK_SIZE, dtype=torch.bool, device=device), diagonal=1
+        )
         _masks[device] = mask
     return mask
 
@@ -69,7 +71,9 @@ class AscendBackend(AttentionBackend):
     def write_kv(self, key, value, kv_cache, slot_mapping) -> None:
         import torch_npu
 
-        check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value)
+        check_qkv(
+            self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value
+        )
         key_cache, value_cache = self.split_kv_cache(kv_cache)
         if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:
             raise ValueError(

@@ -43,7 +43,9 @@ def probe() -> str | Absent:
     import torch
 
     if not torch.npu.is_available():
-        return Absent("torch_npu imported, but torch.npu.is_available() is False (no NPU visible; check ASCEND_RT_VISIBLE_DEVICES and the driver)")
+        return Absent(
+            "torch_npu imported, but torch.npu.is_available() is False (no NPU visible; check ASCEND_RT_VISIBLE_DEVICES and the driver)"
+        )
     count = torch.npu.device_count()
     if count < 1:
         return Absent("torch_npu imported, but torch.npu.device_count() is 0")

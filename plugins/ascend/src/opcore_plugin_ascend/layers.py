@@ -15,8 +15,16 @@ from opcore.layers.attention import Attention
 
 
 class AscendAttention(Attention):
-    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int | None = None, *,
-                 backend: str | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int | None = None,
+        *,
+        backend: str | None = None,
+        **kwargs,
+    ) -> None:
         if backend is None:
             from opcore.config import get_current_config
 

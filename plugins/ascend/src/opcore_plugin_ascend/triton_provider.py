@@ -38,8 +38,10 @@ def _ascend_triton_backend() -> bool:
     return bool({"npu", "ascend"} & set(backends))
 
 
-DEVICE_TYPES = frozenset({"cpu"}) if INTERPRETED else (
-    frozenset({"npu"}) if HAS_TRITON and _ascend_triton_backend() else frozenset()
+DEVICE_TYPES = (
+    frozenset({"cpu"})
+    if INTERPRETED
+    else (frozenset({"npu"}) if HAS_TRITON and _ascend_triton_backend() else frozenset())
 )
 
 
@@ -51,8 +53,16 @@ def _flattenable(qkv: torch.Tensor) -> bool:
 
 
 def supports_split_qkv_rmsnorm_rope(
-    qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads,
-    head_size, is_neox,
+    qkv,
+    q_weight,
+    k_weight,
+    epsilon,
+    positions,
+    cos_sin_cache,
+    num_heads,
+    num_kv_heads,
+    head_size,
+    is_neox,
 ) -> bool:
     device = qkv.device
     return bool(
@@ -61,7 +71,10 @@ def supports_split_qkv_rmsnorm_rope(
         and _flattenable(qkv)
         and head_size <= MAX_HEAD_SIZE
         and all(
-            w is None or (w.device == device and w.dtype in FLOAT_DTYPES and w.dim() == 1 and w.stride(0) == 1)
+            w is None
+            or (
+                w.device == device and w.dtype in FLOAT_DTYPES and w.dim() == 1 and w.stride(0) == 1
+            )
             for w in (q_weight, k_weight)
         )
         and positions.device == device
@@ -77,10 +90,26 @@ def supports_split_qkv_rmsnorm_rope(
     PROVIDER, supported=HAS_TRITON, supports_args=supports_split_qkv_rmsnorm_rope
 )
 def split_qkv_rmsnorm_rope(
-    qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads,
-    head_size, is_neox,
+    qkv,
+    q_weight,
+    k_weight,
+    epsilon,
+    positions,
+    cos_sin_cache,
+    num_heads,
+    num_kv_heads,
+    head_size,
+    is_neox,
 ):
     return triton_qkv.split_qkv_rmsnorm_rope_tiled(
-        qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads,
-        head_size, is_neox,
+        qkv,
+        q_weight,
+        k_weight,
+        epsilon,
+        positions,
+        cos_sin_cache,
+        num_heads,
+        num_kv_heads,
+        head_size,
+        is_neox,
     )

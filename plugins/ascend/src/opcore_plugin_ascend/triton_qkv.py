@@ -71,8 +71,22 @@ def vector_core_count(device: torch.device) -> int:
 
 @triton.jit
 def _norm_rope_head(
-    src, dst, w_ptr, cos, sin, rows_2d, rmask_2d, d, dmask, partner, sign, rot_mask,
-    src_stride, dst_stride, eps, head_size,
+    src,
+    dst,
+    w_ptr,
+    cos,
+    sin,
+    rows_2d,
+    rmask_2d,
+    d,
+    dmask,
+    partner,
+    sign,
+    rot_mask,
+    src_stride,
+    dst_stride,
+    eps,
+    head_size,
     HAS_W: tl.constexpr,
 ):
     m = rmask_2d & dmask[None, :]
@@ -90,10 +104,29 @@ def _norm_rope_head(
 
 @triton.jit
 def _split_qkv_rmsnorm_rope_tiled(
-    qkv_ptr, qkv_stride, q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, pos_ptr, cache_ptr, cache_stride,
-    eps, n_tokens, rows_per_program, head_size, rot, half,
-    N_Q_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, IS_NEOX: tl.constexpr, HAS_QW: tl.constexpr, HAS_KW: tl.constexpr,
-    ROWS: tl.constexpr, HEAD_PAD: tl.constexpr,
+    qkv_ptr,
+    qkv_stride,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    qw_ptr,
+    kw_ptr,
+    pos_ptr,
+    cache_ptr,
+    cache_stride,
+    eps,
+    n_tokens,
+    rows_per_program,
+    head_size,
+    rot,
+    half,
+    N_Q_HEADS: tl.constexpr,
+    N_KV_HEADS: tl.constexpr,
+    IS_NEOX: tl.constexpr,
+    HAS_QW: tl.constexpr,
+    HAS_KW: tl.constexpr,
+    ROWS: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
 ):
     eps = tl.cast(eps, tl.float32)
     pid = tl.program_id(0)
@@ -135,16 +168,51 @@ def _split_qkv_rmsnorm_rope_tiled(
         cos = tl.load(crow, mask=cmask, other=1.0).to(tl.float32)
         sin = tl.load(crow + half, mask=cmask, other=0.0).to(tl.float32)
         for h in range(N_Q_HEADS):
-            _norm_rope_head(qkv_ptr + h * head_size, q_ptr + h * head_size, qw_ptr, cos, sin,
-                            rows_2d, rmask_2d, d, dmask, partner, sign, rot_mask,
-                            qkv_stride, q_width, eps, head_size, HAS_QW)
+            _norm_rope_head(
+                qkv_ptr + h * head_size,
+                q_ptr + h * head_size,
+                qw_ptr,
+                cos,
+                sin,
+                rows_2d,
+                rmask_2d,
+                d,
+                dmask,
+                partner,
+                sign,
+                rot_mask,
+                qkv_stride,
+                q_width,
+                eps,
+                head_size,
+                HAS_QW,
+            )
         for h in range(N_KV_HEADS):
-            _norm_rope_head(qkv_ptr + q_width + h * head_size, k_ptr + h * head_size, kw_ptr,
-                            cos, sin, rows_2d, rmask_2d, d, dmask, partner, sign, rot_mask,
-                            qkv_stride, kv_width, eps, head_size, HAS_KW)
+            _norm_rope_head(
+                qkv_ptr + q_width + h * head_size,
+                k_ptr + h * head_size,
+                kw_ptr,
+                cos,
+                sin,
+                rows_2d,
+                rmask_2d,
+                d,
+                dmask,
+                partner,
+                sign,
+                rot_mask,
+                qkv_stride,
+                kv_width,
+                eps,
+                head_size,
+                HAS_KW,
+            )
             m = rmask_2d & dmask[None, :]
-            v = tl.load(qkv_ptr + q_width + kv_width + h * head_size + rows_2d * qkv_stride + d[None, :],
-                        mask=m, other=0.0)
+            v = tl.load(
+                qkv_ptr + q_width + kv_width + h * head_size + rows_2d * qkv_stride + d[None, :],
+                mask=m,
+                other=0.0,
+            )
             tl.store(v_ptr + h * head_size + rows_2d * kv_width + d[None, :], v, mask=m)
 
 
@@ -152,8 +220,19 @@ INTERPRETED = type(_split_qkv_rmsnorm_rope_tiled).__name__ == "InterpretedFuncti
 
 
 def split_qkv_rmsnorm_rope_tiled(
-    qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads,
-    head_size, is_neox, *, num_programs: int | None = None, ub_bytes: int = DEFAULT_UB_BYTES,
+    qkv,
+    q_weight,
+    k_weight,
+    epsilon,
+    positions,
+    cos_sin_cache,
+    num_heads,
+    num_kv_heads,
+    head_size,
+    is_neox,
+    *,
+    num_programs: int | None = None,
+    ub_bytes: int = DEFAULT_UB_BYTES,
 ):
     """Launch the kernel; same arguments and results as the op, plus the tiling knobs
     ``num_programs`` (default: `vector_core_count`) and ``ub_bytes`` (chunk sizing).
@@ -165,7 +244,9 @@ def split_qkv_rmsnorm_rope_tiled(
     width = qkv.shape[-1]
     flat = qkv.reshape(n, width)
     if flat.stride(-1) != 1:
-        raise ValueError(f"split_qkv_rmsnorm_rope (ascend triton): qkv's last dim must be contiguous, strides {qkv.stride()}")
+        raise ValueError(
+            f"split_qkv_rmsnorm_rope (ascend triton): qkv's last dim must be contiguous, strides {qkv.stride()}"
+        )
     q_width, kv_width = num_heads * head_size, num_kv_heads * head_size
     q = torch.empty((n, q_width), dtype=qkv.dtype, device=qkv.device)
     k = torch.empty((n, kv_width), dtype=qkv.dtype, device=qkv.device)
@@ -178,11 +259,27 @@ def split_qkv_rmsnorm_rope_tiled(
         rot = cos_sin_cache.shape[-1]
         pos = positions.reshape(-1).contiguous()
         _split_qkv_rmsnorm_rope_tiled[(programs,)](
-            flat, flat.stride(0), q, k, v,
-            q_weight if q_weight is not None else q, k_weight if k_weight is not None else k,
-            pos, cos_sin_cache, cos_sin_cache.stride(0),
-            float(epsilon), n, per_program, head_size, rot, rot // 2,
-            N_Q_HEADS=num_heads, N_KV_HEADS=num_kv_heads, IS_NEOX=bool(is_neox), HAS_QW=q_weight is not None, HAS_KW=k_weight is not None,
+            flat,
+            flat.stride(0),
+            q,
+            k,
+            v,
+            q_weight if q_weight is not None else q,
+            k_weight if k_weight is not None else k,
+            pos,
+            cos_sin_cache,
+            cos_sin_cache.stride(0),
+            float(epsilon),
+            n,
+            per_program,
+            head_size,
+            rot,
+            rot // 2,
+            N_Q_HEADS=num_heads,
+            N_KV_HEADS=num_kv_heads,
+            IS_NEOX=bool(is_neox),
+            HAS_QW=q_weight is not None,
+            HAS_KW=k_weight is not None,
             ROWS=min(rows_per_chunk(head_size, ub_bytes), next_pow2(per_program)),
             HEAD_PAD=next_pow2(head_size),
         )

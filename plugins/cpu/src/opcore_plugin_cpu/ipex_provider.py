@@ -122,7 +122,9 @@ if REGISTERED:
         # IPEX stores x + residual into its `residual` argument: the op's second output
         # (the caller's x_residual itself when it is contiguous, else a dense copy).
         residual = x_residual.contiguous()
-        out = _ipex_f.add_rms_norm(residual, x.contiguous(), weight.contiguous(), None, float(epsilon), True)
+        out = _ipex_f.add_rms_norm(
+            residual, x.contiguous(), weight.contiguous(), None, float(epsilon), True
+        )
         return out, residual
 
     @ops.silu_and_mul.register_impl(PROVIDER, supports_args=supports_silu_and_mul)

@@ -24,7 +24,9 @@ def nvml_min_capability() -> tuple[int, int] | None:
         pynvml.nvmlInit()
         try:
             caps = [
-                tuple(pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(i)))
+                tuple(
+                    pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(i))
+                )
                 for i in range(pynvml.nvmlDeviceGetCount())
             ]
         finally:

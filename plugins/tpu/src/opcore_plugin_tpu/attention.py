@@ -68,7 +68,9 @@ class PallasBackend(AttentionBackend):
         return kv_cache[:, :, 0::2], kv_cache[:, :, 1::2]
 
     def write_kv(self, key, value, kv_cache, slot_mapping) -> None:
-        check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value)
+        check_qkv(
+            self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value
+        )
         self.split_kv_cache(kv_cache)
         if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:
             raise ValueError(
@@ -77,7 +79,9 @@ class PallasBackend(AttentionBackend):
             )
         num_slots = kv_cache.shape[0] * kv_cache.shape[1]
         flat = kv_cache.view(num_slots, 2 * self.num_kv_heads, self.head_size)
-        rows = torch.stack((key, value), dim=2).reshape(key.shape[0], 2 * self.num_kv_heads, self.head_size)
+        rows = torch.stack((key, value), dim=2).reshape(
+            key.shape[0], 2 * self.num_kv_heads, self.head_size
+        )
         slots = slot_mapping.to(torch.int64)
         if kv_cache.device.type == "xla":
             # No data-dependent shapes in the lazy graph: padding rows (slot -1) are sent

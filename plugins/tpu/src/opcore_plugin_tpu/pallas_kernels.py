@@ -43,11 +43,16 @@ def pick_block_rows(rows: int, hidden: int, itemsize: int, budget_bytes: int = 2
     return min(fit, (rows + 7) // 8 * 8, 512)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("epsilon", "variance_size", "block_rows", "interpret")
-)
-def rms_norm(x, weight, *, epsilon: float, variance_size: int | None, block_rows: int,
-             interpret: bool = False):
+@functools.partial(jax.jit, static_argnames=("epsilon", "variance_size", "block_rows", "interpret"))
+def rms_norm(
+    x,
+    weight,
+    *,
+    epsilon: float,
+    variance_size: int | None,
+    block_rows: int,
+    interpret: bool = False,
+):
     rows, hidden = x.shape
     has_weight = weight is not None
     kernel = functools.partial(

@@ -65,14 +65,26 @@ class VdevBackend(AttentionBackend):
         table = metadata.block_table.to(torch.int64)
         out = torch.empty_like(query)
         start = 0
-        for i, (n, length) in enumerate(zip(metadata.query_lens_host, metadata.seq_lens_host, strict=False)):
+        for i, (n, length) in enumerate(
+            zip(metadata.query_lens_host, metadata.seq_lens_host, strict=False)
+        ):
             if n == 0:
                 continue
             pos = torch.arange(length, device=query.device)
             slots = table[i].index_select(0, pos // block_size) * block_size + pos % block_size
             # [heads, length, head_size]: each query head reads its key/value head
-            k = flat_k.index_select(0, slots).float().transpose(0, 1).repeat_interleave(group, dim=0)
-            v = flat_v.index_select(0, slots).float().transpose(0, 1).repeat_interleave(group, dim=0)
+            k = (
+                flat_k.index_select(0, slots)
+                .float()
+                .transpose(0, 1)
+                .repeat_interleave(group, dim=0)
+            )
+            v = (
+                flat_v.index_select(0, slots)
+                .float()
+                .transpose(0, 1)
+                .repeat_interleave(group, dim=0)
+            )
             q = query[start : start + n].float().transpose(0, 1)  # [heads, n, head_size]
             scores = torch.bmm(q, k.transpose(1, 2)) * self.scale  # [heads, n, length]
             if self.logits_soft_cap is not None:

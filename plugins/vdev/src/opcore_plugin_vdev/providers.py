@@ -24,7 +24,11 @@ def _on_device(t) -> bool:
 
 
 def _norm_ok(x, weight) -> bool:
-    return _on_device(x) and x.dim() >= 1 and (weight is None or (_on_device(weight) and weight.device == x.device))
+    return (
+        _on_device(x)
+        and x.dim() >= 1
+        and (weight is None or (_on_device(weight) and weight.device == x.device))
+    )
 
 
 def supports_rms_norm(x, weight, epsilon, variance_size=None) -> bool:
@@ -63,7 +67,9 @@ def rms_norm(x, weight, epsilon, variance_size=None):
 
 @ops.fused_add_rms_norm.register_impl(PROVIDER, supports_args=supports_fused_add_rms_norm)
 def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
-    residual = (x + x_residual).contiguous()  # rounded to the input dtype, as the op's contract says
+    residual = (
+        x + x_residual
+    ).contiguous()  # rounded to the input dtype, as the op's contract says
     return _normalize(residual, weight, epsilon, variance_size), residual
 
 

@@ -95,7 +95,9 @@ if REGISTERED:
     )
     def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
         residual = x_residual.contiguous()
-        out = _ipex_f.add_rms_norm(residual, x.contiguous(), weight.contiguous(), None, float(epsilon), True)
+        out = _ipex_f.add_rms_norm(
+            residual, x.contiguous(), weight.contiguous(), None, float(epsilon), True
+        )
         return out, residual
 
     @ops.silu_and_mul.register_impl(PROVIDER, supports_args=supports_silu_and_mul)
@@ -119,7 +121,11 @@ if REGISTERED:
         half = cs.shape[-1] // 2
         cos, sin = cs[:, :half].contiguous(), cs[:, half:].contiguous()
         q, k = _ipex_f.rotary_embedding(
-            query.contiguous().view(n, -1, head_size), key.contiguous().view(n, -1, head_size),
-            sin, cos, head_size, bool(is_neox),
+            query.contiguous().view(n, -1, head_size),
+            key.contiguous().view(n, -1, head_size),
+            sin,
+            cos,
+            head_size,
+            bool(is_neox),
         )
         return q.reshape(query.shape), k.reshape(key.shape)

@@ -120,8 +120,9 @@ class AttentionBackend:
         # for its own dtype by name is the same request.
         if cfg.kv_cache_dtype in cls.supported_kv_cache_dtypes:
             return True
-        return "auto" in cls.supported_kv_cache_dtypes and cfg.resolved_kv_cache_dtype == dtype_name(
-            cfg.dtype
+        return (
+            "auto" in cls.supported_kv_cache_dtypes
+            and cfg.resolved_kv_cache_dtype == dtype_name(cfg.dtype)
         )
 
     @classmethod
@@ -162,7 +163,9 @@ class AttentionBackend:
             )
         if cfg.num_kv_heads < cfg.num_heads:
             if cfg.num_kv_heads == 1 and not cls.supports_mqa:
-                reasons.append(f"multi-query attention (num_heads {cfg.num_heads}, 1 kv head) not supported")
+                reasons.append(
+                    f"multi-query attention (num_heads {cfg.num_heads}, 1 kv head) not supported"
+                )
             elif cfg.num_kv_heads > 1 and not cls.supports_gqa:
                 reasons.append(
                     f"grouped-query attention (num_heads {cfg.num_heads}, "
@@ -278,7 +281,9 @@ class AttentionBackend:
         ``split_kv_cache(kv_cache)``. Raises ``ValueError`` naming the argument."""
         from opcore.attention.paged import check_qkv, check_slot_mapping
 
-        check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value)
+        check_qkv(
+            self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value
+        )
         key_cache, value_cache = self.split_kv_cache(kv_cache)
         num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
         if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:

@@ -152,7 +152,9 @@ class PagedAttentionMetadata:
         self._checked.add(key)
 
 
-def check_slot_mapping(slot_mapping: torch.Tensor, num_slots: int, num_blocks: int, block_size: int) -> None:
+def check_slot_mapping(
+    slot_mapping: torch.Tensor, num_slots: int, num_blocks: int, block_size: int
+) -> None:
     """Raise if any non-negative slot is ``>= num_slots`` (negative slots are padding)."""
     if slot_mapping.numel() == 0:
         return
@@ -166,7 +168,10 @@ def check_slot_mapping(slot_mapping: torch.Tensor, num_slots: int, num_blocks: i
 
 
 def compute_slot_mapping(
-    query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor, block_size: int
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    block_size: int,
 ) -> torch.Tensor:
     """The slots of every new token of the batch (int64, on ``block_table``'s device):
     token ``p`` of sequence ``i`` goes to ``block_table[i, p // block_size] * block_size +
@@ -195,7 +200,11 @@ def check_qkv(
 ) -> None:
     """Shape checks for query ``[T, num_heads, head_size]`` and key/value ``[T,
     num_kv_heads, head_size]``; errors name the argument and the expected shape."""
-    for arg, t, heads in (("query", query, num_heads), ("key", key, num_kv_heads), ("value", value, num_kv_heads)):
+    for arg, t, heads in (
+        ("query", query, num_heads),
+        ("key", key, num_kv_heads),
+        ("value", value, num_kv_heads),
+    ):
         if t is None:
             continue
         if t.dim() != 3 or t.shape[1] != heads or t.shape[2] != head_size:

@@ -125,7 +125,9 @@ def backend_class(name: str) -> type[AttentionBackend]:
     return registry.load_backend_class(registry.backend_class_path(name))
 
 
-def _evaluate(name: str, cfg: AttentionSelectorConfig) -> tuple[CandidateResult, type[AttentionBackend] | None]:
+def _evaluate(
+    name: str, cfg: AttentionSelectorConfig
+) -> tuple[CandidateResult, type[AttentionBackend] | None]:
     """Resolve and validate one name; every failure becomes a reason, never an exception."""
     try:
         path = registry.backend_class_path(name)

@@ -53,15 +53,21 @@ class AttentionSelectorConfig:
         for field in ("head_size", "num_heads", "num_kv_heads"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"AttentionSelectorConfig: {field} must be a positive int, got {value!r}")
+                raise ValueError(
+                    f"AttentionSelectorConfig: {field} must be a positive int, got {value!r}"
+                )
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"AttentionSelectorConfig: num_heads ({self.num_heads}) must be a multiple of "
                 f"num_kv_heads ({self.num_kv_heads})"
             )
         if not isinstance(self.dtype, torch.dtype):
-            raise ValueError(f"AttentionSelectorConfig: dtype must be a torch.dtype, got {self.dtype!r}")
-        if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size <= 0):
+            raise ValueError(
+                f"AttentionSelectorConfig: dtype must be a torch.dtype, got {self.dtype!r}"
+            )
+        if self.block_size is not None and (
+            not isinstance(self.block_size, int) or self.block_size <= 0
+        ):
             raise ValueError(
                 f"AttentionSelectorConfig: block_size must be a positive int or None, got {self.block_size!r}"
             )

@@ -134,7 +134,13 @@ def make_case(
     q_lens, s_lens = BATCH_MIXES[mix]
     q_lens = query_lens or q_lens
     s_lens = seq_lens or s_lens
-    parts = [mix, dtype_name(dtype), f"bs{block_size}", f"h{gqa * num_kv_heads}kv{num_kv_heads}", f"d{head_size}"]
+    parts = [
+        mix,
+        dtype_name(dtype),
+        f"bs{block_size}",
+        f"h{gqa * num_kv_heads}kv{num_kv_heads}",
+        f"d{head_size}",
+    ]
     if window:
         parts.append(f"win{window}")
     if logits_soft_cap:
@@ -236,8 +242,14 @@ def make_case_data(case: AttentionCase) -> CaseData:
         table[i, n:] = perm[-1]  # a block nobody writes: still NaN when read by mistake
     total_q = sum(case.query_lens)
     query = torch.randn((total_q, case.num_heads, case.head_size), generator=gen).to(case.dtype)
-    keys = [torch.randn((n, case.num_kv_heads, case.head_size), generator=gen).to(case.dtype) for n in case.seq_lens]
-    values = [torch.randn((n, case.num_kv_heads, case.head_size), generator=gen).to(case.dtype) for n in case.seq_lens]
+    keys = [
+        torch.randn((n, case.num_kv_heads, case.head_size), generator=gen).to(case.dtype)
+        for n in case.seq_lens
+    ]
+    values = [
+        torch.randn((n, case.num_kv_heads, case.head_size), generator=gen).to(case.dtype)
+        for n in case.seq_lens
+    ]
     starts = [0]
     for n in case.query_lens:
         starts.append(starts[-1] + n)
@@ -253,7 +265,9 @@ def make_case_data(case: AttentionCase) -> CaseData:
     )
 
 
-def run_backend(cls: type[AttentionBackend], case: AttentionCase, data: CaseData, device, dtype: torch.dtype) -> torch.Tensor:
+def run_backend(
+    cls: type[AttentionBackend], case: AttentionCase, data: CaseData, device, dtype: torch.dtype
+) -> torch.Tensor:
     """Write the case's context into a fresh NaN-filled cache of ``cls`` in two steps
     (the earlier context, then the new tokens mixed with padding rows of slot -1 and NaN
     data) and run the batch. Returns the output on the CPU."""
@@ -267,7 +281,9 @@ def run_backend(cls: type[AttentionBackend], case: AttentionCase, data: CaseData
         logits_soft_cap=case.logits_soft_cap,
         causal=case.causal,
     )
-    cache = cls.allocate_kv_cache(data.num_blocks, case.block_size, case.num_kv_heads, case.head_size, dtype, device)
+    cache = cls.allocate_kv_cache(
+        data.num_blocks, case.block_size, case.num_kv_heads, case.head_size, dtype, device
+    )
     cache.fill_(float("nan"))
     table = data.block_table.to(device)
     bs = case.block_size
@@ -281,17 +297,32 @@ def run_backend(cls: type[AttentionBackend], case: AttentionCase, data: CaseData
     slots = torch.cat(old_slots)
     if slots.numel():
         impl.write_kv(
-            torch.cat(old_k).to(device, dtype), torch.cat(old_v).to(device, dtype), cache, slots.to(device)
+            torch.cat(old_k).to(device, dtype),
+            torch.cat(old_v).to(device, dtype),
+            cache,
+            slots.to(device),
         )
     # Step 2: the new tokens, each followed by a padding row that must be skipped.
     new_slots = compute_slot_mapping(data.query_start_loc, data.seq_lens, data.block_table, bs)
-    new_k = torch.cat([data.keys[i][n - q :] for i, (q, n) in enumerate(zip(case.query_lens, case.seq_lens, strict=True))])
-    new_v = torch.cat([data.values[i][n - q :] for i, (q, n) in enumerate(zip(case.query_lens, case.seq_lens, strict=True))])
+    new_k = torch.cat(
+        [
+            data.keys[i][n - q :]
+            for i, (q, n) in enumerate(zip(case.query_lens, case.seq_lens, strict=True))
+        ]
+    )
+    new_v = torch.cat(
+        [
+            data.values[i][n - q :]
+            for i, (q, n) in enumerate(zip(case.query_lens, case.seq_lens, strict=True))
+        ]
+    )
     pad = torch.full_like(new_k, float("nan"))
     inter_k = torch.stack([new_k, pad], 1).flatten(0, 1)
     inter_v = torch.stack([new_v, pad], 1).flatten(0, 1)
     inter_slots = torch.stack([new_slots, torch.full_like(new_slots, -1)], 1).flatten()
-    impl.write_kv(inter_k.to(device, dtype), inter_v.to(device, dtype), cache, inter_slots.to(device))
+    impl.write_kv(
+        inter_k.to(device, dtype), inter_v.to(device, dtype), cache, inter_slots.to(device)
+    )
 
     metadata = PagedAttentionMetadata.build(
         data.query_start_loc.to(device), data.seq_lens.to(device), table, new_slots.to(device)

@@ -41,8 +41,16 @@ EXIT_STATUS = {
 }
 
 # The sections collected once the platform is resolved; null until then.
-SECTIONS = ("devices", "general_plugins", "config", "ops", "layers", "attention", "compile",
-            "certificates")
+SECTIONS = (
+    "devices",
+    "general_plugins",
+    "config",
+    "ops",
+    "layers",
+    "attention",
+    "compile",
+    "certificates",
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -375,8 +383,11 @@ def _render_certificates(data: Any) -> list[str]:
     rows = [["OP", "PROVIDER", "IDENTITY", "STATUS"]]
     for op, providers in sorted(data["ops"].items()):
         for provider, cov in providers.items():
-            status = (f"certified ({', '.join(cov['modes'])})" if cov["modes"]
-                      else f"not certified: {cov['why']}")
+            status = (
+                f"certified ({', '.join(cov['modes'])})"
+                if cov["modes"]
+                else f"not certified: {cov['why']}"
+            )
             rows.append([op, provider, cov["identity"], status])
     out += _table(rows)
     out += [f"  warning: {e}" for e in data.get("errors") or []]

@@ -33,7 +33,13 @@ from opcore.compile.passes import (
 from opcore.compile.record import CompileRecord, LoweringDecision, last_lowering_record
 
 
-def backend(config: Any = None, *, mode: str | None = None, fusion: bool = True, inductor_config: dict | None = None) -> OpcoreBackend:
+def backend(
+    config: Any = None,
+    *,
+    mode: str | None = None,
+    fusion: bool = True,
+    inductor_config: dict | None = None,
+) -> OpcoreBackend:
     """A ``torch.compile`` backend (see `OpcoreBackend`)."""
     return OpcoreBackend(config, mode=mode, fusion=fusion, inductor_config=inductor_config)
 
@@ -77,7 +83,10 @@ def info(config: Any = None) -> dict[str, Any]:
     for mode in MODES:
         cfg = copy.deepcopy(config)
         cfg.compilation.mode = mode
-        modes[mode] = {"priorities": effective_priorities(cfg), "cache_key": cache_key(cfg, mode=mode)}
+        modes[mode] = {
+            "priorities": effective_priorities(cfg),
+            "cache_key": cache_key(cfg, mode=mode),
+        }
     last = last_lowering_record()
     return {
         "backend": "opcore.compile.backend (torch.compile backend; Inductor pass as post_grad_custom_pre_pass)",

@@ -91,7 +91,9 @@ class OpcoreBackend:
             self.config.compilation.mode = mode
         self.mode = self.config.compilation.mode
         if self.mode not in MODES:
-            raise ValueError(f"opcore.compile: config.compilation.mode {self.mode!r} is not one of {', '.join(MODES)}")
+            raise ValueError(
+                f"opcore.compile: config.compilation.mode {self.mode!r} is not one of {', '.join(MODES)}"
+            )
         self.fusion = bool(fusion)
         self.inductor_config = dict(inductor_config or {})
         self.records: list[CompileRecord] = []
@@ -109,10 +111,14 @@ class OpcoreBackend:
         return CompiledGraph(self, gm, example_inputs)
 
     def __repr__(self) -> str:
-        return f"OpcoreBackend(mode={self.mode!r}, fusion={self.fusion}, graphs={len(self.records)})"
+        return (
+            f"OpcoreBackend(mode={self.mode!r}, fusion={self.fusion}, graphs={len(self.records)})"
+        )
 
     # ------------------------------------------------------------------ compiling
-    def compile_graph(self, gm: fx.GraphModule, example_inputs: list[Any], key: str) -> tuple[Any, CompileRecord]:
+    def compile_graph(
+        self, gm: fx.GraphModule, example_inputs: list[Any], key: str
+    ) -> tuple[Any, CompileRecord]:
         """Run the pipeline on ``gm`` (modified in place); returns (callable, record)."""
         ensure_kernels_loaded()
         opaque.ensure_all()
@@ -168,7 +174,10 @@ class OpcoreBackend:
             record.cache_hit = True
             if cached is not None:
                 record.fusions, record.lowered = cached.fusions, cached.lowered
-                record.clones_removed, record.clones_kept = cached.clones_removed, cached.clones_kept
+                record.clones_removed, record.clones_kept = (
+                    cached.clones_removed,
+                    cached.clones_kept,
+                )
         return fn
 
 
@@ -213,7 +222,10 @@ def _check_inference(gm: fx.GraphModule) -> None:
     if not torch.is_grad_enabled():
         return
     default, inplace = fx_utils.ir_targets()
-    has_ir = any(n.op == "call_function" and (n.target in default or n.target in inplace) for n in gm.graph.nodes)
+    has_ir = any(
+        n.op == "call_function" and (n.target in default or n.target in inplace)
+        for n in gm.graph.nodes
+    )
     if not has_ir:
         return
     for node in fx_utils.placeholders(gm.graph):
@@ -295,7 +307,9 @@ class CompiledGraph:
         fakes = [fx_utils.fake_value(n) for n in fx_utils.placeholders(gm.graph)]
         ctx = self._tracing_context
         if ctx is None:
-            raise CompileError("opcore.compile: cannot recompile a graph captured without a tracing context")
+            raise CompileError(
+                "opcore.compile: cannot recompile a graph captured without a tracing context"
+            )
         with torch._guards.tracing(ctx):
             return self.backend.compile_graph(gm, fakes, key)
 

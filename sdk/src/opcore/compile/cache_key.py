@@ -61,7 +61,9 @@ def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
         "opcore": opcore.__version__,
         "mode": mode,
         "fusion": fusion,
-        "fusion_passes": {n: _source_hash(fn) for n, fn in _passes.FUSION_PASSES.items()} if fusion else {},
+        "fusion_passes": {n: _source_hash(fn) for n, fn in _passes.FUSION_PASSES.items()}
+        if fusion
+        else {},
         # opaque: how provider calls (in-place ones included) become graph ops; _passes: the order
         "pipeline": {
             m.__name__: _source_hash(m)

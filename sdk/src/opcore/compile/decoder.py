@@ -57,7 +57,14 @@ class _Calls:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, s: DecoderShape, calls: _Calls, decode_context: int | None, generator: torch.Generator, dtype: torch.dtype):
+    def __init__(
+        self,
+        s: DecoderShape,
+        calls: _Calls,
+        decode_context: int | None,
+        generator: torch.Generator,
+        dtype: torch.dtype,
+    ):
         super().__init__()
         self.s, self.calls, self.decode_context = s, calls, decode_context
         device = generator.device
@@ -103,10 +110,17 @@ class DecoderLayer(nn.Module):
             vv = torch.cat([cv, v.unsqueeze(2)], dim=2)
             o = F.scaled_dot_product_attention(q.unsqueeze(2), kk, vv, enable_gqa=True).squeeze(2)
         else:
-            o = F.scaled_dot_product_attention(
-                q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
-                is_causal=True, enable_gqa=True,
-            ).squeeze(0).transpose(0, 1)
+            o = (
+                F.scaled_dot_product_attention(
+                    q.transpose(0, 1).unsqueeze(0),
+                    k.transpose(0, 1).unsqueeze(0),
+                    v.transpose(0, 1).unsqueeze(0),
+                    is_causal=True,
+                    enable_gqa=True,
+                )
+                .squeeze(0)
+                .transpose(0, 1)
+            )
         return F.linear(o.reshape(t, qh), self.o)
 
     def forward(self, positions, h, residual, cos_sin_cache):
@@ -141,8 +155,12 @@ class Decoder(nn.Module):
         calls = _Calls(impl)
         # weights drawn on the device: the CPU would take long for the Llama-sized ones
         g = torch.Generator(device=device).manual_seed(seed)
-        self.layers = nn.ModuleList(DecoderLayer(s, calls, decode_context, g, dtype) for _ in range(s.layers))
-        self.final_norm = nn.Parameter(torch.ones(s.hidden, device=device, dtype=dtype), requires_grad=False)
+        self.layers = nn.ModuleList(
+            DecoderLayer(s, calls, decode_context, g, dtype) for _ in range(s.layers)
+        )
+        self.final_norm = nn.Parameter(
+            torch.ones(s.hidden, device=device, dtype=dtype), requires_grad=False
+        )
         self.calls = calls
         cache = build_cos_sin_cache(s.head_size, s.max_position, device=device)
         self.register_buffer("cos_sin_cache", cache, persistent=False)

@@ -106,7 +106,9 @@ def get(op: IrOp, impl: Impl, *, out_of_place: bool = False) -> Any:
     name = _overload(impl.provider)
     if out_of_place:
         if not has_out_of_place(impl):
-            raise ValueError(f"op {op.name!r}: provider {impl.provider!r} has no out-of-place kernel")
+            raise ValueError(
+                f"op {op.name!r}: provider {impl.provider!r} has no out-of-place kernel"
+            )
         name += OUT_OF_PLACE_SUFFIX
     return getattr(getattr(getattr(torch.ops, NAMESPACE), op.name), name)
 

@@ -81,7 +81,9 @@ class CompileRecord:
             extra = " (in place)" if d.inplace else ""
             if d.form:
                 extra += f" ({d.form})"
-            lines.append(f"  %{d.node}: {d.op} -> {d.provider} [{d.how}]{extra}  priority {d.priority}")
+            lines.append(
+                f"  %{d.node}: {d.op} -> {d.provider} [{d.how}]{extra}  priority {d.priority}"
+            )
         if self.clones_removed:
             lines.append(f"  clones removed: {', '.join(self.clones_removed)}")
         for name, why in self.clones_kept.items():

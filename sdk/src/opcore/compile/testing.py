@@ -59,7 +59,9 @@ def _compare(what: str, got: Any, want: Any, atol: float, rtol: float) -> float:
         err = float(diff.max()) if diff.numel() else 0.0
         worst = max(worst, err)
         if not torch.allclose(a, b, atol=atol, rtol=rtol):
-            raise CompileCheckFailed(f"{what}: output {i} differs by up to {err:.3g} (atol {atol}, rtol {rtol})")
+            raise CompileCheckFailed(
+                f"{what}: output {i} differs by up to {err:.3g} (atol {atol}, rtol {rtol})"
+            )
     return worst
 
 
@@ -73,7 +75,9 @@ def _forced(op: IrOp, provider: str, sample: SampleInput) -> Iterator[None]:
     with op.set_priority([provider, "native"] if provider != "native" else ["native"]):
         chosen = op.dispatch(*sample.args, **sample.kwargs).provider
         if chosen != provider:
-            raise ProviderNotApplicable(f"provider {provider!r} does not accept sample {sample.name!r} of {op.name!r}")
+            raise ProviderNotApplicable(
+                f"provider {provider!r} does not accept sample {sample.name!r} of {op.name!r}"
+            )
         yield
 
 
@@ -97,7 +101,9 @@ def _named_pairs(args: tuple, kwargs: dict, args0: tuple, kwargs0: dict):
         yield repr(k), v, kwargs0[k]
 
 
-def compiled_matches_eager(op: IrOp | str, provider: str, sample: SampleInput, *, mode: str = "eager") -> dict[str, Any]:
+def compiled_matches_eager(
+    op: IrOp | str, provider: str, sample: SampleInput, *, mode: str = "eager"
+) -> dict[str, Any]:
     """Compile a function calling ``op`` with ``provider`` first in its priority; its
     output on ``sample`` equals the eager call's (the op's tolerance), and the lowering
     record shows ``provider``."""
@@ -117,18 +123,30 @@ def compiled_matches_eager(op: IrOp | str, provider: str, sample: SampleInput, *
     # provider lowered as a raw mutation once wrote the caller's tensors under Inductor).
     for name, now, then in _named_pairs(args, kwargs, *before):
         if isinstance(now, torch.Tensor) and not _same(now, then):
-            raise CompileCheckFailed(f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}): argument {name} was written")
+            raise CompileCheckFailed(
+                f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}): argument {name} was written"
+            )
     record = be.last_record
     lowered = record.by_op().get(op.name, []) if record else []
     if record is None or lowered != [provider]:
-        raise CompileCheckFailed(f"{op.name}: compiled graph lowered to {lowered}, expected [{provider!r}]")
+        raise CompileCheckFailed(
+            f"{op.name}: compiled graph lowered to {lowered}, expected [{provider!r}]"
+        )
     dtype = next((t.dtype for t in _tensors(want) if t is not None), torch.float32)
     atol, rtol = op.tolerance(dtype)
-    err = _compare(f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}) vs eager", got, want, atol, rtol)
+    err = _compare(
+        f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}) vs eager",
+        got,
+        want,
+        atol,
+        rtol,
+    )
     return {"max_abs_err": err, "how": record.lowered[0].how}
 
 
-def lowering_matches_dispatch(op: IrOp | str, sample: SampleInput, *, mode: str = "eager", config: Any = None) -> dict[str, Any]:
+def lowering_matches_dispatch(
+    op: IrOp | str, sample: SampleInput, *, mode: str = "eager", config: Any = None
+) -> dict[str, Any]:
     """Under ``config`` (default: the current one, with ``mode``), lowering chooses for
     ``sample`` the provider eager dispatch chooses."""
     import copy

@@ -83,6 +83,7 @@ on_kernels_loaded(bump_generation)
 # cost about a microsecond.
 registry_generation = functools.partial(getattr, sys.modules[__name__], "_GENERATION")
 
+
 def priority_overrides(frames: tuple | None = None) -> dict[str, tuple[str, ...]]:
     """``{op name: providers}`` of the `set_priority` blocks open in this thread or task
     (``frames``: an `opcore.scopes.current_scopes()` value; default: the current one). The
@@ -403,7 +404,9 @@ class IrOp:
         self._cache = cache
         return cache
 
-    def _decide(self, config: Any, override: tuple[str, ...] | None, platform: Any = None) -> priority.Decision:
+    def _decide(
+        self, config: Any, override: tuple[str, ...] | None, platform: Any = None
+    ) -> priority.Decision:
         """Gather the inputs of `opcore.ir.priority.decide` (the kernels are loaded), run
         it, and give its warnings (once each)."""
         if platform is None:
@@ -412,7 +415,9 @@ class IrOp:
             platform = get_current_platform()
         configured = config.kernel.ir_op_priority
         defaults: Mapping[str, list[str]] = platform.get_default_ir_op_priority(config) or {}
-        for key, message in priority.unknown_op_warnings(configured, defaults, platform.name, sorted(_REGISTRY)):
+        for key, message in priority.unknown_op_warnings(
+            configured, defaults, platform.name, sorted(_REGISTRY)
+        ):
             priority.warn_once(key, message)
         if override is not None:
             user, source = override, priority.USER_SOURCE_BLOCK
@@ -823,7 +828,9 @@ def _override_in(frames: tuple, name: str) -> tuple[str, ...] | None:
     return None
 
 
-def _log_dispatch(op: IrOp, chain: tuple[Impl, ...], impl: Impl, args: tuple, kwargs: Mapping[str, Any]) -> None:
+def _log_dispatch(
+    op: IrOp, chain: tuple[Impl, ...], impl: Impl, args: tuple, kwargs: Mapping[str, Any]
+) -> None:
     shapes = [
         f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
         if isinstance(a, torch.Tensor)

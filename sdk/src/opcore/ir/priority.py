@@ -131,11 +131,13 @@ def decide(
             continue
         if not impls[name].supported:
             skipped[name] = "not supported here (supported=False)"
-            notes.append((
-                ("user-unsupported", op_name, name),
-                f"op {op_name!r}: priority ({user_source}) names provider {name!r}, which is "
-                f"not supported on this machine; it is skipped",
-            ))
+            notes.append(
+                (
+                    ("user-unsupported", op_name, name),
+                    f"op {op_name!r}: priority ({user_source}) names provider {name!r}, which is "
+                    f"not supported on this machine; it is skipped",
+                )
+            )
             continue
         merged.append(name)
     for name in platform_list:
@@ -144,19 +146,23 @@ def decide(
         impl = impls.get(name)
         if impl is None:
             skipped[name] = f"named by platform {platform_name!r} default but not registered"
-            notes.append((
-                ("platform-missing", platform_name, op_name, name),
-                f"op {op_name!r}: platform {platform_name!r} default priority names provider "
-                f"{name!r}, which is not registered (registered: {', '.join(impls)}); it is skipped",
-            ))
+            notes.append(
+                (
+                    ("platform-missing", platform_name, op_name, name),
+                    f"op {op_name!r}: platform {platform_name!r} default priority names provider "
+                    f"{name!r}, which is not registered (registered: {', '.join(impls)}); it is skipped",
+                )
+            )
             continue
         if not impl.supported:
             skipped[name] = "not supported here (supported=False)"
-            notes.append((
-                ("platform-unsupported", platform_name, op_name, name),
-                f"op {op_name!r}: platform {platform_name!r} default priority names provider "
-                f"{name!r}, which is not supported on this machine; it is skipped",
-            ))
+            notes.append(
+                (
+                    ("platform-unsupported", platform_name, op_name, name),
+                    f"op {op_name!r}: platform {platform_name!r} default priority names provider "
+                    f"{name!r}, which is not supported on this machine; it is skipped",
+                )
+            )
             continue
         merged.append(name)
 
@@ -170,18 +176,22 @@ def decide(
         names.append("native")
         native_appended = True
         if user:
-            notes.append((
-                ("native-appended", op_name, tuple(user)),
-                f"op {op_name!r}: no provider in the priority {user} ({user_source}) accepts all "
-                f"arguments; 'native' was appended as the last resort. Add 'native' (or a "
-                f"provider without supports_args) to the list to silence this warning",
-            ))
-    for name in merged[len(names):]:
+            notes.append(
+                (
+                    ("native-appended", op_name, tuple(user)),
+                    f"op {op_name!r}: no provider in the priority {user} ({user_source}) accepts all "
+                    f"arguments; 'native' was appended as the last resort. Add 'native' (or a "
+                    f"provider without supports_args) to the list to silence this warning",
+                )
+            )
+    for name in merged[len(names) :]:
         skipped.setdefault(name, f"after {names[-1]!r}, which accepts every argument")
     for name, impl in impls.items():
         if name not in names and name not in skipped:
             skipped[name] = (
-                "not supported here (supported=False)" if not impl.supported else "not in the priority list"
+                "not supported here (supported=False)"
+                if not impl.supported
+                else "not in the priority list"
             )
     return Decision(
         op=op_name,
@@ -205,18 +215,22 @@ def unknown_op_warnings(
     notes = []
     for op_name in user_ops:
         if op_name not in known:
-            notes.append((
-                ("unknown-op", "user", op_name),
-                f"config.kernel.ir_op_priority / OPCORE_IR_OP_PRIORITY names op {op_name!r}, "
-                f"which is not registered (registered: {', '.join(known)}); the entry is ignored",
-            ))
+            notes.append(
+                (
+                    ("unknown-op", "user", op_name),
+                    f"config.kernel.ir_op_priority / OPCORE_IR_OP_PRIORITY names op {op_name!r}, "
+                    f"which is not registered (registered: {', '.join(known)}); the entry is ignored",
+                )
+            )
     for op_name in default_ops:
         if op_name not in known:
-            notes.append((
-                ("unknown-op", platform_name, op_name),
-                f"platform {platform_name!r} default priority names op {op_name!r}, which is "
-                f"not registered (registered: {', '.join(known)}); the entry is ignored",
-            ))
+            notes.append(
+                (
+                    ("unknown-op", platform_name, op_name),
+                    f"platform {platform_name!r} default priority names op {op_name!r}, which is "
+                    f"not registered (registered: {', '.join(known)}); the entry is ignored",
+                )
+            )
     return notes
 
 
@@ -243,8 +257,11 @@ class Explanation:
         head = f"op {self.op}: priority {self.priority}"
         if self.selected is not None:
             head += f" -> {self.selected}"
-        lines = [head, f"  user list: {self.user or '-'}; platform default: {self.platform_default or '-'}"
-                 + ("; native appended" if self.native_appended else "")]
+        lines = [
+            head,
+            f"  user list: {self.user or '-'}; platform default: {self.platform_default or '-'}"
+            + ("; native appended" if self.native_appended else ""),
+        ]
         for p in self.providers:
             lines.append(f"  {p['provider']:<12} {p['status']:<14} {p['reason']}")
         return "\n".join(lines)
@@ -258,7 +275,10 @@ def explain(decision: Decision, args: tuple, kwargs: Mapping[str, Any]) -> Expla
     if args or kwargs:
         for impl in decision.chain:
             if selected is not None:
-                rows[impl.provider] = {"status": "not reached", "reason": f"{selected!r} comes first"}
+                rows[impl.provider] = {
+                    "status": "not reached",
+                    "reason": f"{selected!r} comes first",
+                }
                 continue
             if impl.supports_args is None:
                 selected = impl.provider
@@ -267,12 +287,21 @@ def explain(decision: Decision, args: tuple, kwargs: Mapping[str, Any]) -> Expla
             ok = impl.supports_args(*args, **kwargs)
             if ok is True:
                 selected = impl.provider
-                rows[impl.provider] = {"status": "selected", "reason": "supports_args returned True"}
+                rows[impl.provider] = {
+                    "status": "selected",
+                    "reason": "supports_args returned True",
+                }
             else:
-                rows[impl.provider] = {"status": "tried", "reason": f"supports_args returned {ok!r}"}
+                rows[impl.provider] = {
+                    "status": "tried",
+                    "reason": f"supports_args returned {ok!r}",
+                }
     else:
         for impl in decision.chain:
-            rows[impl.provider] = {"status": "in list", "reason": f"position {decision.names.index(impl.provider)}"}
+            rows[impl.provider] = {
+                "status": "in list",
+                "reason": f"position {decision.names.index(impl.provider)}",
+            }
     for name, reason in decision.skipped.items():
         if name in rows:
             continue

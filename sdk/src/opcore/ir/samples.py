@@ -68,7 +68,9 @@ def sample_seed(op_name: str, sample_name: str) -> int:
 _NAMES: dict[tuple[str, Any, Any, bool], list[str]] = {}
 
 
-def seeded_samples(op_name: str, fn: SampleGenerator, dtype: torch.dtype, *, quick: bool) -> Iterator[SampleInput]:
+def seeded_samples(
+    op_name: str, fn: SampleGenerator, dtype: torch.dtype, *, quick: bool
+) -> Iterator[SampleInput]:
     """Run the generator ``fn`` so that the draws made for each sample start from
     `sample_seed` of its name: the generator is reseeded before each step, with the name
     of the sample that step yields. A sample is then the same in quick and full mode,
@@ -78,7 +80,9 @@ def seeded_samples(op_name: str, fn: SampleGenerator, dtype: torch.dtype, *, qui
     key = (op_name, fn, dtype, quick)
     names = _NAMES.get(key)
     if names is None:
-        names = [s.name for s in fn(dtype, quick=quick, generator=torch.Generator().manual_seed(SEED))]
+        names = [
+            s.name for s in fn(dtype, quick=quick, generator=torch.Generator().manual_seed(SEED))
+        ]
         _NAMES[key] = names
     generator = torch.Generator()
     produced = iter(fn(dtype, quick=quick, generator=generator))
@@ -108,6 +112,8 @@ def _move(value: Any, device: torch.device | None, memo: dict[int, torch.Tensor]
     return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
-def randn(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator, *, scale: float = 1.0) -> torch.Tensor:
+def randn(
+    shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator, *, scale: float = 1.0
+) -> torch.Tensor:
     """A CPU tensor drawn in fp32 from ``generator`` then cast (same values for every dtype)."""
     return (torch.randn(shape, generator=generator, dtype=torch.float32) * scale).to(dtype)

@@ -42,7 +42,9 @@ def _type_str(tp: object, where: str) -> str:
     elif inner in _SCALARS:
         base = _SCALARS[inner]
     else:
-        raise TypeError(f"{where}: unsupported annotation {tp!r}; use Tensor, int, float, bool, str, or X | None")
+        raise TypeError(
+            f"{where}: unsupported annotation {tp!r}; use Tensor, int, float, bool, str, or X | None"
+        )
     return base + ("?" if optional else "")
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from opcore.config import OpcoreConfig
 
+
 class Platform(abc.ABC):
     """Base class of every opcore platform.
 

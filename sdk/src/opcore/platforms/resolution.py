@@ -579,8 +579,7 @@ def resolve(first_caller_stack: str = "") -> Decision:
     _, refused = _plugins.split_duplicates(discovered)
     refusals = {id(p): exc for p, exc in refused}
     entries = [
-        (p, _refuse(p, refusals[id(p)]) if id(p) in refusals else _candidate(p))
-        for p in discovered
+        (p, _refuse(p, refusals[id(p)]) if id(p) in refusals else _candidate(p)) for p in discovered
     ]
     to_probe = [(p, c) for p, c in entries if id(p) not in refusals]
     classes = _probe_all(to_probe, authoritative=False, budget=budget)

@@ -66,7 +66,9 @@ def default_vendor(name: str) -> str:
     return f"The {name} authors"
 
 
-def plugin_problems(name: str, vendor: str | None = None, device_type: str = DEFAULT_DEVICE_TYPE) -> list[str]:
+def plugin_problems(
+    name: str, vendor: str | None = None, device_type: str = DEFAULT_DEVICE_TYPE
+) -> list[str]:
     """Every reason the answers cannot be rendered, each one line; empty when they can."""
     return name_checks().problems(
         {
@@ -84,7 +86,9 @@ def cookiecutter_api() -> tuple[Any, type[Exception]]:
         from cookiecutter.exceptions import CookiecutterException
         from cookiecutter.main import cookiecutter
     except ImportError as exc:
-        raise TemplateError(f"rendering the template needs cookiecutter ({exc}): {INSTALL_HINT}") from None
+        raise TemplateError(
+            f"rendering the template needs cookiecutter ({exc}): {INSTALL_HINT}"
+        ) from None
     return cookiecutter, CookiecutterException
 
 
@@ -159,7 +163,9 @@ def render_plugin(
         # and no replay file is left in the user's home.
         config = Path(scratch) / "config.yaml"
         config.write_text(
-            json.dumps({"cookiecutters_dir": f"{scratch}/templates", "replay_dir": f"{scratch}/replay"}),
+            json.dumps(
+                {"cookiecutters_dir": f"{scratch}/templates", "replay_dir": f"{scratch}/replay"}
+            ),
             encoding="utf-8",
         )
         try:
@@ -183,7 +189,9 @@ def _place(rendered: Path, target: Path) -> None:
     try:
         target.mkdir()  # claims the name: fails if it appeared since the check above
     except FileExistsError:
-        raise TemplateError(f"{target} already exists; choose another -o DIR or remove it") from None
+        raise TemplateError(
+            f"{target} already exists; choose another -o DIR or remove it"
+        ) from None
     try:
         shutil.copytree(rendered, target, dirs_exist_ok=True)
     except BaseException:

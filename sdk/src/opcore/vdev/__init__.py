@@ -170,7 +170,9 @@ def _config(device_type, devices, dtypes, memory_bytes, name) -> VirtualDeviceCo
         if not isinstance(d, torch.dtype) or not d.is_floating_point:
             raise VirtualDeviceError(f"dtypes: {d!r} is not a torch floating dtype")
     if memory_bytes is not None and (not isinstance(memory_bytes, int) or memory_bytes < 0):
-        raise VirtualDeviceError(f"memory_bytes={memory_bytes!r}: expected bytes (an int >= 0) or None")
+        raise VirtualDeviceError(
+            f"memory_bytes={memory_bytes!r}: expected bytes (an int >= 0) or None"
+        )
     return VirtualDeviceConfig(
         device_type=device_type,
         devices=devices,

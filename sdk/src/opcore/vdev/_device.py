@@ -130,7 +130,9 @@ class DeviceModule:
     def get_rng_state(self, device: int | str | torch.device | None = None) -> torch.Tensor:
         return torch.default_generator.get_state()
 
-    def set_rng_state(self, new_state: torch.Tensor, device: int | str | torch.device | None = None) -> None:
+    def set_rng_state(
+        self, new_state: torch.Tensor, device: int | str | torch.device | None = None
+    ) -> None:
         torch.default_generator.set_state(new_state)
 
     def get_rng_state_all(self) -> list[torch.Tensor]:
@@ -146,13 +148,19 @@ class DeviceModule:
     def get_device_name(self, device: int | str | torch.device | None = None) -> str:
         return self.get_device_properties(device).name
 
-    def get_device_properties(self, device: int | str | torch.device | None = None) -> DeviceProperties:
+    def get_device_properties(
+        self, device: int | str | torch.device | None = None
+    ) -> DeviceProperties:
         index = self._index(device)
         self._device.check_index(index, "get_device_properties")
         total = self._device.config.memory_bytes
-        return DeviceProperties(self._device.config.name, host_memory_bytes() if total is None else total, index)
+        return DeviceProperties(
+            self._device.config.name, host_memory_bytes() if total is None else total, index
+        )
 
-    def get_device_capability(self, device: int | str | torch.device | None = None) -> tuple[int, int]:
+    def get_device_capability(
+        self, device: int | str | torch.device | None = None
+    ) -> tuple[int, int]:
         return (0, 0)
 
     # memory statistics, under the names torch's device modules use

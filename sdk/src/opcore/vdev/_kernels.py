@@ -39,56 +39,188 @@ _COPY_OPS = frozenset({"aten::copy_", "aten::_copy_from", "aten::_copy_from_and_
 SUPPORTED_OPS = frozenset(
     {
         # memory, layout, copies
-        "aten::empty", "aten::empty_strided", "aten::as_strided", "aten::view",
-        "aten::_reshape_alias", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize",
-        "aten::clone", "aten::_to_copy", "aten::resize_", "aten::set_", "aten::fill_",
-        "aten::zero_", "aten::_local_scalar_dense", "aten::lift_fresh", "aten::alias",
-        "aten::detach", "aten::unfold", "aten::view_as_real", "aten::view_as_complex",
-        "aten::_unsafe_view", "aten::contiguous", "aten::is_pinned",
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::as_strided",
+        "aten::view",
+        "aten::_reshape_alias",
+        "aten::copy_",
+        "aten::_copy_from",
+        "aten::_copy_from_and_resize",
+        "aten::clone",
+        "aten::_to_copy",
+        "aten::resize_",
+        "aten::set_",
+        "aten::fill_",
+        "aten::zero_",
+        "aten::_local_scalar_dense",
+        "aten::lift_fresh",
+        "aten::alias",
+        "aten::detach",
+        "aten::unfold",
+        "aten::view_as_real",
+        "aten::view_as_complex",
+        "aten::_unsafe_view",
+        "aten::contiguous",
+        "aten::is_pinned",
         # creation
-        "aten::zeros", "aten::ones", "aten::full", "aten::arange", "aten::eye",
-        "aten::scalar_tensor", "aten::zeros_like", "aten::ones_like", "aten::full_like",
-        "aten::empty_like", "aten::linspace", "aten::tril", "aten::triu",
+        "aten::zeros",
+        "aten::ones",
+        "aten::full",
+        "aten::arange",
+        "aten::eye",
+        "aten::scalar_tensor",
+        "aten::zeros_like",
+        "aten::ones_like",
+        "aten::full_like",
+        "aten::empty_like",
+        "aten::linspace",
+        "aten::tril",
+        "aten::triu",
         # pointwise arithmetic
-        "aten::add", "aten::sub", "aten::mul", "aten::div", "aten::neg", "aten::abs",
-        "aten::rsub", "aten::pow", "aten::sqrt", "aten::rsqrt", "aten::reciprocal",
-        "aten::exp", "aten::exp2", "aten::log", "aten::log2", "aten::log1p", "aten::expm1",
-        "aten::sin", "aten::cos", "aten::tanh", "aten::sigmoid", "aten::erf", "aten::silu",
-        "aten::gelu", "aten::relu", "aten::clamp", "aten::clamp_min", "aten::clamp_max",
-        "aten::maximum", "aten::minimum", "aten::where", "aten::lerp", "aten::addcmul",
-        "aten::addcdiv", "aten::floor", "aten::ceil", "aten::round", "aten::trunc",
-        "aten::sign", "aten::remainder", "aten::fmod", "aten::floor_divide",
-        "aten::masked_fill", "aten::nan_to_num", "aten::frexp", "aten::ldexp",
-        "aten::hypot", "aten::atan2", "aten::isneginf", "aten::isposinf",
+        "aten::add",
+        "aten::sub",
+        "aten::mul",
+        "aten::div",
+        "aten::neg",
+        "aten::abs",
+        "aten::rsub",
+        "aten::pow",
+        "aten::sqrt",
+        "aten::rsqrt",
+        "aten::reciprocal",
+        "aten::exp",
+        "aten::exp2",
+        "aten::log",
+        "aten::log2",
+        "aten::log1p",
+        "aten::expm1",
+        "aten::sin",
+        "aten::cos",
+        "aten::tanh",
+        "aten::sigmoid",
+        "aten::erf",
+        "aten::silu",
+        "aten::gelu",
+        "aten::relu",
+        "aten::clamp",
+        "aten::clamp_min",
+        "aten::clamp_max",
+        "aten::maximum",
+        "aten::minimum",
+        "aten::where",
+        "aten::lerp",
+        "aten::addcmul",
+        "aten::addcdiv",
+        "aten::floor",
+        "aten::ceil",
+        "aten::round",
+        "aten::trunc",
+        "aten::sign",
+        "aten::remainder",
+        "aten::fmod",
+        "aten::floor_divide",
+        "aten::masked_fill",
+        "aten::nan_to_num",
+        "aten::frexp",
+        "aten::ldexp",
+        "aten::hypot",
+        "aten::atan2",
+        "aten::isneginf",
+        "aten::isposinf",
         # comparison and logic
-        "aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt", "aten::ge",
-        "aten::isnan", "aten::isinf", "aten::isfinite", "aten::logical_and",
-        "aten::logical_or", "aten::logical_not", "aten::logical_xor", "aten::bitwise_and",
-        "aten::bitwise_or", "aten::bitwise_not", "aten::bitwise_xor", "aten::equal",
-        "aten::allclose", "aten::isclose", "aten::signbit",
+        "aten::eq",
+        "aten::ne",
+        "aten::lt",
+        "aten::le",
+        "aten::gt",
+        "aten::ge",
+        "aten::isnan",
+        "aten::isinf",
+        "aten::isfinite",
+        "aten::logical_and",
+        "aten::logical_or",
+        "aten::logical_not",
+        "aten::logical_xor",
+        "aten::bitwise_and",
+        "aten::bitwise_or",
+        "aten::bitwise_not",
+        "aten::bitwise_xor",
+        "aten::equal",
+        "aten::allclose",
+        "aten::isclose",
+        "aten::signbit",
         # reductions
-        "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min",
-        "aten::aminmax", "aten::argmax", "aten::argmin", "aten::prod", "aten::any",
-        "aten::all", "aten::var", "aten::std", "aten::var_mean", "aten::norm",
-        "aten::linalg_vector_norm", "aten::cumsum", "aten::logsumexp", "aten::count_nonzero",
-        "aten::_softmax", "aten::_log_softmax", "aten::softmax", "aten::kthvalue",
+        "aten::sum",
+        "aten::mean",
+        "aten::amax",
+        "aten::amin",
+        "aten::max",
+        "aten::min",
+        "aten::aminmax",
+        "aten::argmax",
+        "aten::argmin",
+        "aten::prod",
+        "aten::any",
+        "aten::all",
+        "aten::var",
+        "aten::std",
+        "aten::var_mean",
+        "aten::norm",
+        "aten::linalg_vector_norm",
+        "aten::cumsum",
+        "aten::logsumexp",
+        "aten::count_nonzero",
+        "aten::_softmax",
+        "aten::_log_softmax",
+        "aten::softmax",
+        "aten::kthvalue",
         # shape and data movement within the device
-        "aten::cat", "aten::stack", "aten::expand", "aten::repeat", "aten::flip",
-        "aten::roll", "aten::index", "aten::index_select", "aten::index_put",
-        "aten::index_put_", "aten::_index_put_impl_", "aten::index_copy",
-        "aten::index_copy_", "aten::index_add", "aten::gather", "aten::scatter",
-        "aten::scatter_add", "aten::masked_select", "aten::nonzero", "aten::select_scatter",
-        "aten::slice_scatter", "aten::constant_pad_nd", "aten::repeat_interleave",
-        "aten::unbind", "aten::split", "aten::split_with_sizes", "aten::chunk",
-        "aten::bucketize", "aten::searchsorted",
+        "aten::cat",
+        "aten::stack",
+        "aten::expand",
+        "aten::repeat",
+        "aten::flip",
+        "aten::roll",
+        "aten::index",
+        "aten::index_select",
+        "aten::index_put",
+        "aten::index_put_",
+        "aten::_index_put_impl_",
+        "aten::index_copy",
+        "aten::index_copy_",
+        "aten::index_add",
+        "aten::gather",
+        "aten::scatter",
+        "aten::scatter_add",
+        "aten::masked_select",
+        "aten::nonzero",
+        "aten::select_scatter",
+        "aten::slice_scatter",
+        "aten::constant_pad_nd",
+        "aten::repeat_interleave",
+        "aten::unbind",
+        "aten::split",
+        "aten::split_with_sizes",
+        "aten::chunk",
+        "aten::bucketize",
+        "aten::searchsorted",
         # matrix products
-        "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul",
+        "aten::mm",
+        "aten::bmm",
+        "aten::addmm",
+        "aten::baddbmm",
+        "aten::matmul",
         "aten::dot",
         # scaled dot-product attention's math path
         "aten::_scaled_dot_product_attention_math",
         # random numbers, from the host's default generator (the device has none of its own)
-        "aten::normal", "aten::uniform", "aten::random", "aten::bernoulli",
-        "aten::exponential", "aten::randperm",
+        "aten::normal",
+        "aten::uniform",
+        "aten::random",
+        "aten::bernoulli",
+        "aten::exponential",
+        "aten::randperm",
     }
 )
 
@@ -126,11 +258,13 @@ def _numbers_as_tensors(op, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     params = op._schema.arguments
 
     def fix(param, value):
-        if isinstance(value, (bool, int, float, complex)) and isinstance(param.type, torch._C.TensorType):
+        if isinstance(value, (bool, int, float, complex)) and isinstance(
+            param.type, torch._C.TensorType
+        ):
             return torch.tensor(value)
         return value
 
-    args = tuple(fix(p, v) for p, v in zip(params, args, strict=False)) + tuple(args[len(params):])
+    args = tuple(fix(p, v) for p, v in zip(params, args, strict=False)) + tuple(args[len(params) :])
     by_name = {p.name: p for p in params}
     kwargs = {k: (fix(by_name[k], v) if k in by_name else v) for k, v in kwargs.items()}
     return args, kwargs
@@ -195,7 +329,9 @@ class VirtualKernels:
             if isinstance(x, torch.Tensor)
         }
         result = op(*h_args, **h_kwargs)
-        return self._results(op, name, index, args, kwargs, h_args, h_kwargs, h_storages, host_of, result)
+        return self._results(
+            op, name, index, args, kwargs, h_args, h_kwargs, h_storages, host_of, result
+        )
 
     def _index_of(self, name: str, packet: str, args: tuple, kwargs: dict) -> int:
         """The device index the op runs on: its device tensors' (all one index), else its
@@ -228,7 +364,9 @@ class VirtualKernels:
         dev.check_index(index, name)
         return index
 
-    def _results(self, op, name, index, args, kwargs, h_args, h_kwargs, h_storages, host_of, result):
+    def _results(
+        self, op, name, index, args, kwargs, h_args, h_kwargs, h_storages, host_of, result
+    ):
         dev = self.device
         schema = op._schema
         # alias set -> (original argument, its host view) for written arguments
@@ -276,10 +414,15 @@ class VirtualKernels:
             return wrap(result, info)
         return tuple(wrap(r, ret.alias_info) for r, ret in zip(result, returns, strict=True))
 
-    def _sync_resized(self, name: str, orig: torch.Tensor, host: torch.Tensor, h_storages: dict) -> None:
+    def _sync_resized(
+        self, name: str, orig: torch.Tensor, host: torch.Tensor, h_storages: dict
+    ) -> None:
         """An ``out=`` argument the CPU kernel resized (new host storage): resize the
         device tensor the same way and copy the result into it."""
-        if host.untyped_storage().data_ptr() == h_storages.get(id(host)) and host.shape == orig.shape:
+        if (
+            host.untyped_storage().data_ptr() == h_storages.get(id(host))
+            and host.shape == orig.shape
+        ):
             return
         result = host
         self.resize_(orig, list(result.shape))
@@ -308,7 +451,14 @@ class VirtualKernels:
             _CPU_KEYS, t, storage, t.storage_offset(), size, stride
         )
 
-    def copy_from(self, name: str, packet: str, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False):
+    def copy_from(
+        self,
+        name: str,
+        packet: str,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        non_blocking: bool = False,
+    ):
         """``copy_``'s cross-device step (torch's ``copy_`` calls it when either side is
         not a CPU tensor): the host views of both sides, copied by the CPU kernel."""
         self._index_of(name, packet, (src, dst), {})
@@ -333,8 +483,12 @@ class VirtualKernels:
             )
         if isinstance(source, torch.Tensor):
             return torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-                _CPU_KEYS, t, source.untyped_storage(), source.storage_offset(),
-                list(source.shape), list(source.stride()),
+                _CPU_KEYS,
+                t,
+                source.untyped_storage(),
+                source.storage_offset(),
+                list(source.shape),
+                list(source.stride()),
             )
         if size is None:
             size = [source.nbytes() // t.element_size()]

@@ -146,4 +146,6 @@ def restride(
     if dtype != base.dtype:
         empty = torch.ops.aten.as_strided.default.redispatch(_CPU_KEYS, base, [0], [1], 0)
         base = torch.ops.aten.view.dtype.redispatch(_CPU_KEYS, empty, dtype)
-    return torch.ops.aten.as_strided.default.redispatch(_CPU_KEYS, base, list(size), list(stride), offset)
+    return torch.ops.aten.as_strided.default.redispatch(
+        _CPU_KEYS, base, list(size), list(stride), offset
+    )

@@ -37,17 +37,43 @@ def _scores(q, k, qk_scale, SOFTCAP: tl.constexpr):
 
 @triton.jit
 def _attend_tile(
-    q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
-    K, V, block_table, qk_scale,
-    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-    block_size, window,
-    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, INTERPRET: tl.constexpr,
+    q,
+    m_i,
+    l_i,
+    acc,
+    start,
+    hi,
+    lo,
+    q_pos,
+    seq,
+    kv_head,
+    d,
+    d_ok,
+    K,
+    V,
+    block_table,
+    qk_scale,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_bt,
+    block_size,
+    window,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """One online-softmax step over keys ``start .. start + BLOCK_N`` (those in
     ``[lo, hi)`` and visible to each row). Returns the updated ``(m_i, l_i, acc)``."""
     kpos = start + tl.arange(0, BLOCK_N)
     k_ok = (kpos < hi) & (kpos >= lo)
-    blk = tl.load(block_table + seq * stride_bt + kpos // block_size, mask=k_ok, other=0).to(tl.int64)
+    blk = tl.load(block_table + seq * stride_bt + kpos // block_size, mask=k_ok, other=0).to(
+        tl.int64
+    )
     slot = kpos % block_size
     k = tl.load(
         K + blk[None, :] * stride_kb + slot[None, :] * stride_ks + kv_head * stride_kh + d[:, None],
@@ -84,11 +110,35 @@ def _attend_tile(
 
 @triton.jit
 def _attend_range(
-    q, m_i, l_i, acc, begin, hi, lo, q_pos, seq, kv_head, d, d_ok,
-    K, V, block_table, qk_scale,
-    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-    block_size, window,
-    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, INTERPRET: tl.constexpr,
+    q,
+    m_i,
+    l_i,
+    acc,
+    begin,
+    hi,
+    lo,
+    q_pos,
+    seq,
+    kv_head,
+    d,
+    d_ok,
+    K,
+    V,
+    block_table,
+    qk_scale,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_bt,
+    block_size,
+    window,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """`_attend_tile` over the tiles starting at ``begin, begin + BLOCK_N, ...`` below
     ``hi``. Returns the updated ``(m_i, l_i, acc)``."""
@@ -99,19 +149,69 @@ def _attend_range(
         start = begin
         while start < hi:
             m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
-                K, V, block_table, qk_scale,
-                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
+                q,
+                m_i,
+                l_i,
+                acc,
+                start,
+                hi,
+                lo,
+                q_pos,
+                seq,
+                kv_head,
+                d,
+                d_ok,
+                K,
+                V,
+                block_table,
+                qk_scale,
+                stride_kb,
+                stride_ks,
+                stride_kh,
+                stride_vb,
+                stride_vs,
+                stride_vh,
+                stride_bt,
+                block_size,
+                window,
+                BLOCK_N,
+                CAUSAL,
+                SOFTCAP,
+                INTERPRET,
             )
             start += BLOCK_N
     else:
         for start in range(begin, hi, BLOCK_N):
             m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, lo, q_pos, seq, kv_head, d, d_ok,
-                K, V, block_table, qk_scale,
-                stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-                block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
+                q,
+                m_i,
+                l_i,
+                acc,
+                start,
+                hi,
+                lo,
+                q_pos,
+                seq,
+                kv_head,
+                d,
+                d_ok,
+                K,
+                V,
+                block_table,
+                qk_scale,
+                stride_kb,
+                stride_ks,
+                stride_kh,
+                stride_vb,
+                stride_vs,
+                stride_vh,
+                stride_bt,
+                block_size,
+                window,
+                BLOCK_N,
+                CAUSAL,
+                SOFTCAP,
+                INTERPRET,
             )
     return m_i, l_i, acc
 
@@ -154,17 +254,36 @@ def _store_out(Out, tok, stride_ot, head, stride_oh, d, mask, out):
 
 @triton.jit
 def paged_attention_kernel(
-    Q, K, V, Out,
-    query_start_loc, seq_lens, block_table,
+    Q,
+    K,
+    V,
+    Out,
+    query_start_loc,
+    seq_lens,
+    block_table,
     qk_scale,
-    stride_qt, stride_qh,
-    stride_ot, stride_oh,
-    stride_kb, stride_ks, stride_kh,
-    stride_vb, stride_vs, stride_vh,
-    stride_bt, block_size, window,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
-    BLOCK_N: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, INTERPRET: tl.constexpr,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_bt,
+    block_size,
+    window,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """Mixed prefill/decode: grid (num_seqs, cdiv(max_query_len, BLOCK_Q), num_kv_heads)."""
     BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
@@ -202,10 +321,35 @@ def paged_attention_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
     m_i, l_i, acc = _attend_range(
-        q, m_i, l_i, acc, lo, hi, lo, q_pos, seq, kv_head, d, d_ok,
-        K, V, block_table, qk_scale,
-        stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-        block_size, window, BLOCK_N, CAUSAL, SOFTCAP, INTERPRET,
+        q,
+        m_i,
+        l_i,
+        acc,
+        lo,
+        hi,
+        lo,
+        q_pos,
+        seq,
+        kv_head,
+        d,
+        d_ok,
+        K,
+        V,
+        block_table,
+        qk_scale,
+        stride_kb,
+        stride_ks,
+        stride_kh,
+        stride_vb,
+        stride_vs,
+        stride_vh,
+        stride_bt,
+        block_size,
+        window,
+        BLOCK_N,
+        CAUSAL,
+        SOFTCAP,
+        INTERPRET,
     )
     out = _normalised(acc, l_i)
     _store_out(Out, q_tok, stride_ot, head, stride_oh, d, io_mask, out)
@@ -213,20 +357,43 @@ def paged_attention_kernel(
 
 @triton.jit(do_not_specialize=["num_splits"])
 def paged_decode_kernel(
-    Q, K, V, Out, Part_acc, Part_ml,
-    query_start_loc, seq_lens, block_table,
+    Q,
+    K,
+    V,
+    Out,
+    Part_acc,
+    Part_ml,
+    query_start_loc,
+    seq_lens,
+    block_table,
     qk_scale,
-    stride_qt, stride_qh,
-    stride_ot, stride_oh,
-    stride_kb, stride_ks, stride_kh,
-    stride_vb, stride_vs, stride_vh,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
     stride_bt,
-    stride_pa_s, stride_pa_h, stride_pa_p,
-    stride_pm_s, stride_pm_h,
-    block_size, window, num_splits,
-    GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
-    BLOCK_N: tl.constexpr, HEAD: tl.constexpr, HEAD_PAD: tl.constexpr,
-    SOFTCAP: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
+    stride_pa_s,
+    stride_pa_h,
+    stride_pa_p,
+    stride_pm_s,
+    stride_pm_h,
+    block_size,
+    window,
+    num_splits,
+    GROUP: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    SPLIT: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """Decode (one new token per sequence), split-KV: grid (num_seqs, num_kv_heads,
     num_splits). Without SPLIT (one split) it writes the output; otherwise each split
@@ -260,17 +427,46 @@ def paged_decode_kernel(
     acc = tl.zeros([BLOCK_H, HEAD_PAD], tl.float32)
     q_pos = tl.zeros([BLOCK_H], tl.int32) + ctx - 1
     m_i, l_i, acc = _attend_range(
-        q, m_i, l_i, acc, s_lo, s_hi, lo, q_pos, seq, kv_head, d, d_ok,
-        K, V, block_table, qk_scale,
-        stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, stride_bt,
-        block_size, window, BLOCK_N, True, SOFTCAP, INTERPRET,
+        q,
+        m_i,
+        l_i,
+        acc,
+        s_lo,
+        s_hi,
+        lo,
+        q_pos,
+        seq,
+        kv_head,
+        d,
+        d_ok,
+        K,
+        V,
+        block_table,
+        qk_scale,
+        stride_kb,
+        stride_ks,
+        stride_kh,
+        stride_vb,
+        stride_vs,
+        stride_vh,
+        stride_bt,
+        block_size,
+        window,
+        BLOCK_N,
+        True,
+        SOFTCAP,
+        INTERPRET,
     )
 
     if not SPLIT:
         _store_out(Out, q_tok, stride_ot, head, stride_oh, d, io_mask, _normalised(acc, l_i))
     else:
         tl.store(
-            Part_acc + seq * stride_pa_s + head[:, None] * stride_pa_h + split * stride_pa_p + d[None, :],
+            Part_acc
+            + seq * stride_pa_s
+            + head[:, None] * stride_pa_h
+            + split * stride_pa_p
+            + d[None, :],
             acc,
             mask=row_ok[:, None] & d_ok[None, :],
         )
@@ -281,11 +477,21 @@ def paged_decode_kernel(
 
 @triton.jit(do_not_specialize=["num_splits"])
 def paged_decode_reduce_kernel(
-    Out, Part_acc, Part_ml, query_start_loc,
-    stride_ot, stride_oh,
-    stride_pa_s, stride_pa_h, stride_pa_p,
-    stride_pm_s, stride_pm_h, num_splits,
-    HEAD: tl.constexpr, HEAD_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    Out,
+    Part_acc,
+    Part_ml,
+    query_start_loc,
+    stride_ot,
+    stride_oh,
+    stride_pa_s,
+    stride_pa_h,
+    stride_pa_p,
+    stride_pm_s,
+    stride_pm_h,
+    num_splits,
+    HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
 ):
     """Merge the splits of one (sequence, head): grid (num_seqs, num_heads)."""
     seq = tl.program_id(0)
@@ -311,16 +517,34 @@ def paged_decode_reduce_kernel(
     total = tl.sum(w * l_s, 0)
     total = tl.where(total == 0.0, 1.0, total)
     out = tl.sum(acc * w[:, None], 0) / total
-    tl.store(Out + q_begin.to(tl.int64) * stride_ot + head * stride_oh + d, out.to(Out.dtype.element_ty), mask=d_ok)
+    tl.store(
+        Out + q_begin.to(tl.int64) * stride_ot + head * stride_oh + d,
+        out.to(Out.dtype.element_ty),
+        mask=d_ok,
+    )
 
 
 @triton.jit
 def write_kv_kernel(
-    Key, Value, KC, VC, slot_mapping,
-    stride_kt, stride_kh, stride_vt, stride_vh,
-    stride_kcb, stride_kcs, stride_kch,
-    stride_vcb, stride_vcs, stride_vch,
-    NUM_KV_HEADS: tl.constexpr, HEAD: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+    Key,
+    Value,
+    KC,
+    VC,
+    slot_mapping,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_kcb,
+    stride_kcs,
+    stride_kch,
+    stride_vcb,
+    stride_vcs,
+    stride_vch,
+    NUM_KV_HEADS: tl.constexpr,
+    HEAD: tl.constexpr,
+    HEADS_PAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
     block_size,
 ):
     """Copy token ``t``'s key/value rows to slot ``slot_mapping[t]``; grid (num_tokens,).
@@ -336,5 +560,9 @@ def write_kv_kernel(
     ok = (h[:, None] < NUM_KV_HEADS) & (d[None, :] < HEAD)
     k = tl.load(Key + t * stride_kt + h[:, None] * stride_kh + d[None, :], mask=ok)
     v = tl.load(Value + t * stride_vt + h[:, None] * stride_vh + d[None, :], mask=ok)
-    tl.store(KC + blk * stride_kcb + off * stride_kcs + h[:, None] * stride_kch + d[None, :], k, mask=ok)
-    tl.store(VC + blk * stride_vcb + off * stride_vcs + h[:, None] * stride_vch + d[None, :], v, mask=ok)
+    tl.store(
+        KC + blk * stride_kcb + off * stride_kcs + h[:, None] * stride_kch + d[None, :], k, mask=ok
+    )
+    tl.store(
+        VC + blk * stride_vcb + off * stride_vcs + h[:, None] * stride_vch + d[None, :], v, mask=ok
+    )

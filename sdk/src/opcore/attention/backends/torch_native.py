@@ -53,13 +53,27 @@ class TorchNativeBackend(AttentionBackend):
         for n in metadata.query_lens_host:
             starts.append(starts[-1] + n)
         table = metadata.block_table.to(torch.int64)
-        for i, (n, length) in enumerate(zip(metadata.query_lens_host, metadata.seq_lens_host, strict=False)):
+        for i, (n, length) in enumerate(
+            zip(metadata.query_lens_host, metadata.seq_lens_host, strict=False)
+        ):
             if n == 0:
                 continue
             blocks = table[i, : -(-length // block_size)]
-            k = key_cache[blocks].reshape(-1, self.num_kv_heads, self.head_size)[:length].to(compute)
-            v = value_cache[blocks].reshape(-1, self.num_kv_heads, self.head_size)[:length].to(compute)
-            q = query[starts[i] : starts[i + 1]].to(compute).view(n, self.num_kv_heads, group, self.head_size)
+            k = (
+                key_cache[blocks]
+                .reshape(-1, self.num_kv_heads, self.head_size)[:length]
+                .to(compute)
+            )
+            v = (
+                value_cache[blocks]
+                .reshape(-1, self.num_kv_heads, self.head_size)[:length]
+                .to(compute)
+            )
+            q = (
+                query[starts[i] : starts[i + 1]]
+                .to(compute)
+                .view(n, self.num_kv_heads, group, self.head_size)
+            )
             # scores[h, g, t, j]: query token t (head h*group+g) against context position j.
             scores = torch.einsum("thgd,jhd->hgtj", q, k) * self.scale
             if self.logits_soft_cap is not None:
@@ -72,5 +86,7 @@ class TorchNativeBackend(AttentionBackend):
             scores = scores.masked_fill(~visible, float("-inf"))
             probs = torch.softmax(scores, dim=-1)
             o = torch.einsum("hgtj,jhd->thgd", probs, v)
-            out[starts[i] : starts[i + 1]] = o.reshape(n, self.num_heads, self.head_size).to(out.dtype)
+            out[starts[i] : starts[i + 1]] = o.reshape(n, self.num_heads, self.head_size).to(
+                out.dtype
+            )
         return out

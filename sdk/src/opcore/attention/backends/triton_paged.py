@@ -46,7 +46,9 @@ def _multiprocessors(device_type: str, index: int) -> int:
     if _interpreting():
         return 4
     props = getattr(torch, device_type).get_device_properties(index)
-    return int(getattr(props, "multi_processor_count", 0) or getattr(props, "gpu_subslice_count", 0) or 64)
+    return int(
+        getattr(props, "multi_processor_count", 0) or getattr(props, "gpu_subslice_count", 0) or 64
+    )
 
 
 class TritonPagedBackend(AttentionBackend):
@@ -107,12 +109,25 @@ class TritonPagedBackend(AttentionBackend):
                 raise ValueError(f"{self.name}: {arg} must be contiguous in head_size")
         k = _kernels()
         k.write_kv_kernel[(key.shape[0],)](
-            key, value, key_cache, value_cache, slot_mapping.to(torch.int64),
-            key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-            value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
-            NUM_KV_HEADS=self.num_kv_heads, HEAD=self.head_size,
-            HEADS_PAD=_pow2(self.num_kv_heads), HEAD_PAD=_pow2(self.head_size),
+            key,
+            value,
+            key_cache,
+            value_cache,
+            slot_mapping.to(torch.int64),
+            key.stride(0),
+            key.stride(1),
+            value.stride(0),
+            value.stride(1),
+            key_cache.stride(0),
+            key_cache.stride(1),
+            key_cache.stride(2),
+            value_cache.stride(0),
+            value_cache.stride(1),
+            value_cache.stride(2),
+            NUM_KV_HEADS=self.num_kv_heads,
+            HEAD=self.head_size,
+            HEADS_PAD=_pow2(self.num_kv_heads),
+            HEAD_PAD=_pow2(self.head_size),
             block_size=key_cache.shape[1],
         )
 
@@ -127,7 +142,9 @@ class TritonPagedBackend(AttentionBackend):
             raise ValueError(f"{self.name}: query must be contiguous in head_size")
         key_cache, value_cache = self.split_kv_cache(kv_cache)
         if key_cache.dtype != query.dtype:
-            raise ValueError(f"{self.name}: query dtype {query.dtype} differs from kv_cache dtype {key_cache.dtype}")
+            raise ValueError(
+                f"{self.name}: query dtype {query.dtype} differs from kv_cache dtype {key_cache.dtype}"
+            )
         num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
         metadata.check_cache(num_blocks, block_size)
         if out is None:
@@ -143,9 +160,16 @@ class TritonPagedBackend(AttentionBackend):
             INTERPRET=_interpreting(),
         )
         strides = (
-            query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-            key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-            value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+            query.stride(0),
+            query.stride(1),
+            out.stride(0),
+            out.stride(1),
+            key_cache.stride(0),
+            key_cache.stride(1),
+            key_cache.stride(2),
+            value_cache.stride(0),
+            value_cache.stride(1),
+            value_cache.stride(2),
             metadata.block_table.stride(0),
         )
         # Block size and window are runtime arguments so one compiled kernel serves every
@@ -158,27 +182,56 @@ class TritonPagedBackend(AttentionBackend):
             splits = self._choose_splits(query.device, num_seqs, metadata.max_seq_len)
             if splits > 1:
                 part_acc = torch.empty(
-                    (num_seqs, self.num_heads, splits, head_pad), dtype=torch.float32, device=query.device
+                    (num_seqs, self.num_heads, splits, head_pad),
+                    dtype=torch.float32,
+                    device=query.device,
                 )
-                part_ml = torch.empty((num_seqs, self.num_heads, splits, 2), dtype=torch.float32, device=query.device)
+                part_ml = torch.empty(
+                    (num_seqs, self.num_heads, splits, 2), dtype=torch.float32, device=query.device
+                )
             else:
                 part_acc = part_ml = out  # unused by the kernel when it does not split
             pa = part_acc.stride()[:3] if splits > 1 else (0, 0, 0)
             pm = part_ml.stride()[:2] if splits > 1 else (0, 0)
             k.paged_decode_kernel[(num_seqs, self.num_kv_heads, splits)](
-                query, key_cache, value_cache, out, part_acc, part_ml,
-                metadata.query_start_loc, metadata.seq_lens, metadata.block_table,
-                qk_scale, *strides, *pa, *pm, block_size, window, splits,
-                GROUP=group, BLOCK_H=max(16, _pow2(group)), BLOCK_N=self.decode_block_n,
+                query,
+                key_cache,
+                value_cache,
+                out,
+                part_acc,
+                part_ml,
+                metadata.query_start_loc,
+                metadata.seq_lens,
+                metadata.block_table,
+                qk_scale,
+                *strides,
+                *pa,
+                *pm,
+                block_size,
+                window,
+                splits,
+                GROUP=group,
+                BLOCK_H=max(16, _pow2(group)),
+                BLOCK_N=self.decode_block_n,
                 SPLIT=splits > 1,
-                num_warps=self.decode_num_warps, num_stages=self.decode_num_stages,
+                num_warps=self.decode_num_warps,
+                num_stages=self.decode_num_stages,
                 **common,
             )
             if splits > 1:
                 k.paged_decode_reduce_kernel[(num_seqs, self.num_heads)](
-                    out, part_acc, part_ml, metadata.query_start_loc,
-                    out.stride(0), out.stride(1), *pa, *pm, splits,
-                    HEAD=self.head_size, HEAD_PAD=head_pad, SPLITS_PAD=max(2, _pow2(splits)),
+                    out,
+                    part_acc,
+                    part_ml,
+                    metadata.query_start_loc,
+                    out.stride(0),
+                    out.stride(1),
+                    *pa,
+                    *pm,
+                    splits,
+                    HEAD=self.head_size,
+                    HEAD_PAD=head_pad,
+                    SPLITS_PAD=max(2, _pow2(splits)),
                 )
             return out
         group_pad = _pow2(group)
@@ -187,12 +240,24 @@ class TritonPagedBackend(AttentionBackend):
         block_q = max(1, self.prefill_block_m // group_pad, -(-16 // group_pad))
         grid = (num_seqs, -(-metadata.max_query_len // block_q), self.num_kv_heads)
         k.paged_attention_kernel[grid](
-            query, key_cache, value_cache, out,
-            metadata.query_start_loc, metadata.seq_lens, metadata.block_table,
-            qk_scale, *strides, block_size, window,
-            GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=self.prefill_block_n,
+            query,
+            key_cache,
+            value_cache,
+            out,
+            metadata.query_start_loc,
+            metadata.seq_lens,
+            metadata.block_table,
+            qk_scale,
+            *strides,
+            block_size,
+            window,
+            GROUP=group,
+            GROUP_PAD=group_pad,
+            BLOCK_Q=block_q,
+            BLOCK_N=self.prefill_block_n,
             CAUSAL=self.causal,
-            num_warps=self.prefill_num_warps, num_stages=self.prefill_num_stages,
+            num_warps=self.prefill_num_warps,
+            num_stages=self.prefill_num_stages,
             **common,
         )
         return out

@@ -66,7 +66,10 @@ def eliminate_clones(
 
 def _why_kept(graph: fx.Graph, clone: fx.Node, donated: set[fx.Node]) -> str | None:
     source = clone.args[0]
-    if not isinstance(source, fx.Node) or clone.kwargs.get("memory_format") not in (None, torch.preserve_format):
+    if not isinstance(source, fx.Node) or clone.kwargs.get("memory_format") not in (
+        None,
+        torch.preserve_format,
+    ):
         return "not a plain clone of a graph value"
     pos = fx_utils.order(graph)
     if not clone.users:

@@ -48,9 +48,13 @@ def functionalize_inplace(gm: fx.GraphModule) -> list[int]:
                     if user is node:
                         continue
                     if user.op == "output":
-                        raise DonationError(_message(op.name, name, arg, node, user, "is returned by the graph"))
+                        raise DonationError(
+                            _message(op.name, name, arg, node, user, "is returned by the graph")
+                        )
                     if pos[user] > pos[node]:
-                        raise DonationError(_message(op.name, name, arg, node, user, "is used again"))
+                        raise DonationError(
+                            _message(op.name, name, arg, node, user, "is used again")
+                        )
                 if alias.op == "placeholder":
                     donated.add(inputs.index(alias))
         node.target = op.torch_op

@@ -39,7 +39,11 @@ def _plain_add(node: fx.Node) -> bool:
     va, vb, vs = fx_utils.fake_value(a), fx_utils.fake_value(b), fx_utils.fake_value(node)
     if not all(isinstance(v, torch.Tensor) for v in (va, vb, vs)):
         return False
-    return va.dtype == vb.dtype == vs.dtype and fx_utils.same_shape(va.shape, vb.shape) and fx_utils.same_shape(va.shape, vs.shape)
+    return (
+        va.dtype == vb.dtype == vs.dtype
+        and fx_utils.same_shape(va.shape, vb.shape)
+        and fx_utils.same_shape(va.shape, vs.shape)
+    )
 
 
 def fuse_add_rms_norm(graph: fx.Graph) -> int:

@@ -72,7 +72,11 @@ def _match_norm(part: fx.Node):
 def fuse_split_qkv_rmsnorm_rope(graph: fx.Graph) -> int:
     """Apply the rewrite everywhere it matches; returns the number of fusions."""
     count = 0
-    for split in [n for n in graph.nodes if n.op == "call_function" and n.target is aten.split_with_sizes.default]:
+    for split in [
+        n
+        for n in graph.nodes
+        if n.op == "call_function" and n.target is aten.split_with_sizes.default
+    ]:
         if _try_fuse(graph, split):
             count += 1
     return count
@@ -98,10 +102,21 @@ def _try_fuse(graph: fx.Graph, split: fx.Node) -> bool:
     q_end, q_nodes, (q_in, q_w, q_eps) = q_match
     k_end, k_nodes, (k_in, k_w, k_eps) = k_match
     rotary = fx_utils.single_user(q_end)
-    if rotary is None or rotary.target is not ops.rotary_embedding.torch_op or fx_utils.single_user(k_end) is not rotary:
+    if (
+        rotary is None
+        or rotary.target is not ops.rotary_embedding.torch_op
+        or fx_utils.single_user(k_end) is not rotary
+    ):
         return False
-    positions, query, key, head_size, cache, is_neox = fx_utils.bind_args(ops.rotary_embedding, rotary)
-    if query is not q_end or key is not k_end or not isinstance(head_size, int) or not isinstance(is_neox, bool):
+    positions, query, key, head_size, cache, is_neox = fx_utils.bind_args(
+        ops.rotary_embedding, rotary
+    )
+    if (
+        query is not q_end
+        or key is not k_end
+        or not isinstance(head_size, int)
+        or not isinstance(is_neox, bool)
+    ):
         return False
     if q_eps != k_eps or (q_w is None) != (k_w is None):
         return False
@@ -111,7 +126,9 @@ def _try_fuse(graph: fx.Graph, split: fx.Node) -> bool:
     heads, kv_heads = int_sizes[0] // head_size, int_sizes[1] // head_size
     if int_sizes != [heads * head_size, kv_heads * head_size, kv_heads * head_size]:
         return False
-    if not (fx_utils.known_equal(qv.shape[-2], heads) and fx_utils.known_equal(kv.shape[-2], kv_heads)):
+    if not (
+        fx_utils.known_equal(qv.shape[-2], heads) and fx_utils.known_equal(kv.shape[-2], kv_heads)
+    ):
         return False
     lead = tuple(qkv_val.shape[:-1])
     if not (

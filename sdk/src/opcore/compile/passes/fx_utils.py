@@ -167,7 +167,11 @@ def getitem_users(node: fx.Node) -> dict[int, fx.Node] | None:
 
     out: dict[int, fx.Node] = {}
     for user in node.users:
-        if user.target is not operator.getitem or not isinstance(user.args[1], int) or user.args[1] in out:
+        if (
+            user.target is not operator.getitem
+            or not isinstance(user.args[1], int)
+            or user.args[1] in out
+        ):
             return None
         out[user.args[1]] = user
     return out

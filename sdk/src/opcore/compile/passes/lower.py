@@ -115,7 +115,9 @@ def _traced_replacement(op: IrOp, impl: Impl, inplace: bool, functional_graph: b
     return _functionalized(call_inplace) if functional_graph else call_inplace
 
 
-def why_not_writable(graph: fx.Graph, node: fx.Node, op: IrOp, bound: list[Any], writable_inputs: set[fx.Node]) -> str | None:
+def why_not_writable(
+    graph: fx.Graph, node: fx.Node, op: IrOp, bound: list[Any], writable_inputs: set[fx.Node]
+) -> str | None:
     """``None`` when ``node``'s provider may write every activation of ``bound`` (see the
     module docstring), else the reason it may not. ``writable_inputs``: the graph inputs
     that may be written (donated ones in ``eager`` mode; none under Inductor)."""
@@ -172,7 +174,9 @@ def lower(
             f"opcore.compile: {fx_utils.describe(leftover[0])} is a maybe_inplace node after "
             f"AOTAutograd; the in-place functionalization pass must run first"
         )
-    present = {n.target for n in graph.nodes if n.op == "call_function" and n.target in default_targets}
+    present = {
+        n.target for n in graph.nodes if n.op == "call_function" and n.target in default_targets
+    }
     if not present:
         return 0
     if functional_graph:
@@ -195,7 +199,13 @@ def lower(
     return count
 
 
-def _handler(op: IrOp, graph: fx.Graph, decisions: list[LoweringDecision], functional_graph: bool, writable: set[fx.Node]):
+def _handler(
+    op: IrOp,
+    graph: fx.Graph,
+    decisions: list[LoweringDecision],
+    functional_graph: bool,
+    writable: set[fx.Node],
+):
     def handle(match: Any, *args: Any, **kwargs: Any) -> None:
         node = match.nodes[0]
         bound = fx_utils.bind_args(op, node)
@@ -212,12 +222,24 @@ def _handler(op: IrOp, graph: fx.Graph, decisions: list[LoweringDecision], funct
         before = set(graph.nodes)
         how, error = "traced", None
         try:
-            match.replace_by_example(_traced_replacement(op, impl, inplace, functional_graph), bound)
+            match.replace_by_example(
+                _traced_replacement(op, impl, inplace, functional_graph), bound
+            )
         except Exception as exc:  # recorded; the provider still runs, as an opaque call
-            how, error = "opaque", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            logger.info("opcore.compile: %s -> %s not traceable (%s); lowered as an opaque call", node.name, impl.provider, error)
+            how, error = (
+                "opaque",
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            )
+            logger.info(
+                "opcore.compile: %s -> %s not traceable (%s); lowered as an opaque call",
+                node.name,
+                impl.provider,
+                error,
+            )
             try:
-                match.replace_by_example(_opaque_replacement(op, impl, inplace, functional_graph), bound)
+                match.replace_by_example(
+                    _opaque_replacement(op, impl, inplace, functional_graph), bound
+                )
             except Exception as exc2:
                 raise LoweringError(
                     f"opcore.compile: cannot lower {fx_utils.describe(node)} to provider "
@@ -232,8 +254,14 @@ def _handler(op: IrOp, graph: fx.Graph, decisions: list[LoweringDecision], funct
                 new.meta[CLONE_TAG] = True
         decisions.append(
             LoweringDecision(
-                node=node.name, op=op.name, provider=impl.provider, how=how,
-                inplace=inplace, priority=priority, trace_error=error, form=form,
+                node=node.name,
+                op=op.name,
+                provider=impl.provider,
+                how=how,
+                inplace=inplace,
+                priority=priority,
+                trace_error=error,
+                form=form,
             )
         )
 

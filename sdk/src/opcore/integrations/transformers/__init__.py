@@ -86,7 +86,9 @@ def _arch(model: nn.Module, only: str | None = None) -> Arch:
             f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     if only is not None and arch.model_type != only:
-        raise UnsupportedModelError(f"opcore.integrations.transformers: {name} is a {arch.model_type} model, not {only}")
+        raise UnsupportedModelError(
+            f"opcore.integrations.transformers: {name} is a {arch.model_type} model, not {only}"
+        )
     return arch
 
 
@@ -100,7 +102,9 @@ def apply(model: nn.Module, *, ops: OpsArg = None, check_version: bool = True) -
     _check_version(check_version)
     arch = _arch(model)
     if is_patched(model):
-        raise UnsupportedModelError("opcore.integrations.transformers: the model is already patched; revert it first")
+        raise UnsupportedModelError(
+            "opcore.integrations.transformers: the model is already patched; revert it first"
+        )
     result = plan(model, arch, ops)
     if isinstance(result, list):
         raise UnsupportedModelError(
@@ -138,13 +142,17 @@ _LOADERS = ("from_pretrained", "_from_config")
 _CLASS_PATCHES: dict[str, dict[str, object]] = {}  # model_type -> loader -> original (or None)
 
 
-def _apply_to(model_type: str, model: nn.Module | None, ops: OpsArg, check_version: bool) -> Patch | None:
+def _apply_to(
+    model_type: str, model: nn.Module | None, ops: OpsArg, check_version: bool
+) -> Patch | None:
     _check_version(check_version)
     if model is not None:
         _arch(model, model_type)
         return apply(model, ops=ops, check_version=False)
     if model_type in _CLASS_PATCHES:
-        raise UnsupportedModelError(f"opcore.integrations.transformers: {model_type} classes are already patched")
+        raise UnsupportedModelError(
+            f"opcore.integrations.transformers: {model_type} classes are already patched"
+        )
     base = ARCHES[model_type].cls("PreTrainedModel")
     saved = {}
     for loader in _LOADERS:
@@ -181,7 +189,9 @@ def revert_classes(model_type: str | None = None) -> None:
 
 
 def _helper(model_type: str):
-    def apply_to(model: nn.Module | None = None, *, ops: OpsArg = None, check_version: bool = True) -> Patch | None:
+    def apply_to(
+        model: nn.Module | None = None, *, ops: OpsArg = None, check_version: bool = True
+    ) -> Patch | None:
         return _apply_to(model_type, model, ops, check_version)
 
     apply_to.__name__ = apply_to.__qualname__ = f"apply_to_{model_type}"

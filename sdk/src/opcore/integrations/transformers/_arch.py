@@ -15,7 +15,12 @@ from types import ModuleType
 from typing import Any
 
 # hidden_act -> gelu approximation (None: silu). Other activations are refused.
-ACTIVATIONS: dict[str, str | None] = {"silu": None, "swish": None, "gelu": "none", "gelu_pytorch_tanh": "tanh"}
+ACTIVATIONS: dict[str, str | None] = {
+    "silu": None,
+    "swish": None,
+    "gelu": "none",
+    "gelu_pytorch_tanh": "tanh",
+}
 # Rope types whose inverse frequencies and attention scaling are fixed at construction,
 # so one cos/sin cache holds them. "dynamic" and "longrope" change them with the sequence
 # length (transformers' dynamic_rope_update) and are refused.
@@ -27,7 +32,9 @@ class Arch:
     model_type: str
     prefix: str  # class-name prefix in its modeling module: "Llama", "Qwen3", ...
     qk_norm: bool  # per-head q/k RMSNorm before rotary (Qwen3)
-    sliding: str | None  # sliding_window passed to attention: None, "config" (Mistral), "layer" (Qwen2/3)
+    sliding: (
+        str | None
+    )  # sliding_window passed to attention: None, "config" (Mistral), "layer" (Qwen2/3)
 
     @property
     def module_name(self) -> str:
@@ -41,7 +48,10 @@ class Arch:
 
     def classes(self) -> dict[str, type[Any]]:
         """role -> transformers class, for the roles the patch replaces."""
-        return {role: self.cls(role) for role in ("RMSNorm", "MLP", "Attention", "DecoderLayer", "RotaryEmbedding")}
+        return {
+            role: self.cls(role)
+            for role in ("RMSNorm", "MLP", "Attention", "DecoderLayer", "RotaryEmbedding")
+        }
 
     def eager_attention(self):
         return self.module().eager_attention_forward
@@ -79,15 +89,24 @@ def config_problems(config: Any) -> list[str]:
     rope = rope_parameters(config)
     rope_type = rope.get("rope_type", rope.get("type"))
     if rope_type not in ROPE_TYPES:
-        problems.append(f"rope_parameters rope_type={rope_type!r} (supported: {', '.join(ROPE_TYPES)})")
+        problems.append(
+            f"rope_parameters rope_type={rope_type!r} (supported: {', '.join(ROPE_TYPES)})"
+        )
     factor = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
     if factor not in (None, 1, 1.0):
         # These transformers classes rotate whole heads (their cos/sin must span the head);
         # a partial factor makes the unpatched model fail too, so there is nothing to match.
-        problems.append(f"partial_rotary_factor={factor!r} (these architectures rotate the whole head)")
-    heads, kv = getattr(config, "num_attention_heads", 0), getattr(config, "num_key_value_heads", 0) or 0
+        problems.append(
+            f"partial_rotary_factor={factor!r} (these architectures rotate the whole head)"
+        )
+    heads, kv = (
+        getattr(config, "num_attention_heads", 0),
+        getattr(config, "num_key_value_heads", 0) or 0,
+    )
     if not heads or not kv or heads % kv:
-        problems.append(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}")
+        problems.append(
+            f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}"
+        )
     if not getattr(config, "max_position_embeddings", 0):
         problems.append("max_position_embeddings is not set (it sizes the cos/sin cache)")
     return problems

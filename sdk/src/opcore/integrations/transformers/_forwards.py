@@ -146,9 +146,13 @@ class DecoderLayerMixin(_Host):
     def forward(self, hidden_states: torch.Tensor, attention_mask=None, **kwargs):
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
-        hidden_states, _ = self.self_attn(hidden_states=hidden_states, attention_mask=attention_mask, **kwargs)
+        hidden_states, _ = self.self_attn(
+            hidden_states=hidden_states, attention_mask=attention_mask, **kwargs
+        )
         norm = self.post_attention_layernorm
-        hidden_states, residual = ops.fused_add_rms_norm(hidden_states, residual, norm.weight, norm.variance_epsilon)
+        hidden_states, residual = ops.fused_add_rms_norm(
+            hidden_states, residual, norm.weight, norm.variance_epsilon
+        )
         hidden_states = self.mlp(hidden_states)
         return residual + hidden_states
 
@@ -159,7 +163,9 @@ class AttentionMixin(FusedBuffersMixin):
     then the transformers attention interface, KV cache and output projection as in
     transformers' own forward."""
 
-    def forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, **kwargs):
+    def forward(
+        self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, **kwargs
+    ):
         # transformers 5.17 names the KV cache `past_key_values`, later versions `cache`
         # (accepting the old name); take whichever the caller used.
         cache = kwargs.pop("cache", None)
@@ -176,12 +182,21 @@ class AttentionMixin(FusedBuffersMixin):
             positions = positions.expand(lead)
         d = self.head_dim
         hq, hk = self._opcore_num_heads * d, self._opcore_num_kv_heads * d
-        fused = "qkv" in self._opcore_fused_groups and not _grad_needed(self.q_proj, self.k_proj, self.v_proj)
+        fused = "qkv" in self._opcore_fused_groups and not _grad_needed(
+            self.q_proj, self.k_proj, self.v_proj
+        )
         if self._opcore_qk_norm:
             if fused:
                 qkv = F.linear(hidden_states, self._opcore_qkv_weight, self._opcore_qkv_bias)
             else:
-                qkv = torch.cat((self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)), dim=-1)
+                qkv = torch.cat(
+                    (
+                        self.q_proj(hidden_states),
+                        self.k_proj(hidden_states),
+                        self.v_proj(hidden_states),
+                    ),
+                    dim=-1,
+                )
             q, k, v = ops.split_qkv_rmsnorm_rope(
                 qkv, self.q_norm.weight, self.k_norm.weight, self.q_norm.variance_epsilon,
                 positions, cos_sin_cache, self._opcore_num_heads, self._opcore_num_kv_heads, d, True,
@@ -189,9 +204,13 @@ class AttentionMixin(FusedBuffersMixin):
         else:
             if fused:
                 qkv = F.linear(hidden_states, self._opcore_qkv_weight, self._opcore_qkv_bias)
-                q, k, v = qkv[..., :hq], qkv[..., hq: hq + hk], qkv[..., hq + hk:]
+                q, k, v = qkv[..., :hq], qkv[..., hq : hq + hk], qkv[..., hq + hk :]
             else:
-                q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+                q, k, v = (
+                    self.q_proj(hidden_states),
+                    self.k_proj(hidden_states),
+                    self.v_proj(hidden_states),
+                )
             q, k = ops.rotary_embedding(positions, q, k, d, cos_sin_cache, True)
         shape = (*lead, -1, d)
         query_states = q.reshape(shape).transpose(1, 2)
@@ -200,11 +219,15 @@ class AttentionMixin(FusedBuffersMixin):
 
         if cache is not None:
             if self._opcore_cache_kwargs:
-                key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
+                key_states, value_states = cache.update(
+                    key_states, value_states, self.layer_idx, kwargs=kwargs
+                )
             else:
                 key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
 
-        attn_fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, self._opcore_eager_attention)
+        attn_fn = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, self._opcore_eager_attention
+        )
         extra = {}
         sliding = self._opcore_sliding
         if sliding == "layer":  # Qwen2 / Qwen3: per layer type
@@ -218,4 +241,3 @@ class AttentionMixin(FusedBuffersMixin):
         )  # fmt: skip
         attn_output = attn_output.reshape(*lead, -1).contiguous()
         return self.o_proj(attn_output), attn_weights
-

@@ -49,7 +49,11 @@ def fuse(owner: nn.Module, name: str, linears: list[nn.Linear]) -> None:
     wname, bname = buffer_names(name)
     with torch.no_grad():
         weight = torch.cat([lin.weight.detach() for lin in linears], dim=0)
-        bias = None if linears[0].bias is None else torch.cat([lin.bias.detach() for lin in linears], dim=0)
+        bias = (
+            None
+            if linears[0].bias is None
+            else torch.cat([lin.bias.detach() for lin in linears], dim=0)
+        )
     owner.register_buffer(wname, weight, persistent=False)
     owner.register_buffer(bname, bias, persistent=False)
     retie(owner, name, linears)
@@ -64,10 +68,10 @@ def retie(owner: nn.Module, name: str, linears: list[nn.Linear]) -> None:
     start = 0
     for lin in linears:
         rows = lin.weight.shape[0]
-        if lin.weight.data_ptr() != weight[start: start + rows].data_ptr():
-            lin.weight.data = weight[start: start + rows]
-        if bias is not None and lin.bias.data_ptr() != bias[start: start + rows].data_ptr():
-            lin.bias.data = bias[start: start + rows]
+        if lin.weight.data_ptr() != weight[start : start + rows].data_ptr():
+            lin.weight.data = weight[start : start + rows]
+        if bias is not None and lin.bias.data_ptr() != bias[start : start + rows].data_ptr():
+            lin.bias.data = bias[start : start + rows]
         start += rows
 
 

@@ -41,7 +41,9 @@ def subclass(mixin: type, cls: type) -> type:
     """``Opcore<cls>``: ``mixin`` in front of ``cls`` (one class per pair, reused)."""
     key = (mixin, cls)
     if key not in _SUBCLASSES:
-        _SUBCLASSES[key] = type(f"Opcore{cls.__name__}", (mixin, cls), {"__module__": __name__, "_opcore_base": cls})
+        _SUBCLASSES[key] = type(
+            f"Opcore{cls.__name__}", (mixin, cls), {"__module__": __name__, "_opcore_base": cls}
+        )
     return _SUBCLASSES[key]
 
 
@@ -73,7 +75,9 @@ class Patch:
     model: nn.Module
     arch: Arch
     routes: dict[str, str]
-    _done: list[tuple[nn.Module, type, list[str], list[str], bool]] = field(default_factory=list, repr=False)
+    _done: list[tuple[nn.Module, type, list[str], list[str], bool]] = field(
+        default_factory=list, repr=False
+    )
     active: bool = True
 
     def revert(self) -> None:
@@ -115,7 +119,9 @@ def _choose_ops(arch: Arch, config: Any, ops: Any) -> set[str]:
     chosen = {ops} if isinstance(ops, str) else set(ops)
     unknown = sorted(chosen - set(OPS))
     if unknown:
-        raise ValueError(f"opcore.integrations.transformers: unknown op(s) {unknown} in ops=; known: {sorted(OPS)}")
+        raise ValueError(
+            f"opcore.integrations.transformers: unknown op(s) {unknown} in ops=; known: {sorted(OPS)}"
+        )
     foreign = sorted(chosen - default)
     if foreign:
         raise ValueError(
@@ -149,7 +155,9 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
     reasons: dict[str, str] = {}
     head_dims = set()
     rotaries = []
-    attn_patch = (not arch.qk_norm and "rotary_embedding" in chosen) or (arch.qk_norm and "split_qkv_rmsnorm_rope" in chosen)
+    attn_patch = (not arch.qk_norm and "rotary_embedding" in chosen) or (
+        arch.qk_norm and "split_qkv_rmsnorm_rope" in chosen
+    )
 
     for name, module in model.named_modules():
         where = name or "<model>"
@@ -161,11 +169,13 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
         if role is None:
             sub = [r for c, r in by_class.items() if isinstance(module, c)]
             if sub:
-                problems.append(f"{where}: {cls.__qualname__} subclasses the {sub[0]} class and may change its forward")
+                problems.append(
+                    f"{where}: {cls.__qualname__} subclasses the {sub[0]} class and may change its forward"
+                )
             continue
         if role == "RMSNorm":
             if "rms_norm" in chosen:
-                if (p := _instance_forward(module, where)):
+                if p := _instance_forward(module, where):
                     problems.append(p)
                 steps.append(_Step(module, fw.RMSNormMixin))
                 counts["rms_norm"] += 1
@@ -173,14 +183,16 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
             if "fused_add_rms_norm" in chosen:
                 norm = getattr(module, "post_attention_layernorm", None)
                 if type(norm) is not classes["RMSNorm"]:
-                    problems.append(f"{where}.post_attention_layernorm is {type(norm).__name__}, not {classes['RMSNorm'].__name__}")
-                if (p := _instance_forward(module, where)):
+                    problems.append(
+                        f"{where}.post_attention_layernorm is {type(norm).__name__}, not {classes['RMSNorm'].__name__}"
+                    )
+                if p := _instance_forward(module, where):
                     problems.append(p)
                 steps.append(_Step(module, fw.DecoderLayerMixin))
                 counts["fused_add_rms_norm"] += 1
         elif role == "MLP":
             if {"silu_and_mul", "gelu_and_mul"} & chosen:
-                if (p := _instance_forward(module, where)):
+                if p := _instance_forward(module, where):
                     problems.append(p)
                 why = _fuse.fusion_problem([module.gate_proj, module.up_proj])
                 if why is None:
@@ -193,21 +205,36 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                     reasons.setdefault("mlp", why)
         elif role == "Attention":
             if attn_patch:
-                if (p := _instance_forward(module, where)):
+                if p := _instance_forward(module, where):
                     problems.append(p)
                 d = module.head_dim
                 head_dims.add(d)
-                shapes = (module.q_proj.out_features, module.k_proj.out_features, module.v_proj.out_features)
+                shapes = (
+                    module.q_proj.out_features,
+                    module.k_proj.out_features,
+                    module.v_proj.out_features,
+                )
                 if shapes != (n_heads * d, n_kv * d, n_kv * d):
-                    problems.append(f"{where}: q/k/v projections give {shapes}, not heads x head_dim {(n_heads * d, n_kv * d, n_kv * d)}")
+                    problems.append(
+                        f"{where}: q/k/v projections give {shapes}, not heads x head_dim {(n_heads * d, n_kv * d, n_kv * d)}"
+                    )
                 if arch.qk_norm:
                     qn, kn = module.q_norm, module.k_norm
                     if type(qn) is not classes["RMSNorm"] or type(kn) is not classes["RMSNorm"]:
-                        problems.append(f"{where}: q_norm / k_norm are not {classes['RMSNorm'].__name__}")
+                        problems.append(
+                            f"{where}: q_norm / k_norm are not {classes['RMSNorm'].__name__}"
+                        )
                     elif qn.variance_epsilon != kn.variance_epsilon:
-                        problems.append(f"{where}: q_norm eps {qn.variance_epsilon} differs from k_norm eps {kn.variance_epsilon}")
-                    elif qn.weight.dtype != module.q_proj.weight.dtype or kn.weight.dtype != module.q_proj.weight.dtype:
-                        problems.append(f"{where}: q_norm / k_norm weights are not in the projections' dtype")
+                        problems.append(
+                            f"{where}: q_norm eps {qn.variance_epsilon} differs from k_norm eps {kn.variance_epsilon}"
+                        )
+                    elif (
+                        qn.weight.dtype != module.q_proj.weight.dtype
+                        or kn.weight.dtype != module.q_proj.weight.dtype
+                    ):
+                        problems.append(
+                            f"{where}: q_norm / k_norm weights are not in the projections' dtype"
+                        )
                 attrs = {
                     "_opcore_qk_norm": arch.qk_norm, "_opcore_cache_kwargs": cache_kwargs,
                     "_opcore_num_heads": n_heads, "_opcore_num_kv_heads": n_kv,
@@ -216,7 +243,14 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                 why = _fuse.fusion_problem([module.q_proj, module.k_proj, module.v_proj])
                 if why is None:
                     attrs["_opcore_fused_groups"] = {"qkv": ("q_proj", "k_proj", "v_proj")}
-                    steps.append(_Step(module, fw.AttentionMixin, attrs, {"qkv": ("q_proj", "k_proj", "v_proj")}))
+                    steps.append(
+                        _Step(
+                            module,
+                            fw.AttentionMixin,
+                            attrs,
+                            {"qkv": ("q_proj", "k_proj", "v_proj")},
+                        )
+                    )
                     counts["attn_fused"] += 1
                 else:
                     attrs["_opcore_fused_groups"] = {}
@@ -228,48 +262,66 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                 rope_type = getattr(module, "rope_type", None)
                 if rope_type not in ROPE_TYPES:
                     problems.append(f"{where}: rope_type {rope_type!r} is not supported")
-                if (p := _instance_forward(module, where)):
+                if p := _instance_forward(module, where):
                     problems.append(p)
                 rotaries.append(module)
-                steps.append(_Step(module, fw.RotaryMixin, cache=int(config.max_position_embeddings)))
+                steps.append(
+                    _Step(module, fw.RotaryMixin, cache=int(config.max_position_embeddings))
+                )
 
     if attn_patch:
         if len(rotaries) != 1:
-            problems.append(f"expected one {classes['RotaryEmbedding'].__name__}, found {len(rotaries)}")
+            problems.append(
+                f"expected one {classes['RotaryEmbedding'].__name__}, found {len(rotaries)}"
+            )
         else:
             rot_dim = 2 * rotaries[0].inv_freq.numel()
             bad = sorted(d for d in head_dims if d != rot_dim)
             if bad:
-                problems.append(f"rotary dim {rot_dim} differs from head_dim {bad[0]} (partial rotary is not what these classes compute)")
-    if not counts["fused_add_rms_norm"] and not any(isinstance(m, classes["DecoderLayer"]) for m in model.modules()):
+                problems.append(
+                    f"rotary dim {rot_dim} differs from head_dim {bad[0]} (partial rotary is not what these classes compute)"
+                )
+    if not counts["fused_add_rms_norm"] and not any(
+        isinstance(m, classes["DecoderLayer"]) for m in model.modules()
+    ):
         problems.append(f"no {classes['DecoderLayer'].__name__} found in {type(model).__name__}")
     # One float dtype for everything patched: the ops take weights in the activations'
     # dtype, and transformers would promote a mixed norm to fp32 where the ops cannot.
     dtypes = {p.dtype for step in steps for p in step.module.parameters()}
     if len(dtypes) > 1 or not dtypes <= {torch.float16, torch.bfloat16, torch.float32}:
-        problems.append(f"the patched modules' parameters have dtypes {sorted(map(str, dtypes))}; one of float16, bfloat16, float32 is needed")
+        problems.append(
+            f"the patched modules' parameters have dtypes {sorted(map(str, dtypes))}; one of float16, bfloat16, float32 is needed"
+        )
     if problems:
         return list(dict.fromkeys(problems))
     return Plan(arch, steps, _routes(arch, counts, reasons, gelu))
 
 
-def _routes(arch: Arch, counts: Counter, reasons: dict[str, str], gelu: str | None) -> dict[str, str]:
+def _routes(
+    arch: Arch, counts: Counter, reasons: dict[str, str], gelu: str | None
+) -> dict[str, str]:
     act = "silu_and_mul" if gelu is None else f"gelu_and_mul(approximate={gelu!r})"
     routes = {}
     if counts["rms_norm"]:
         routes["rms_norm"] = f"{counts['rms_norm']} RMSNorm modules -> rms_norm"
     if counts["fused_add_rms_norm"]:
-        routes["fused_add_rms_norm"] = f"{counts['fused_add_rms_norm']} decoder layers: post-attention residual add + RMSNorm -> fused_add_rms_norm"
+        routes["fused_add_rms_norm"] = (
+            f"{counts['fused_add_rms_norm']} decoder layers: post-attention residual add + RMSNorm -> fused_add_rms_norm"
+        )
     if counts["mlp_fused"]:
         routes["mlp"] = f"{counts['mlp_fused']} MLPs: one fused gate_up GEMM -> {act}"
     if counts["mlp_split"]:
-        routes["mlp_split"] = f"{counts['mlp_split']} MLPs: gate and up GEMMs, concatenated -> {act} (not fused: {reasons['mlp']})"
+        routes["mlp_split"] = (
+            f"{counts['mlp_split']} MLPs: gate and up GEMMs, concatenated -> {act} (not fused: {reasons['mlp']})"
+        )
     rope = "split_qkv_rmsnorm_rope" if arch.qk_norm else "rotary_embedding (NeoX)"
     if counts["attn_fused"]:
         routes["attention"] = f"{counts['attn_fused']} attentions: one fused QKV GEMM -> {rope}"
     if counts["attn_split"]:
         how = "concatenated" if arch.qk_norm else "separate"
-        routes["attention_split"] = f"{counts['attn_split']} attentions: q/k/v GEMMs ({how}) -> {rope} (not fused: {reasons['attention']})"
+        routes["attention_split"] = (
+            f"{counts['attn_split']} attentions: q/k/v GEMMs ({how}) -> {rope} (not fused: {reasons['attention']})"
+        )
     return routes
 
 
@@ -283,7 +335,9 @@ def commit(model: nn.Module, p: Plan) -> Patch:
             for group, children in step.fuse.items():
                 _fuse.fuse(m, group, [getattr(m, c) for c in children])
             if step.cache is not None:
-                m.register_buffer("_opcore_cos_sin_cache", fw.build_cache(m, step.cache), persistent=False)
+                m.register_buffer(
+                    "_opcore_cos_sin_cache", fw.build_cache(m, step.cache), persistent=False
+                )
             m.__dict__.update(step.attrs)
             cls = type(m)
             m.__class__ = subclass(step.mixin, cls)

@@ -86,7 +86,11 @@ def _gated_samples(dtype, quick, generator):
     """(name, x): 1 token, odd and prime halves, halves around vector widths, 2-D to 4-D,
     strided rows, zero rows and large magnitudes."""
     yield "t1_d8", randn((1, 16), dtype, generator)
-    halves = (1, 7, 31, 32, 33, 127, 128, 129) if quick else (1, 3, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1031)
+    halves = (
+        (1, 7, 31, 32, 33, 127, 128, 129)
+        if quick
+        else (1, 3, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1031)
+    )
     for d in halves:
         yield f"t5_d{d}", randn((5, 2 * d), dtype, generator)
     yield "t11_d211_prime", randn((11, 422), dtype, generator)

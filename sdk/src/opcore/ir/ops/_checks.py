@@ -71,18 +71,31 @@ def not_tensors(op: str, **named: object) -> None:
             _tensor(op, arg, value)
 
 
-def bad_float(op: str, arg: str, t: object, *, min_dim: int = 1, max_dim: int | None = None) -> NoReturn:
+def bad_float(
+    op: str, arg: str, t: object, *, min_dim: int = 1, max_dim: int | None = None
+) -> NoReturn:
     """``t`` is not a floating tensor with ``min_dim``..``max_dim`` dims."""
     t = _tensor(op, arg, t)
     if t.dtype not in FLOAT_SET:
-        fail(op, arg, f"dtype {_dt(t)} is not supported; expected float16, bfloat16, float32 or float64")
+        fail(
+            op,
+            arg,
+            f"dtype {_dt(t)} is not supported; expected float16, bfloat16, float32 or float64",
+        )
     expected = f"at least {min_dim}" if max_dim is None else f"{min_dim} to {max_dim}"
     fail(op, arg, f"has {t.dim()} dims (shape {tuple(t.shape)}); expected {expected}")
 
 
 def bad_like(
-    op: str, arg: str, t: object, ref_arg: str, ref: torch.Tensor, *,
-    dtype: bool = True, shape: tuple | None = None, shape_text: str = "",
+    op: str,
+    arg: str,
+    t: object,
+    ref_arg: str,
+    ref: torch.Tensor,
+    *,
+    dtype: bool = True,
+    shape: tuple | None = None,
+    shape_text: str = "",
 ) -> NoReturn:
     """``t`` is not a tensor on ``ref``'s device (with ``dtype``: of its dtype; with
     ``shape``: of that shape, ``shape_text`` saying why)."""
@@ -90,13 +103,21 @@ def bad_like(
     if dtype and t.dtype != ref.dtype:
         fail(op, arg, f"dtype {_dt(t)} differs from {ref_arg!r} dtype {_dt(ref)}; they must match")
     if t.device != ref.device:
-        fail(op, arg, f"is on {t.device} but {ref_arg!r} is on {ref.device}; they must be on one device")
+        fail(
+            op,
+            arg,
+            f"is on {t.device} but {ref_arg!r} is on {ref.device}; they must be on one device",
+        )
     fail(op, arg, f"has shape {tuple(t.shape)}; expected {shape}{shape_text}")
 
 
-def bad_weight(op: str, arg: str, w: object, size: int, ref_arg: str, ref: torch.Tensor) -> NoReturn:
+def bad_weight(
+    op: str, arg: str, w: object, size: int, ref_arg: str, ref: torch.Tensor
+) -> NoReturn:
     """``w`` is not a ``[size]`` tensor of ``ref``'s dtype on its device."""
-    bad_like(op, arg, w, ref_arg, ref, shape=(size,), shape_text=f" to match the last dim of {ref_arg!r}")
+    bad_like(
+        op, arg, w, ref_arg, ref, shape=(size,), shape_text=f" to match the last dim of {ref_arg!r}"
+    )
 
 
 def bad_eps(op: str, arg: str, eps: object) -> NoReturn:
@@ -107,7 +128,9 @@ def bad_eps(op: str, arg: str, eps: object) -> NoReturn:
     fail(op, arg, f"is {eps!r}; expected a finite number >= 0")
 
 
-def bad_positive_int(op: str, arg: str, value: object, *, at_most: int | None = None, of: str = "") -> NoReturn:
+def bad_positive_int(
+    op: str, arg: str, value: object, *, at_most: int | None = None, of: str = ""
+) -> NoReturn:
     """``value`` is not an int in ``[1, at_most]``."""
     if isinstance(value, bool) or not isinstance(value, (int, SymInt)):
         wrong_type(op, arg, value, "an int")
@@ -146,7 +169,15 @@ def heads_ok(t: torch.Tensor, lead: torch.Size, head_size: int) -> bool:
     return extra == 2 and shape[-1] == head_size
 
 
-def bad_heads(op: str, arg: str, t: object, positions: torch.Tensor, head_size: int, ref_arg: str, ref: torch.Tensor) -> NoReturn:
+def bad_heads(
+    op: str,
+    arg: str,
+    t: object,
+    positions: torch.Tensor,
+    head_size: int,
+    ref_arg: str,
+    ref: torch.Tensor,
+) -> NoReturn:
     """``t`` is not a tensor like ``ref`` that `heads_ok` accepts."""
     t = _tensor(op, arg, t)
     if t is not ref and (t.dtype != ref.dtype or t.device != ref.device):
@@ -156,7 +187,8 @@ def bad_heads(op: str, arg: str, t: object, positions: torch.Tensor, head_size: 
     lead = positions.dim()
     if tuple(t.shape[:lead]) != tuple(positions.shape) or not 1 <= t.dim() - lead <= 2:
         fail(
-            op, arg,
+            op,
+            arg,
             f"has shape {tuple(t.shape)}; expected [*positions.shape, hidden] or "
             f"[*positions.shape, heads, head_size] with positions.shape {tuple(positions.shape)}",
         )
@@ -182,12 +214,20 @@ def bad_cache(op: str, cache: object, head_size: int, ref_arg: str, ref: torch.T
     if cache.dtype != ref.dtype and cache.dtype != torch.float32:
         fail(op, arg, f"dtype {_dt(cache)} must be float32 or {ref_arg!r} dtype {_dt(ref)}")
     if cache.device != ref.device:
-        fail(op, arg, f"is on {cache.device} but {ref_arg!r} is on {ref.device}; they must be on one device")
+        fail(
+            op,
+            arg,
+            f"is on {cache.device} but {ref_arg!r} is on {ref.device}; they must be on one device",
+        )
     if cache.dim() != 2:
         fail(op, arg, f"has shape {tuple(cache.shape)}; expected [max_position, rotary_dim]")
     width = cache.shape[1]
     if width == 0 or width % 2:
-        fail(op, arg, f"width (rotary_dim) is {width}; it must be even and positive (cos half, sin half)")
+        fail(
+            op,
+            arg,
+            f"width (rotary_dim) is {width}; it must be even and positive (cos half, sin half)",
+        )
     fail(op, arg, f"width (rotary_dim) {width} is larger than head_size {head_size}")
 
 
@@ -203,7 +243,11 @@ def bad_positions(op: str, positions: object, ref_arg: str, ref: torch.Tensor) -
     if positions.dtype not in INDEX_SET:
         fail(op, arg, f"dtype {_dt(positions)} is not supported; expected int32 or int64")
     if positions.device != ref.device:
-        fail(op, arg, f"is on {positions.device} but {ref_arg!r} is on {ref.device}; they must be on one device")
+        fail(
+            op,
+            arg,
+            f"is on {positions.device} but {ref_arg!r} is on {ref.device}; they must be on one device",
+        )
     fail(op, arg, f"has shape {tuple(positions.shape)}; expected [tokens] or [batch, seq]")
 
 
@@ -231,4 +275,8 @@ def check_position_values(op: str, positions: torch.Tensor, cache: torch.Tensor)
         max_pos = cache.shape[0]
         if lo < 0 or hi >= max_pos:
             bad = hi if hi >= max_pos else lo
-            fail(op, "positions", f"holds position {bad}, outside the cos_sin_cache rows [0, {max_pos})")
+            fail(
+                op,
+                "positions",
+                f"holds position {bad}, outside the cos_sin_cache rows [0, {max_pos})",
+            )

@@ -24,7 +24,9 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None) -> torch.Tensor:
+def _rms(
+    x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None
+) -> torch.Tensor:
     acc = _acc(x.dtype)
     xf = x.to(acc)
     xv = xf if variance_size is None else xf[..., :variance_size]
@@ -35,7 +37,9 @@ def _rms(x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_
 
 
 @register_op(tolerances=_NORM_TOLERANCES)
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, variance_size: int | None = None
+) -> torch.Tensor:
     """RMS normalization over the last dim of ``x`` (see module docstring)."""
     return _rms(x, weight, epsilon, variance_size)
 
@@ -78,7 +82,13 @@ def _validate_rms_norm(x, weight, epsilon, variance_size=None):
         elif not x.ndim:
             c.bad_float("rms_norm", "x", x)
         if variance_size is not None and not _variance_ok(variance_size, x.shape[-1]):
-            c.bad_positive_int("rms_norm", "variance_size", variance_size, at_most=x.shape[-1], of="the last dim of 'x'")
+            c.bad_positive_int(
+                "rms_norm",
+                "variance_size",
+                variance_size,
+                at_most=x.shape[-1],
+                of="the last dim of 'x'",
+            )
     except AttributeError:
         c.not_tensors("rms_norm", x=x, weight=weight)
         raise
@@ -98,7 +108,9 @@ def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=N
         if not (
             x_residual.dtype is dt and x_residual.shape == x.shape and x_residual.device == x.device
         ):
-            c.bad_like(op, "x_residual", x_residual, "x", x, shape=tuple(x.shape), shape_text=" like 'x'")
+            c.bad_like(
+                op, "x_residual", x_residual, "x", x, shape=tuple(x.shape), shape_text=" like 'x'"
+            )
         if weight is not None:
             if not (
                 weight.dtype is dt
@@ -110,7 +122,9 @@ def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=N
         elif not x.ndim:
             c.bad_float(op, "x", x)
         if variance_size is not None and not _variance_ok(variance_size, x.shape[-1]):
-            c.bad_positive_int(op, "variance_size", variance_size, at_most=x.shape[-1], of="the last dim of 'x'")
+            c.bad_positive_int(
+                op, "variance_size", variance_size, at_most=x.shape[-1], of="the last dim of 'x'"
+            )
     except AttributeError:
         c.not_tensors(op, x=x, x_residual=x_residual, weight=weight)
         raise
@@ -119,7 +133,9 @@ def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=N
 
 
 def _variance_ok(variance_size, hidden) -> bool:
-    return (type(variance_size) is int or isinstance(variance_size, c.SymInt)) and 0 < variance_size <= hidden
+    return (
+        type(variance_size) is int or isinstance(variance_size, c.SymInt)
+    ) and 0 < variance_size <= hidden
 
 
 @rms_norm.register_fake
@@ -138,7 +154,32 @@ def _shapes(quick: bool):
     2-D to 4-D, strided rows, no weight, partial variance, special values."""
     yield "t1_h8", (1, 8), {}
     yield "t1_h4096", (1, 4096), {}
-    for h in (7, 31, 32, 33, 127, 128, 129) if quick else (1, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1023, 1024, 1031):
+    for h in (
+        (7, 31, 32, 33, 127, 128, 129)
+        if quick
+        else (
+            1,
+            7,
+            15,
+            16,
+            17,
+            31,
+            32,
+            33,
+            63,
+            64,
+            65,
+            127,
+            128,
+            129,
+            255,
+            256,
+            257,
+            1023,
+            1024,
+            1031,
+        )
+    ):
         yield f"t5_h{h}", (5, h), {}
     yield "t13_h251_prime", (13, 251), {}
     yield "3d_2x3x64", (2, 3, 64), {}
@@ -161,7 +202,7 @@ def _activation(shape, dtype, g, opts):
     if opts.get("strided"):
         # rows of a wider buffer: the row stride is 3x the row length (like q of a QKV buffer)
         buf = randn((*shape[:-1], 3 * shape[-1]), dtype, g, scale=scale)
-        x = buf[..., shape[-1]: 2 * shape[-1]]
+        x = buf[..., shape[-1] : 2 * shape[-1]]
     else:
         x = randn(shape, dtype, g, scale=scale)
     if opts.get("zero_rows"):
@@ -181,7 +222,9 @@ def _rms_norm_samples(dtype, *, quick, generator):
         x = _activation(shape, dtype, generator, opts)
         w = _weight(shape, dtype, generator, opts)
         yield SampleInput(name, (x, w, 1e-6, opts.get("variance_size")))
-    yield SampleInput("eps_1e-2_kwargs", (randn((3, 24), dtype, generator),), {"weight": None, "epsilon": 1e-2})
+    yield SampleInput(
+        "eps_1e-2_kwargs", (randn((3, 24), dtype, generator),), {"weight": None, "epsilon": 1e-2}
+    )
 
 
 @fused_add_rms_norm.register_sample_inputs

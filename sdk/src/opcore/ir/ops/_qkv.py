@@ -52,17 +52,30 @@ def split_qkv_rmsnorm_rope(
         return apply_rope(t, cos, sin, is_neox).to(qkv.dtype).reshape(*lead, heads * head_size)
 
     q = norm_rope(flat[:, :qh], num_heads, q_weight)
-    k = norm_rope(flat[:, qh: qh + kh], num_kv_heads, k_weight)
-    v = qkv[..., qh + kh:].clone(memory_format=torch.contiguous_format)
+    k = norm_rope(flat[:, qh : qh + kh], num_kv_heads, k_weight)
+    v = qkv[..., qh + kh :].clone(memory_format=torch.contiguous_format)
     return q, k, v
 
 
 def _weight_ok(w, head_size, dt, dev) -> bool:
-    return w is None or (w.dtype is dt and w.ndim == 1 and w.shape[0] == head_size and w.device == dev)
+    return w is None or (
+        w.dtype is dt and w.ndim == 1 and w.shape[0] == head_size and w.device == dev
+    )
 
 
 @split_qkv_rmsnorm_rope.register_validator
-def _validate(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads, head_size, is_neox):
+def _validate(
+    qkv,
+    q_weight,
+    k_weight,
+    epsilon,
+    positions,
+    cos_sin_cache,
+    num_heads,
+    num_kv_heads,
+    head_size,
+    is_neox,
+):
     # Each rule one condition; a failing one raises via a `_checks` helper (see there).
     try:
         dt, dev = qkv.dtype, qkv.device
@@ -70,13 +83,18 @@ def _validate(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_he
             c.bad_float(OP, "qkv", qkv, min_dim=2)
         if not (type(epsilon) is float and 0.0 <= epsilon < c.INF) and not c.other_eps_ok(epsilon):
             c.bad_eps(OP, "epsilon", epsilon)
-        for arg, value in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads), ("head_size", head_size)):
+        for arg, value in (
+            ("num_heads", num_heads),
+            ("num_kv_heads", num_kv_heads),
+            ("head_size", head_size),
+        ):
             if not c.positive_int_ok(value):
                 c.bad_positive_int(OP, arg, value)
         expected = (num_heads + 2 * num_kv_heads) * head_size
         if qkv.shape[-1] != expected:
             c.fail(
-                OP, "qkv",
+                OP,
+                "qkv",
                 f"last dim is {qkv.shape[-1]}, but (num_heads + 2 * num_kv_heads) * head_size = "
                 f"({num_heads} + 2 * {num_kv_heads}) * {head_size} = {expected}",
             )
@@ -90,10 +108,19 @@ def _validate(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_he
             c.bad_positions(OP, positions, "qkv", qkv)
         c.check_position_values(OP, positions, cos_sin_cache)
         if qkv.shape[:-1] != positions.shape:
-            c.fail(OP, "qkv", f"has shape {tuple(qkv.shape)}; expected [*positions.shape, hidden] with positions.shape {tuple(positions.shape)}")
+            c.fail(
+                OP,
+                "qkv",
+                f"has shape {tuple(qkv.shape)}; expected [*positions.shape, hidden] with positions.shape {tuple(positions.shape)}",
+            )
     except AttributeError:
         c.not_tensors(
-            OP, qkv=qkv, q_weight=q_weight, k_weight=k_weight, positions=positions, cos_sin_cache=cos_sin_cache
+            OP,
+            qkv=qkv,
+            q_weight=q_weight,
+            k_weight=k_weight,
+            positions=positions,
+            cos_sin_cache=cos_sin_cache,
         )
         raise
     if type(is_neox) is not bool:
@@ -101,10 +128,25 @@ def _validate(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_he
 
 
 @split_qkv_rmsnorm_rope.register_fake
-def _fake(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache, num_heads, num_kv_heads, head_size, is_neox):
+def _fake(
+    qkv,
+    q_weight,
+    k_weight,
+    epsilon,
+    positions,
+    cos_sin_cache,
+    num_heads,
+    num_kv_heads,
+    head_size,
+    is_neox,
+):
     lead = tuple(qkv.shape[:-1])
     kv = num_kv_heads * head_size
-    return qkv.new_empty((*lead, num_heads * head_size)), qkv.new_empty((*lead, kv)), qkv.new_empty((*lead, kv))
+    return (
+        qkv.new_empty((*lead, num_heads * head_size)),
+        qkv.new_empty((*lead, kv)),
+        qkv.new_empty((*lead, kv)),
+    )
 
 
 # (name, tokens, heads, kv_heads, head_size, rot_dim, options)
@@ -129,12 +171,14 @@ MAX_POSITION = 4096
 
 @split_qkv_rmsnorm_rope.register_sample_inputs
 def _samples(dtype, *, quick, generator):
-    for name, tokens, heads, kv_heads, head_size, rot_dim, opts in _CASES if quick else _CASES + _FULL_CASES:
+    for name, tokens, heads, kv_heads, head_size, rot_dim, opts in (
+        _CASES if quick else _CASES + _FULL_CASES
+    ):
         lead = opts.get("batch") or (tokens,)
         hidden = (heads + 2 * kv_heads) * head_size
         scale = opts.get("scale", 1.0)
         if opts.get("strided"):
-            qkv = randn((*lead, hidden + 48), dtype, generator, scale=scale)[..., 16: 16 + hidden]
+            qkv = randn((*lead, hidden + 48), dtype, generator, scale=scale)[..., 16 : 16 + hidden]
         else:
             qkv = randn((*lead, hidden), dtype, generator, scale=scale)
         if opts.get("zero_rows"):
@@ -149,4 +193,7 @@ def _samples(dtype, *, quick, generator):
         cache = build_cos_sin_cache(rot_dim, MAX_POSITION, 10000.0)
         for is_neox in (True, False):
             style = "neox" if is_neox else "gptj"
-            yield SampleInput(f"{name}_{style}", (qkv, qw, kw, 1e-6, pos, cache, heads, kv_heads, head_size, is_neox))
+            yield SampleInput(
+                f"{name}_{style}",
+                (qkv, qw, kw, 1e-6, pos, cache, heads, kv_heads, head_size, is_neox),
+            )

@@ -24,7 +24,9 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def rope_tokens(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int, is_neox: bool) -> torch.Tensor:
+def rope_tokens(
+    t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size: int, is_neox: bool
+) -> torch.Tensor:
     """Rotate ``t`` (``[*lead, ...]`` with ``cos``/``sin`` ``[N, rot_dim//2]``, ``N`` tokens)."""
     n = cos.shape[0]
     if n == 0:  # no tokens: reshape(0, -1, head_size) is ambiguous; the result is empty like t
@@ -70,7 +72,9 @@ def _validate(positions, query, key, head_size, cos_sin_cache, is_neox):
         lead = positions.shape
         if not c.heads_ok(query, lead, head_size):
             c.bad_heads(OP, "query", query, positions, head_size, "query", query)
-        if key is not None and not (key.dtype is dt and key.device == dev and c.heads_ok(key, lead, head_size)):
+        if key is not None and not (
+            key.dtype is dt and key.device == dev and c.heads_ok(key, lead, head_size)
+        ):
             c.bad_heads(OP, "key", key, positions, head_size, "query", query)
     except AttributeError:
         c.not_tensors(OP, positions=positions, query=query, key=key, cos_sin_cache=cos_sin_cache)
@@ -103,7 +107,15 @@ _CASES = [
     ("large_magnitude_t4_h2_kv1_d64", 4, 2, 1, 64, 64, {"scale": 300.0}),
     ("int32_positions_t4_h2_kv1_d64", 4, 2, 1, 64, 64, {"int32": True}),
     # a decode step: one position broadcast over a batch of 4 (a stride-0 view)
-    ("expanded_positions_4x1_h2_kv1_d64", 4, 2, 1, 64, 64, {"batch": (4, 1), "expand_positions": True}),
+    (
+        "expanded_positions_4x1_h2_kv1_d64",
+        4,
+        2,
+        1,
+        64,
+        64,
+        {"batch": (4, 1), "expand_positions": True},
+    ),
 ]
 _FULL_CASES = [
     ("t128_h32_kv8_d128", 128, 32, 8, 128, 128, {}),
@@ -128,7 +140,7 @@ def _case_tensors(dtype, generator, tokens, heads, kv_heads, head_size, rot_dim,
     qh, kh = heads * head_size, kv_heads * head_size
     if opts.get("strided"):
         buf = randn((*lead, qh + 2 * kh), dtype, generator, scale=scale)
-        q, k = buf[..., :qh], buf[..., qh: qh + kh]
+        q, k = buf[..., :qh], buf[..., qh : qh + kh]
     else:
         q = randn((*lead, qh), dtype, generator, scale=scale)
         k = randn((*lead, kh), dtype, generator, scale=scale) if kv_heads else None
@@ -148,7 +160,9 @@ def cases(quick: bool):
 @rotary_embedding.register_sample_inputs
 def _samples(dtype, *, quick, generator):
     for name, tokens, heads, kv_heads, head_size, rot_dim, opts in cases(quick):
-        pos, q, k, cache = _case_tensors(dtype, generator, tokens, heads, kv_heads, head_size, rot_dim, opts)
+        pos, q, k, cache = _case_tensors(
+            dtype, generator, tokens, heads, kv_heads, head_size, rot_dim, opts
+        )
         for is_neox in (True, False):
             style = "neox" if is_neox else "gptj"
             yield SampleInput(f"{name}_{style}", (pos, q, k, head_size, cache, is_neox))

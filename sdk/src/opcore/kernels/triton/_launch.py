@@ -84,7 +84,9 @@ def elementwise_params(n_rows: int, n_cols: int) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def token_head_params(n_tokens: int, n_a: int, n_b: int, head_cols: int) -> tuple[int, int, int, int]:
+def token_head_params(
+    n_tokens: int, n_a: int, n_b: int, head_cols: int
+) -> tuple[int, int, int, int]:
     """``(PROGRAMS, BLOCK_A, BLOCK_B, num_warps)`` for kernels over the heads of one token.
 
     A token's two head groups (q and k; ``n_b`` may be 0) are shared by ``PROGRAMS``
@@ -102,11 +104,18 @@ def token_head_params(n_tokens: int, n_a: int, n_b: int, head_cols: int) -> tupl
     block_a = next_pow2(cdiv(n_a, splits))
     block_b = next_pow2(cdiv(n_b, splits)) if n_b else 1
     programs = max(cdiv(n_a, block_a), cdiv(n_b, block_b))
-    return programs, block_a, block_b, warps_for((block_a + block_b) * head_cols, per_warp=256, cap=8)
+    return (
+        programs,
+        block_a,
+        block_b,
+        warps_for((block_a + block_b) * head_cols, per_warp=256, cap=8),
+    )
 
 
 @functools.lru_cache(maxsize=4096)
-def split_qkv_params(n_tokens: int, n_q: int, n_kv: int, head_cols: int) -> tuple[int, int, int, int]:
+def split_qkv_params(
+    n_tokens: int, n_q: int, n_kv: int, head_cols: int
+) -> tuple[int, int, int, int]:
     """`token_head_params` for the fused split kernel, with fewer warps once there is one
     program per token: about 2048 elements per warp, at least 2. Measured on an H200 at
     32k bf16 tokens (``bench/sweep_split_qkv.py``; results in

@@ -21,8 +21,15 @@ _OP_NAMES = {SILU: "silu_and_mul", GELU_ERF: "gelu_and_mul", GELU_TANH: "gelu_an
 
 @triton.jit
 def _act_and_mul_kernel(
-    x_ptr, x_stride, out_ptr, out_stride, n_rows, d,
-    ACT: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr,
+    x_ptr,
+    x_stride,
+    out_ptr,
+    out_stride,
+    n_rows,
+    d,
+    ACT: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -39,8 +46,11 @@ def _act_and_mul_kernel(
         y = 0.7978845608028654 * (g + 0.044715 * g * g * g)
         t = 1.0 - 2.0 / (tl.exp(2.0 * y) + 1.0)
         a = 0.5 * g * (1.0 + t)
-    tl.store(out_ptr + rows[:, None] * out_stride + cols[None, :],
-             (a * u).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(
+        out_ptr + rows[:, None] * out_stride + cols[None, :],
+        (a * u).to(out_ptr.dtype.element_ty),
+        mask=mask,
+    )
 
 
 def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:

@@ -64,12 +64,19 @@ def _store_scaled(y, w_ptr, out_rows, cols, n_cols, mask, HAS_WEIGHT: tl.constex
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, x_stride,
-    r_ptr, r_stride,
+    x_ptr,
+    x_stride,
+    r_ptr,
+    r_stride,
     w_ptr,
-    out_ptr, out_stride,
-    res_ptr, res_stride,
-    n_rows, n_cols, var_size, eps,
+    out_ptr,
+    out_stride,
+    res_ptr,
+    res_stride,
+    n_rows,
+    n_cols,
+    var_size,
+    eps,
     HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -107,7 +114,9 @@ def _rms_norm_kernel(
             _store_scaled(x * rstd[:, None], w_ptr, out_rows, cols, n_cols, mask, HAS_WEIGHT)
 
 
-def _launch_norm(x, r, weight, out, res, epsilon, variance_size, x_stride, r_stride, out_stride, res_stride):
+def _launch_norm(
+    x, r, weight, out, res, epsilon, variance_size, x_stride, r_stride, out_stride, res_stride
+):
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols if n_cols else 0
     if n_rows == 0 or n_cols == 0:
@@ -116,12 +125,19 @@ def _launch_norm(x, r, weight, out, res, epsilon, variance_size, x_stride, r_str
     var_size = n_cols if variance_size is None else int(variance_size)
     has_res = r is not None
     _rms_norm_kernel[(_launch.cdiv(n_rows, rows),)](
-        x, x_stride,
-        r if has_res else x, r_stride,
+        x,
+        x_stride,
+        r if has_res else x,
+        r_stride,
         weight if weight is not None else x,
-        out, out_stride,
-        res if has_res else out, res_stride,
-        n_rows, n_cols, var_size, float(epsilon),
+        out,
+        out_stride,
+        res if has_res else out,
+        res_stride,
+        n_rows,
+        n_cols,
+        var_size,
+        float(epsilon),
         HAS_RESIDUAL=has_res,
         HAS_WEIGHT=weight is not None,
         BLOCK_N=block_n,

@@ -25,9 +25,22 @@ from opcore.kernels.triton.rotary import load_cos_sin, load_pairs, pair_offsets,
 
 @triton.jit
 def _norm_rope_heads(
-    src_row, dst_row, w_ptr, heads, head_mask, cos, sin, off_a, off_b, pair_mask,
-    eps, rot, head_size,
-    HAS_WEIGHT: tl.constexpr, HAS_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
+    src_row,
+    dst_row,
+    w_ptr,
+    heads,
+    head_mask,
+    cos,
+    sin,
+    off_a,
+    off_b,
+    pair_mask,
+    eps,
+    rot,
+    head_size,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_TAIL: tl.constexpr,
+    TAIL_PAD: tl.constexpr,
 ):
     src = src_row + heads[:, None] * head_size
     dst = dst_row + heads[:, None] * head_size
@@ -55,12 +68,30 @@ def _norm_rope_heads(
 
 @triton.jit
 def _split_qkv_rmsnorm_rope_kernel(
-    qkv_ptr, qkv_stride, q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr,
-    pos_ptr, cache_ptr, cache_stride, eps,
-    n_q_heads, n_kv_heads, head_size, rot, half,
-    IS_NEOX: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK_Q: tl.constexpr,
-    BLOCK_KV: tl.constexpr, HALF_PAD: tl.constexpr, HAS_TAIL: tl.constexpr,
-    TAIL_PAD: tl.constexpr, HEAD_PAD: tl.constexpr,
+    qkv_ptr,
+    qkv_stride,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    qw_ptr,
+    kw_ptr,
+    pos_ptr,
+    cache_ptr,
+    cache_stride,
+    eps,
+    n_q_heads,
+    n_kv_heads,
+    head_size,
+    rot,
+    half,
+    IS_NEOX: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_KV: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    HAS_TAIL: tl.constexpr,
+    TAIL_PAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
 ):
     eps = tl.cast(eps, tl.float32)
     tok = tl.program_id(0).to(tl.int64)
@@ -72,14 +103,44 @@ def _split_qkv_rmsnorm_rope_kernel(
     cos, sin = load_cos_sin(cache_ptr, cache_stride, pos, half, HALF_PAD)
     off_a, off_b, pair_mask = pair_offsets(HALF_PAD, half, IS_NEOX)
     heads = split * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    _norm_rope_heads(row, q_ptr + tok * q_width, qw_ptr, heads, heads < n_q_heads,
-                     cos, sin, off_a, off_b, pair_mask, eps, rot, head_size,
-                     HAS_WEIGHT, HAS_TAIL, TAIL_PAD)
+    _norm_rope_heads(
+        row,
+        q_ptr + tok * q_width,
+        qw_ptr,
+        heads,
+        heads < n_q_heads,
+        cos,
+        sin,
+        off_a,
+        off_b,
+        pair_mask,
+        eps,
+        rot,
+        head_size,
+        HAS_WEIGHT,
+        HAS_TAIL,
+        TAIL_PAD,
+    )
     heads = split * BLOCK_KV + tl.arange(0, BLOCK_KV)
     kv_mask = heads < n_kv_heads
-    _norm_rope_heads(row + q_width, k_ptr + tok * kv_width, kw_ptr, heads, kv_mask,
-                     cos, sin, off_a, off_b, pair_mask, eps, rot, head_size,
-                     HAS_WEIGHT, HAS_TAIL, TAIL_PAD)
+    _norm_rope_heads(
+        row + q_width,
+        k_ptr + tok * kv_width,
+        kw_ptr,
+        heads,
+        kv_mask,
+        cos,
+        sin,
+        off_a,
+        off_b,
+        pair_mask,
+        eps,
+        rot,
+        head_size,
+        HAS_WEIGHT,
+        HAS_TAIL,
+        TAIL_PAD,
+    )
     cols = tl.arange(0, HEAD_PAD)
     m = kv_mask[:, None] & (cols < head_size)[None, :]
     off = heads[:, None] * head_size + cols[None, :]
@@ -87,8 +148,18 @@ def _split_qkv_rmsnorm_rope_kernel(
     tl.store(v_ptr + tok * kv_width + off, v, mask=m)
 
 
-def split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_sin_cache,
-                           num_heads, num_kv_heads, head_size, is_neox):
+def split_qkv_rmsnorm_rope(
+    qkv,
+    q_weight,
+    k_weight,
+    epsilon,
+    positions,
+    cos_sin_cache,
+    num_heads,
+    num_kv_heads,
+    head_size,
+    is_neox,
+):
     """`split_qkv_rmsnorm_rope` on a Triton device: new contiguous ``(q, k, v)`` shaped
     ``qkv.shape[:-1] + (heads * head_size,)``."""
     lead = tuple(qkv.shape[:-1])
@@ -108,14 +179,31 @@ def split_qkv_rmsnorm_rope(qkv, q_weight, k_weight, epsilon, positions, cos_sin_
     )
     has_weight = q_weight is not None
     _split_qkv_rmsnorm_rope_kernel[(n_tokens, n_splits)](
-        qkv, stride, q, k, v,
-        q_weight if has_weight else qkv, k_weight if has_weight else qkv,
+        qkv,
+        stride,
+        q,
+        k,
+        v,
+        q_weight if has_weight else qkv,
+        k_weight if has_weight else qkv,
         # positions are read as one contiguous array (a strided or expanded view is not)
-        positions.reshape(-1).contiguous(), cos_sin_cache, cos_sin_cache.stride(0), float(epsilon),
-        num_heads, num_kv_heads, head_size, rot, half,
-        IS_NEOX=bool(is_neox), HAS_WEIGHT=has_weight, BLOCK_Q=block_q, BLOCK_KV=block_kv,
+        positions.reshape(-1).contiguous(),
+        cos_sin_cache,
+        cos_sin_cache.stride(0),
+        float(epsilon),
+        num_heads,
+        num_kv_heads,
+        head_size,
+        rot,
+        half,
+        IS_NEOX=bool(is_neox),
+        HAS_WEIGHT=has_weight,
+        BLOCK_Q=block_q,
+        BLOCK_KV=block_kv,
         HALF_PAD=half_pad,
-        HAS_TAIL=tail > 0, TAIL_PAD=_launch.next_pow2(max(tail, 1)),
-        HEAD_PAD=_launch.next_pow2(head_size), num_warps=warps,
+        HAS_TAIL=tail > 0,
+        TAIL_PAD=_launch.next_pow2(max(tail, 1)),
+        HEAD_PAD=_launch.next_pow2(head_size),
+        num_warps=warps,
     )
     return q, k, v

@@ -68,9 +68,24 @@ def store_rotated(dst, a, b, cos, sin, off_a, off_b, m):
 
 @triton.jit
 def rope_heads(
-    in_ptr, in_tok, in_head, out_ptr, out_tok, out_head, tok, heads, head_mask,
-    cos, sin, off_a, off_b, pair_mask, rot, head_size,
-    COPY_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
+    in_ptr,
+    in_tok,
+    in_head,
+    out_ptr,
+    out_tok,
+    out_head,
+    tok,
+    heads,
+    head_mask,
+    cos,
+    sin,
+    off_a,
+    off_b,
+    pair_mask,
+    rot,
+    head_size,
+    COPY_TAIL: tl.constexpr,
+    TAIL_PAD: tl.constexpr,
 ):
     """Rotate ``heads`` of token ``tok``; copy the unrotated tail when ``COPY_TAIL``."""
     src = in_ptr + tok * in_tok + heads[:, None] * in_head
@@ -86,13 +101,33 @@ def rope_heads(
 
 @triton.jit
 def _rotary_kernel(
-    pos_ptr, cache_ptr, cache_stride,
-    q_ptr, q_tok, q_head, qo_ptr, qo_tok, qo_head, n_q_heads,
-    k_ptr, k_tok, k_head, ko_ptr, ko_tok, ko_head, n_k_heads,
-    rot, half, head_size,
-    IS_NEOX: tl.constexpr, HAS_KEY: tl.constexpr, BLOCK_Q: tl.constexpr,
-    BLOCK_K: tl.constexpr, HALF_PAD: tl.constexpr,
-    COPY_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
+    pos_ptr,
+    cache_ptr,
+    cache_stride,
+    q_ptr,
+    q_tok,
+    q_head,
+    qo_ptr,
+    qo_tok,
+    qo_head,
+    n_q_heads,
+    k_ptr,
+    k_tok,
+    k_head,
+    ko_ptr,
+    ko_tok,
+    ko_head,
+    n_k_heads,
+    rot,
+    half,
+    head_size,
+    IS_NEOX: tl.constexpr,
+    HAS_KEY: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    HALF_PAD: tl.constexpr,
+    COPY_TAIL: tl.constexpr,
+    TAIL_PAD: tl.constexpr,
 ):
     tok = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
@@ -100,12 +135,48 @@ def _rotary_kernel(
     cos, sin = load_cos_sin(cache_ptr, cache_stride, pos, half, HALF_PAD)
     off_a, off_b, pair_mask = pair_offsets(HALF_PAD, half, IS_NEOX)
     heads = split * BLOCK_Q + tl.arange(0, BLOCK_Q)
-    rope_heads(q_ptr, q_tok, q_head, qo_ptr, qo_tok, qo_head, tok, heads, heads < n_q_heads,
-               cos, sin, off_a, off_b, pair_mask, rot, head_size, COPY_TAIL, TAIL_PAD)
+    rope_heads(
+        q_ptr,
+        q_tok,
+        q_head,
+        qo_ptr,
+        qo_tok,
+        qo_head,
+        tok,
+        heads,
+        heads < n_q_heads,
+        cos,
+        sin,
+        off_a,
+        off_b,
+        pair_mask,
+        rot,
+        head_size,
+        COPY_TAIL,
+        TAIL_PAD,
+    )
     if HAS_KEY:
         heads = split * BLOCK_K + tl.arange(0, BLOCK_K)
-        rope_heads(k_ptr, k_tok, k_head, ko_ptr, ko_tok, ko_head, tok, heads, heads < n_k_heads,
-                   cos, sin, off_a, off_b, pair_mask, rot, head_size, COPY_TAIL, TAIL_PAD)
+        rope_heads(
+            k_ptr,
+            k_tok,
+            k_head,
+            ko_ptr,
+            ko_tok,
+            ko_head,
+            tok,
+            heads,
+            heads < n_k_heads,
+            cos,
+            sin,
+            off_a,
+            off_b,
+            pair_mask,
+            rot,
+            head_size,
+            COPY_TAIL,
+            TAIL_PAD,
+        )
 
 
 def _layout(t, n_tokens, head_size, name):
@@ -139,13 +210,33 @@ def _rotary(positions, query, key, head_size, cos_sin_cache, is_neox, q_out, k_o
     # decode position broadcast over the batch) must not be read past its elements.
     pos = positions.reshape(-1).contiguous()
     _rotary_kernel[(n_tokens, n_splits)](
-        pos, cos_sin_cache, cos_sin_cache.stride(0),
-        query, q_tok, q_head, q_out, qo_tok, qo_head, n_q,
-        key if key is not None else query, k_tok, k_head,
-        k_out if k_out is not None else q_out, ko_tok, ko_head, n_k,
-        rot, half, head_size,
-        IS_NEOX=bool(is_neox), HAS_KEY=n_k > 0, BLOCK_Q=block_q, BLOCK_K=block_k,
-        HALF_PAD=half_pad, COPY_TAIL=copy_tail, TAIL_PAD=_launch.next_pow2(max(tail, 1)),
+        pos,
+        cos_sin_cache,
+        cos_sin_cache.stride(0),
+        query,
+        q_tok,
+        q_head,
+        q_out,
+        qo_tok,
+        qo_head,
+        n_q,
+        key if key is not None else query,
+        k_tok,
+        k_head,
+        k_out if k_out is not None else q_out,
+        ko_tok,
+        ko_head,
+        n_k,
+        rot,
+        half,
+        head_size,
+        IS_NEOX=bool(is_neox),
+        HAS_KEY=n_k > 0,
+        BLOCK_Q=block_q,
+        BLOCK_K=block_k,
+        HALF_PAD=half_pad,
+        COPY_TAIL=copy_tail,
+        TAIL_PAD=_launch.next_pow2(max(tail, 1)),
         num_warps=warps,
     )
 

@@ -29,9 +29,27 @@ DEVICE_TYPE_RE = re.compile(r"[a-z][a-z0-9_]*")
 # installed torch.
 TORCH_DEVICE_TYPES = frozenset(
     {
-        "cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve",
-        "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
-        "privateuseone", "privateuse1",
+        "cpu",
+        "cuda",
+        "ipu",
+        "xpu",
+        "mkldnn",
+        "opengl",
+        "opencl",
+        "ideep",
+        "hip",
+        "ve",
+        "fpga",
+        "maia",
+        "xla",
+        "lazy",
+        "vulkan",
+        "mps",
+        "meta",
+        "hpu",
+        "mtia",
+        "privateuseone",
+        "privateuse1",
     }
 )
 
