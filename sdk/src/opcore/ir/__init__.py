@@ -22,6 +22,7 @@ API summary::
     ops.rms_norm.sample_inputs("cuda", torch.bfloat16)   # named SampleInputs
     ops.rms_norm.tolerance(torch.bfloat16)     # (atol, rtol)
     ops.rms_norm.identity_hash("triton")       # for compile caches
+    ops.rms_norm.impls["triton"].properties    # Properties(batch_invariant=..., ...)
     torch.ops.opcore_ir.rms_norm               # the op as torch.compile sees it
     from opcore.ir.ops import rms_norm         # the same IrOp, defined in ops/_norm.py
     opcore.ir.all_ops(); opcore.ir.info(config) # data for `opcore info`
@@ -56,16 +57,19 @@ from opcore.ir.op import (
     register_op,
 )
 from opcore.ir.priority import Decision, Explanation, PriorityWarning
+from opcore.ir.properties import PROPERTY_NAMES, Properties
 from opcore.ir.samples import SampleInput
 from opcore.platforms.kernels import ensure_kernels_loaded, kernel_load_errors
 
 __all__ = [
+    "PROPERTY_NAMES",
     "RESERVED_PROVIDERS",
     "Decision",
     "Explanation",
     "Impl",
     "IrOp",
     "PriorityWarning",
+    "Properties",
     "SampleInput",
     "all_ops",
     "ensure_kernels_loaded",

@@ -36,6 +36,7 @@ from opcore.ir import priority, torch_lib
 from opcore.ir import schema as _schema
 from opcore.ir.identity import hash_source, hash_source_pair
 from opcore.ir.outputs import fresh_outputs, map_outputs
+from opcore.ir.properties import Properties, as_properties
 from opcore.ir.samples import SampleGenerator, SampleInput, seeded_samples
 from opcore.ir.tolerances import default_tolerance
 from opcore.platforms.kernels import ensure_kernels_loaded, on_kernels_loaded
@@ -127,6 +128,7 @@ class Impl:
         "inplace",
         "op_name",
         "functional",
+        "properties",
         "_identity",
     )
 
@@ -140,6 +142,7 @@ class Impl:
         *,
         op_name: str = "",
         functional: Callable | None = None,
+        properties: Properties | None = None,
     ):
         self.provider = provider
         self.impl_fn = impl_fn
@@ -148,6 +151,7 @@ class Impl:
         self.inplace = inplace
         self.op_name = op_name
         self.functional = functional if functional is not None else impl_fn
+        self.properties = properties if properties is not None else Properties()
         self._identity: str | None = None
 
     @property
@@ -169,7 +173,7 @@ class Impl:
         return (
             f"Impl(provider={self.provider!r}, impl_fn={getattr(self.impl_fn, '__qualname__', self.impl_fn)!r}, "
             f"supported={self.supported}, supports_args={'None' if self.supports_args is None else 'fn'}, "
-            f"inplace={self.inplace})"
+            f"inplace={self.inplace}, properties={str(self.properties)!r})"
         )
 
 
@@ -531,6 +535,7 @@ class IrOp:
         supports_args: Callable[..., bool] | None = None,
         inplace: bool = False,
         functional: Callable | None = None,
+        properties: Any = None,
     ) -> Callable[[Callable], Callable]:
         """Decorator registering ``fn`` as ``provider``'s implementation; returns ``fn``.
 
@@ -548,6 +553,13 @@ class IrOp:
             inplace: ``fn`` writes its results into the activations.
             functional: the out-of-place kernel used by the default overload of an
                 ``inplace`` provider.
+            properties: what the provider guarantees beyond numerics
+                (docs/properties.md): a set of names from
+                `opcore.ir.properties.PROPERTY_NAMES` (``batch_invariant``,
+                ``deterministic``, ``capture_safe``), a ``{name: bool}`` mapping or a
+                `opcore.ir.properties.Properties`; default none. The conformance suite
+                checks each one declared, and a config that requires one
+                (``kernel.required_properties``) selects only providers declaring it.
 
         Returns:
             The decorator; it returns ``fn`` unchanged.
@@ -556,8 +568,8 @@ class IrOp:
             ValueError: a malformed or reserved name, a duplicate provider, parameters
                 that differ from the native function's, a ``supports_args`` with other
                 parameters, ``inplace=True`` on an op without ``allow_inplace``, or
-                ``functional`` without ``inplace=True``.
-            TypeError: ``supported`` is not a bool.
+                ``functional`` without ``inplace=True``, an unknown property name.
+            TypeError: ``supported`` is not a bool, ``properties`` has another type.
 
         Examples:
             >>> import torch
@@ -578,6 +590,7 @@ class IrOp:
             raise TypeError(
                 f"op {self.name!r}, provider {provider!r}: supported must be a bool, got {supported!r}"
             )
+        declared = as_properties(properties, where=f"op {self.name!r}, provider {provider!r}")
         if supports_args is not None:
             _schema.check_same_parameters(
                 self.native,
@@ -626,14 +639,38 @@ class IrOp:
                     inplace,
                     op_name=self.name,
                     functional=default_fn,
+                    properties=declared,
                 )
                 bump_generation()
             logger.debug(
-                "op %s: provider %s registered (supported=%s)", self.name, provider, supported
+                "op %s: provider %s registered (supported=%s, properties: %s)",
+                self.name,
+                provider,
+                supported,
+                declared,
             )
             return fn
 
         return decorator
+
+    def declare_native_properties(self, properties: Any) -> None:
+        """Declare the properties the ``native`` provider has in this process.
+
+        The native function is plain PyTorch, so what it guarantees depends on the
+        device's torch kernels (a reduction may change its order with the number of
+        rows on one device and not on another): the current platform, which knows its
+        device, declares it from its ``import_ir_kernels`` after measuring it with the
+        conformance suite. ``properties`` takes the forms `register_impl` accepts; it
+        replaces what was declared before (by default nothing).
+
+        Raises:
+            ValueError: an unknown property name.
+            TypeError: ``properties`` has another type.
+        """
+        declared = as_properties(properties, where=f"op {self.name!r}, provider 'native'")
+        with _registry_lock:
+            self.impls["native"].properties = declared
+            bump_generation()
 
     def unregister_impl(self, provider: str) -> None:
         """Remove a provider (tests and plugin unloading). ``native`` cannot be removed."""
