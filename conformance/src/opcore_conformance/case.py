@@ -1,7 +1,8 @@
 """The case model: one check of one thing, with a stable id, and what running it gave.
 
-A case id is ``<check>[<part>-<part>-...]``, e.g. ``numerics[rms_norm-native-bfloat16-odd_hidden_4099]``
-or ``platform.dtype[bfloat16]``. Parts come from names (op, provider, dtype, the sample's
+A case id is ``<check>[<part>-<part>-...]``, e.g.
+``numerics[rms_norm-native-bfloat16-odd_hidden_4099]`` or ``platform.dtype[bfloat16]``.
+Parts come from names (op, provider, dtype, the sample's
 name from the op's generator), never from enumeration order, so the same installation always
 yields the same ids, and one id always names the same inputs: each sample's draws are seeded
 from its op's and its own name (`opcore.ir.samples.sample_seed`), in every mode and selection.

@@ -178,7 +178,9 @@ def tolerance_check(out, ref, atol, rtol):
     if ratio.numel() == 0:
         return 0, 0.0, (), 0.0, 0.0
     flat = int(torch.argmax(ratio.reshape(-1)))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), r.shape)) if r.dim() else ()
+    index = (
+        tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), r.shape)) if r.dim() else ()
+    )
     over = int(((ratio > 1) | bad_nonfinite).sum())
     return over, float(ratio.max()), index, float(o.reshape(-1)[flat]), float(r.reshape(-1)[flat])
 
@@ -258,7 +260,10 @@ def main(argv):
         o = o.detach().cpu()
         dtype = n.dtype if n is not None else want_dtype
         if o.dtype != dtype or o.shape != r.shape:
-            print(f"{path}: dtype {o.dtype} shape {tuple(o.shape)}, expected {dtype} {tuple(r.shape)}")
+            print(
+                f"{path}: dtype {o.dtype} shape {tuple(o.shape)}, "
+                f"expected {dtype} {tuple(r.shape)}"
+            )
             failed = True
             continue
         if not dtype.is_floating_point:
@@ -281,8 +286,10 @@ def main(argv):
         if factor is not None and META["provider"] != "native":
             allowed = max(factor * native_peak, floor)
             verdict = "over" if peak > allowed else "within"
-            print(f"{path}: {verdict} the error budget max({factor:g} x {native_peak:.3g}, {floor:g}) "
-                  f"= {allowed:.3g} ULP")
+            print(
+                f"{path}: {verdict} the error budget "
+                f"max({factor:g} x {native_peak:.3g}, {floor:g}) = {allowed:.3g} ULP"
+            )
             failed |= peak > allowed
     print("FAIL" if failed else "PASS")
     return 1 if failed else 0

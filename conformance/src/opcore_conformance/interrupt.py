@@ -4,9 +4,10 @@ Ctrl-C, `timeout` and a cancelled CI job send these. `Interruptions` is entered 
 thing in ``opcore conformance`` (before torch is imported), so the whole run, setup and
 collection included, is covered. While it is ``raising`` the handler raises `Interrupted`
 where the main thread is; once the run turns to writing its reports it sets ``raising`` to
-False, so a signal is only recorded, the reports are finished and then the run stops. Code under test may catch
-and wrap the exception (torch.compile does), so callers also look at `signal_name` after
-each step. Only the main thread can install handlers; elsewhere the default behaviour stays.
+False, so a signal is only recorded, the reports are finished and then the run stops. Code
+under test may catch and wrap the exception (torch.compile does), so callers also look at
+`signal_name` after each step. Only the main thread can install handlers; elsewhere the
+default behaviour stays.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ tensors and fails. Providers without ``supports_args`` take every argument and g
 
 ``opcheck[op-provider-dtype-sample]``: ``torch.library.opcheck`` on ``torch.ops.opcore_ir.<op>``
 (and its ``maybe_inplace`` overload for ops that have one) with this device's inputs and the
-provider forced: schema, fake implementation, AOT dispatch. ``test_autograd_registration`` runs only on cpu and cuda devices (PyTorch does
-not implement it for other backends: ``not_applicable`` there, recorded in the case).
+provider forced: schema, fake implementation, AOT dispatch. ``test_autograd_registration``
+runs only on cpu and cuda devices (PyTorch does not implement it for other backends:
+``not_applicable`` there, recorded in the case).
 """
 
 from __future__ import annotations
@@ -150,7 +151,9 @@ def _opcheck_body(op_name: str, provider: str, dtype: str, sample_name: str):
             utils.append("test_autograd_registration")
         else:
             info["not_applicable"] = {
-                "test_autograd_registration": f"not implemented by PyTorch for {ctx.device.type} tensors"
+                "test_autograd_registration": (
+                    f"not implemented by PyTorch for {ctx.device.type} tensors"
+                )
             }
         overloads = [("default", op.torch_op, args, kwargs)]
         if op.allow_inplace:  # the donation overload, on its own copy of the inputs

@@ -415,9 +415,9 @@ def _kernels(ctx, _tol) -> dict[str, Any]:
             try:
                 getattr(p, hook)()
             except Exception as exc:
+                when = "first" if attempt == 1 else "again: hooks must be idempotent"
                 raise CheckFailed(
-                    f"{hook}() raised on call {attempt} ({'first' if attempt == 1 else 'again: hooks must be idempotent'}): "
-                    f"{type(exc).__name__}: {exc}"
+                    f"{hook}() raised on call {attempt} ({when}): {type(exc).__name__}: {exc}"
                 ) from None
     return {}
 
@@ -475,7 +475,8 @@ def _config_hooks(ctx, _tol) -> dict[str, Any]:
                     continue
                 if ret is not None:
                     problems.append(
-                        f"{hook}({label}) returned {ret!r}; it updates the config in place and returns None"
+                        f"{hook}({label}) returned {ret!r}; it updates the config in place and "
+                        "returns None"
                     )
             try:
                 prio = p.get_default_ir_op_priority(cfg)
@@ -507,7 +508,8 @@ def _config_hooks(ctx, _tol) -> dict[str, Any]:
             comm = p.get_device_communicator_cls()
             if comm is not None and not isinstance(comm, str):
                 problems.append(
-                    f"get_device_communicator_cls() returned {comm!r}, expected a dotted path or None"
+                    f"get_device_communicator_cls() returned {comm!r}, expected a dotted path "
+                    "or None"
                 )
         except Exception as exc:
             problems.append(f"get_device_communicator_cls() raised {type(exc).__name__}: {exc}")
@@ -531,7 +533,8 @@ def _priorities_body(mode: str):
             op = irapi.get_op(op_name)
             if op is None:
                 problems.append(
-                    f"{op_name!r} is not a registered op (registered: {', '.join(irapi.op_names())})"
+                    f"{op_name!r} is not a registered op "
+                    f"(registered: {', '.join(irapi.op_names())})"
                 )
                 continue
             impls = irapi.impls(op)

@@ -26,7 +26,10 @@ def _counts_cells(counts) -> list[str]:
 def incomplete_note(foot: dict[str, Any] | None, records: list[dict[str, Any]]) -> str | None:
     """Why the run is incomplete, from its footer (None: it ran every collected case)."""
     if foot is None:
-        return f"the report has no footer: the run ended after {len(records)} case(s) without finishing"
+        return (
+            f"the report has no footer: the run ended after {len(records)} case(s) "
+            "without finishing"
+        )
     if foot.get("interrupted"):
         if foot.get("collected") is None:  # stopped in setup or collection: no case ran
             return (
@@ -49,6 +52,7 @@ def render(
     note = incomplete_note(written_footer, records)
     verdict = "INCOMPLETE" if note else ("FAILED" if foot["exit_status"] else "PASSED")
     v = header.get("versions", {})
+    reference = header.get("reference", {})
     out = [
         f"# opcore conformance: {header.get('platform')} — {verdict}",
         "",
@@ -58,7 +62,7 @@ def render(
         f"- versions: opcore {v.get('opcore')}, opcore-conformance {v.get('opcore-conformance')}, "
         f"torch {v.get('torch')}, triton {v.get('triton')}, python {v.get('python')}",
         f"- mode: {header.get('mode')}; sample seed: {header.get('seed')}; reference: "
-        f"{header.get('reference', {}).get('dtype')} on {header.get('reference', {}).get('device')}",
+        f"{reference.get('dtype')} on {reference.get('device')}",
         f"- expectations: {header.get('expectations') or 'none'}",
         f"- started: {header.get('started')}",
         f"- **incomplete**: {note}; the counts below cover the cases that ran" if note else None,
@@ -134,7 +138,8 @@ def render(
             ratio = as_float(r.get("max_ratio"))
             out.append(
                 f"| `{r['id']}` | {r.get('atol')} | {r.get('rtol')} | "
-                f"{'' if ratio is None else f'{ratio:.2f}'} | {r['status']} | {_cell(r.get('reason') or '')} |"
+                f"{'' if ratio is None else f'{ratio:.2f}'} | {r['status']} | "
+                f"{_cell(r.get('reason') or '')} |"
             )
         out.append("")
     expected = [r for r in records if r.get("expected") in ("xfail", "skip", "unsupported")]
@@ -147,7 +152,8 @@ def render(
         ]
         for r in expected:
             out.append(
-                f"| `{r['id']}` | {r['expected']} | {r['status']} | {_cell(r.get('reason') or '')} |"
+                f"| `{r['id']}` | {r['expected']} | {r['status']} | "
+                f"{_cell(r.get('reason') or '')} |"
             )
         out.append("")
     return "\n".join(line for line in out if line is not None) + "\n"
