@@ -151,8 +151,9 @@ def parse_backend_name(text: str, *, source: str = "attention.backend") -> str:
 def check_environment(env: Mapping[str, str] | None = None) -> None:
     """Check the ``OPCORE_*`` variables of ``env`` (default ``os.environ``) that configure
     the process rather than the config object: the switches (`SWITCH_VARIABLES`), the
-    plugin allow-list and, for ``os.environ``, the probe budget. A bad value is a `ConfigError` naming the variable and the bad part.
-    `create_config` calls it; so does `opcore info` before resolution reads them."""
+    plugin allow-list and, for ``os.environ``, the probe budget. A bad value is a
+    `ConfigError` naming the variable and the bad part. `create_config` calls it; so does
+    `opcore info` before resolution reads them."""
     env = os.environ if env is None else env
     for name in SWITCH_VARIABLES:
         env_flag(name, env)
@@ -199,8 +200,9 @@ def _check_registered(
 
     Plugins register names when the platform's kernels and the general plugins load, which
     happens lazily; so when a name is missing and the config is for the current platform,
-    they are loaded first (`opcore.platforms.kernels.ensure_kernels_loaded`, once per process) and the
-    names are checked again. For another platform the registry is taken as it stands."""
+    they are loaded first (`opcore.platforms.kernels.ensure_kernels_loaded`, once per
+    process) and the names are checked again. For another platform the registry is taken as
+    it stands."""
     if getattr(_loading_names, "active", False):
         # A config made while this thread loads the kernels for a name check (a kernel
         # module or import_kernels asked for one): the registry is incomplete until the

@@ -264,8 +264,9 @@ class AttentionBackend:
             )
         if kv_cache.shape[3] != self.num_kv_heads or kv_cache.shape[4] != self.head_size:
             raise ValueError(
-                f"{self.name}: kv_cache has {kv_cache.shape[3]} kv heads of size {kv_cache.shape[4]}, "
-                f"but the layer has num_kv_heads={self.num_kv_heads}, head_size={self.head_size}"
+                f"{self.name}: kv_cache has {kv_cache.shape[3]} kv heads of size "
+                f"{kv_cache.shape[4]}, but the layer has num_kv_heads={self.num_kv_heads}, "
+                f"head_size={self.head_size}"
             )
         return kv_cache[0], kv_cache[1]
 
@@ -288,12 +289,13 @@ class AttentionBackend:
         num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
         if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:
             raise ValueError(
-                f"{self.name}: slot_mapping must be 1-D with one slot per key row ({key.shape[0]}), "
-                f"got shape {tuple(slot_mapping.shape)}"
+                f"{self.name}: slot_mapping must be 1-D with one slot per key row "
+                f"({key.shape[0]}), got shape {tuple(slot_mapping.shape)}"
             )
         if key.dtype != key_cache.dtype or value.dtype != value_cache.dtype:
             raise ValueError(
-                f"{self.name}: key/value dtype {key.dtype}/{value.dtype} differs from kv_cache dtype {key_cache.dtype}"
+                f"{self.name}: key/value dtype {key.dtype}/{value.dtype} differs from kv_cache "
+                f"dtype {key_cache.dtype}"
             )
         check_slot_mapping(slot_mapping, num_blocks * block_size, num_blocks, block_size)
         return key_cache, value_cache

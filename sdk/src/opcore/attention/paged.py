@@ -65,7 +65,8 @@ class PagedAttentionMetadata:
         _as_int_vector("block_table", block_table)
         if query_start_loc.dim() != 1 or query_start_loc.numel() < 1:
             raise ValueError(
-                f"query_start_loc must be 1-D with num_seqs + 1 entries, got shape {tuple(query_start_loc.shape)}"
+                "query_start_loc must be 1-D with num_seqs + 1 entries, got shape "
+                f"{tuple(query_start_loc.shape)}"
             )
         num_seqs = query_start_loc.numel() - 1
         if seq_lens.dim() != 1 or seq_lens.numel() != num_seqs:
@@ -81,7 +82,8 @@ class PagedAttentionMetadata:
         devices = {t.device for t in (query_start_loc, seq_lens, block_table)}
         if len(devices) != 1:
             raise ValueError(
-                f"query_start_loc, seq_lens and block_table must be on one device, got {sorted(map(str, devices))}"
+                "query_start_loc, seq_lens and block_table must be on one device, got "
+                f"{sorted(map(str, devices))}"
             )
         starts = query_start_loc.tolist()
         lens = seq_lens.tolist()
@@ -92,8 +94,8 @@ class PagedAttentionMetadata:
             q = starts[i + 1] - starts[i]
             if q < 0:
                 raise ValueError(
-                    f"query_start_loc must be non-decreasing: query_start_loc[{i + 1}]={starts[i + 1]} "
-                    f"< query_start_loc[{i}]={starts[i]}"
+                    "query_start_loc must be non-decreasing: "
+                    f"query_start_loc[{i + 1}]={starts[i + 1]} < query_start_loc[{i}]={starts[i]}"
                 )
             if lens[i] < q:
                 raise ValueError(
@@ -133,8 +135,9 @@ class PagedAttentionMetadata:
             need = -(-length // block_size)
             if need > width:
                 raise ValueError(
-                    f"block_table is too short: sequence {i} has seq_lens[{i}]={length}, which needs "
-                    f"{need} blocks of block_size {block_size}, but block_table has {width} columns"
+                    f"block_table is too short: sequence {i} has seq_lens[{i}]={length}, which "
+                    f"needs {need} blocks of block_size {block_size}, but block_table has "
+                    f"{width} columns"
                 )
         if self.num_seqs and width:
             cols = torch.arange(width, device=self.block_table.device)
@@ -210,8 +213,8 @@ def check_qkv(
         if t.dim() != 3 or t.shape[1] != heads or t.shape[2] != head_size:
             raise ValueError(
                 f"{backend}: {arg} must have shape [num_tokens, {heads}, {head_size}] "
-                f"({'num_heads' if arg == 'query' else 'num_kv_heads'}={heads}, head_size={head_size}), "
-                f"got {tuple(t.shape)}"
+                f"({'num_heads' if arg == 'query' else 'num_kv_heads'}={heads}, "
+                f"head_size={head_size}), got {tuple(t.shape)}"
             )
     if key is not None and value is not None and key.shape[0] != value.shape[0]:
         raise ValueError(f"{backend}: key has {key.shape[0]} tokens but value has {value.shape[0]}")

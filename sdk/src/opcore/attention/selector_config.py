@@ -69,7 +69,8 @@ class AttentionSelectorConfig:
             not isinstance(self.block_size, int) or self.block_size <= 0
         ):
             raise ValueError(
-                f"AttentionSelectorConfig: block_size must be a positive int or None, got {self.block_size!r}"
+                "AttentionSelectorConfig: block_size must be a positive int or None, got "
+                f"{self.block_size!r}"
             )
         if self.sliding_window is not None and (
             not isinstance(self.sliding_window, int) or self.sliding_window <= 0
@@ -85,7 +86,8 @@ class AttentionSelectorConfig:
             )
         if not isinstance(self.kv_cache_dtype, str) or not self.kv_cache_dtype:
             raise ValueError(
-                f"AttentionSelectorConfig: kv_cache_dtype must be a name such as 'auto', got {self.kv_cache_dtype!r}"
+                "AttentionSelectorConfig: kv_cache_dtype must be a name such as 'auto', got "
+                f"{self.kv_cache_dtype!r}"
             )
 
     @property

@@ -89,7 +89,10 @@ def info(config: Any = None) -> dict[str, Any]:
         }
     last = last_lowering_record()
     return {
-        "backend": "opcore.compile.backend (torch.compile backend; Inductor pass as post_grad_custom_pre_pass)",
+        "backend": (
+            "opcore.compile.backend (torch.compile backend; Inductor pass as "
+            "post_grad_custom_pre_pass)"
+        ),
         "pipeline": [
             "functionalize_inplace (before AOTAutograd)",
             *FUSION_PASSES,

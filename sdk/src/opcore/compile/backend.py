@@ -92,7 +92,8 @@ class OpcoreBackend:
         self.mode = self.config.compilation.mode
         if self.mode not in MODES:
             raise ValueError(
-                f"opcore.compile: config.compilation.mode {self.mode!r} is not one of {', '.join(MODES)}"
+                f"opcore.compile: config.compilation.mode {self.mode!r} is not one of "
+                f"{', '.join(MODES)}"
             )
         self.fusion = bool(fusion)
         self.inductor_config = dict(inductor_config or {})

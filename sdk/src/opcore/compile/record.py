@@ -70,7 +70,8 @@ class CompileRecord:
 
     def __str__(self) -> str:
         lines = [
-            f"graph {self.graph_id}: mode={self.mode} fusion={self.fusion} key={self.cache_key[:16]}"
+            f"graph {self.graph_id}: mode={self.mode} fusion={self.fusion} "
+            f"key={self.cache_key[:16]}"
             + (" (served by Inductor's cache)" if self.cache_hit else ""),
         ]
         if self.fusions:

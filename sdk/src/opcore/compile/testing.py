@@ -51,7 +51,8 @@ def _compare(what: str, got: Any, want: Any, atol: float, rtol: float) -> float:
             continue
         if a.shape != b.shape or a.dtype != b.dtype:
             raise CompileCheckFailed(
-                f"{what}: output {i} is {tuple(a.shape)} {a.dtype}, expected {tuple(b.shape)} {b.dtype}"
+                f"{what}: output {i} is {tuple(a.shape)} {a.dtype}, expected "
+                f"{tuple(b.shape)} {b.dtype}"
             )
         # Compared in float64 on the CPU: a device need not compute (or hold) float64.
         a, b = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
@@ -124,7 +125,8 @@ def compiled_matches_eager(
     for name, now, then in _named_pairs(args, kwargs, *before):
         if isinstance(now, torch.Tensor) and not _same(now, then):
             raise CompileCheckFailed(
-                f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}): argument {name} was written"
+                f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}): argument "
+                f"{name} was written"
             )
     record = be.last_record
     lowered = record.by_op().get(op.name, []) if record else []
@@ -170,8 +172,8 @@ def lowering_matches_dispatch(
     lowered = be.last_record.by_op().get(op.name, [])
     if lowered != [expected]:
         raise CompileCheckFailed(
-            f"{op.name} sample {sample.name!r}: lowering chose {lowered}, eager dispatch chooses {expected!r} "
-            f"(mode {mode}, priority {op.effective_priority(cfg)})"
+            f"{op.name} sample {sample.name!r}: lowering chose {lowered}, eager dispatch "
+            f"chooses {expected!r} (mode {mode}, priority {op.effective_priority(cfg)})"
         )
     return {"provider": expected}
 
@@ -221,10 +223,11 @@ def no_recompile_on_dynamic_batch(
 def fusion_fires_on_small_decoder(
     *, mode: str = "eager", layers: int = 2, tokens: int = 7, device="cpu"
 ) -> dict[str, Any]:
-    """Compile the small decoder on ``device`` with fusion: ``fuse_split_qkv_rmsnorm_rope`` fires once per
-    layer and ``fuse_add_rms_norm`` twice per layer (the first layer's input norm has no
-    residual; the final norm adds one), no unfused ``rms_norm``/``rotary_embedding`` of the
-    layers is left, and the output matches the uncompiled model."""
+    """Compile the small decoder on ``device`` with fusion: ``fuse_split_qkv_rmsnorm_rope``
+    fires once per layer and ``fuse_add_rms_norm`` twice per layer (the first layer's input
+    norm has no residual; the final norm adds one), no unfused
+    ``rms_norm``/``rotary_embedding`` of the layers is left, and the output matches the
+    uncompiled model."""
     import opcore.compile as oc
     from opcore.compile.decoder import Decoder, DecoderShape
 

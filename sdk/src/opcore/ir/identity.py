@@ -14,9 +14,8 @@ from collections.abc import Callable
 
 def hash_source(fn: Callable, *, op_name: str, provider: str) -> str:
     h = hashlib.sha256()
-    h.update(
-        f"{op_name}\0{provider}\0{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}\0".encode()
-    )
+    qualified = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
+    h.update(f"{op_name}\0{provider}\0{qualified}\0".encode())
     target = inspect.unwrap(fn)
     path = None
     try:

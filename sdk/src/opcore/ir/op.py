@@ -170,9 +170,11 @@ class Impl:
         return self._identity
 
     def __repr__(self) -> str:
+        fn_name = getattr(self.impl_fn, "__qualname__", self.impl_fn)
+        args_check = "None" if self.supports_args is None else "fn"
         return (
-            f"Impl(provider={self.provider!r}, impl_fn={getattr(self.impl_fn, '__qualname__', self.impl_fn)!r}, "
-            f"supported={self.supported}, supports_args={'None' if self.supports_args is None else 'fn'}, "
+            f"Impl(provider={self.provider!r}, impl_fn={fn_name!r}, "
+            f"supported={self.supported}, supports_args={args_check}, "
             f"inplace={self.inplace}, properties={str(self.properties)!r})"
         )
 
@@ -588,7 +590,8 @@ class IrOp:
             raise ValueError(f"op {self.name!r}: provider name {provider!r} is reserved")
         if not isinstance(supported, bool):
             raise TypeError(
-                f"op {self.name!r}, provider {provider!r}: supported must be a bool, got {supported!r}"
+                f"op {self.name!r}, provider {provider!r}: supported must be a bool, "
+                f"got {supported!r}"
             )
         declared = as_properties(properties, where=f"op {self.name!r}, provider {provider!r}")
         if supports_args is not None:
@@ -759,7 +762,8 @@ class IrOp:
             return self.impls[provider].identity_hash()
         except KeyError:
             raise KeyError(
-                f"op {self.name!r} has no provider {provider!r}; registered: {', '.join(self.impls)}"
+                f"op {self.name!r} has no provider {provider!r}; "
+                f"registered: {', '.join(self.impls)}"
             ) from None
 
     def supported_providers(self) -> list[str]:

@@ -150,7 +150,8 @@ def decide(
                 (
                     ("platform-missing", platform_name, op_name, name),
                     f"op {op_name!r}: platform {platform_name!r} default priority names provider "
-                    f"{name!r}, which is not registered (registered: {', '.join(impls)}); it is skipped",
+                    f"{name!r}, which is not registered (registered: {', '.join(impls)}); "
+                    "it is skipped",
                 )
             )
             continue
@@ -179,9 +180,10 @@ def decide(
             notes.append(
                 (
                     ("native-appended", op_name, tuple(user)),
-                    f"op {op_name!r}: no provider in the priority {user} ({user_source}) accepts all "
-                    f"arguments; 'native' was appended as the last resort. Add 'native' (or a "
-                    f"provider without supports_args) to the list to silence this warning",
+                    f"op {op_name!r}: no provider in the priority {user} ({user_source}) "
+                    "accepts all arguments; 'native' was appended as the last resort. Add "
+                    "'native' (or a provider without supports_args) to the list to silence "
+                    "this warning",
                 )
             )
     for name in merged[len(names) :]:
@@ -219,7 +221,8 @@ def unknown_op_warnings(
                 (
                     ("unknown-op", "user", op_name),
                     f"config.kernel.ir_op_priority / OPCORE_IR_OP_PRIORITY names op {op_name!r}, "
-                    f"which is not registered (registered: {', '.join(known)}); the entry is ignored",
+                    f"which is not registered (registered: {', '.join(known)}); "
+                    "the entry is ignored",
                 )
             )
     for op_name in default_ops:

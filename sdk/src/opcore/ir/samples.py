@@ -2,9 +2,9 @@
 
 Generators build samples on the CPU, each sample's random draws starting from a seed made
 from its op's and its own name (`sample_seed`), so every device, mode (quick or full) and
-selection sees the same values under the same name; `SampleInput.to` then moves them while keeping their layout: a view (such as q,
-k, v sliced from one QKV buffer) stays a view with the same strides and offset, and views
-of one buffer stay views of one moved buffer.
+selection sees the same values under the same name; `SampleInput.to` then moves them while
+keeping their layout: a view (such as q, k, v sliced from one QKV buffer) stays a view with
+the same strides and offset, and views of one buffer stay views of one moved buffer.
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ def seeded_samples(
         sample = next(produced, None)
         if sample is None or sample.name != name:
             raise RuntimeError(
-                f"op {op_name!r}: the sample generator yielded {None if sample is None else sample.name!r} "
-                f"where an earlier run yielded {name!r}: sample names must not depend on the values drawn"
+                f"op {op_name!r}: the sample generator yielded "
+                f"{None if sample is None else sample.name!r} where an earlier run yielded "
+                f"{name!r}: sample names must not depend on the values drawn"
             )
         yield sample
 

@@ -43,7 +43,8 @@ def _type_str(tp: object, where: str) -> str:
         base = _SCALARS[inner]
     else:
         raise TypeError(
-            f"{where}: unsupported annotation {tp!r}; use Tensor, int, float, bool, str, or X | None"
+            f"{where}: unsupported annotation {tp!r}; use Tensor, int, float, bool, str, "
+            "or X | None"
         )
     return base + ("?" if optional else "")
 
@@ -129,5 +130,6 @@ def check_same_parameters(native: Callable, other: Callable, *, op_name: str, wh
     if other_key != parameters_key(native):
         raise ValueError(
             f"op {op_name!r}: {what} has parameters {format_parameters(other)}, but the native "
-            f"function has {format_parameters(native)}; names, order, kinds and defaults must be identical"
+            f"function has {format_parameters(native)}; names, order, kinds and defaults must "
+            "be identical"
         )

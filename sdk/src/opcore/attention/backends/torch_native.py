@@ -41,7 +41,8 @@ class TorchNativeBackend(AttentionBackend):
         check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, query=query)
         if query.shape[0] != metadata.num_tokens:
             raise ValueError(
-                f"{self.name}: query has {query.shape[0]} tokens but query_start_loc[-1] is {metadata.num_tokens}"
+                f"{self.name}: query has {query.shape[0]} tokens but query_start_loc[-1] is "
+                f"{metadata.num_tokens}"
             )
         key_cache, value_cache = self.split_kv_cache(kv_cache)
         num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]

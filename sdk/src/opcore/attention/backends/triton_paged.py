@@ -136,14 +136,16 @@ class TritonPagedBackend(AttentionBackend):
         check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, query=query)
         if query.shape[0] != metadata.num_tokens:
             raise ValueError(
-                f"{self.name}: query has {query.shape[0]} tokens but query_start_loc[-1] is {metadata.num_tokens}"
+                f"{self.name}: query has {query.shape[0]} tokens but query_start_loc[-1] is "
+                f"{metadata.num_tokens}"
             )
         if query.stride(-1) != 1:
             raise ValueError(f"{self.name}: query must be contiguous in head_size")
         key_cache, value_cache = self.split_kv_cache(kv_cache)
         if key_cache.dtype != query.dtype:
             raise ValueError(
-                f"{self.name}: query dtype {query.dtype} differs from kv_cache dtype {key_cache.dtype}"
+                f"{self.name}: query dtype {query.dtype} differs from kv_cache dtype "
+                f"{key_cache.dtype}"
             )
         num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
         metadata.check_cache(num_blocks, block_size)

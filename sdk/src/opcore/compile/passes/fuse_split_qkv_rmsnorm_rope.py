@@ -5,13 +5,19 @@ Matches, on the functional graph after AOTAutograd (reshapes may be ``view``,
 ``reshape`` or ``_unsafe_view``; a chain of them is allowed, or none)::
 
     parts = aten.split_with_sizes(qkv, [H*D, KV*D, KV*D], -1)
-    q = reshape(parts[0], [..., H, D]);  q = opcore_ir.rms_norm(q, q_w, eps);  q = reshape(q, [..., H*D])
-    k = reshape(parts[1], [..., KV, D]); k = opcore_ir.rms_norm(k, k_w, eps);  k = reshape(k, [..., KV*D])
+    q = reshape(parts[0], [..., H, D])
+    q = opcore_ir.rms_norm(q, q_w, eps)
+    q = reshape(q, [..., H*D])
+    k = reshape(parts[1], [..., KV, D])
+    k = opcore_ir.rms_norm(k, k_w, eps)
+    k = reshape(k, [..., KV*D])
     q2, k2 = opcore_ir.rotary_embedding(positions, q, k, D, cos_sin_cache, is_neox)
 
 and rewrites it to::
 
-    q2, k2, v = opcore_ir.split_qkv_rmsnorm_rope(qkv, q_w, k_w, eps, positions, cos_sin_cache, H, KV, D, is_neox)
+    q2, k2, v = opcore_ir.split_qkv_rmsnorm_rope(
+        qkv, q_w, k_w, eps, positions, cos_sin_cache, H, KV, D, is_neox
+    )
 
 where ``v`` replaces ``parts[2]`` (same values; contiguous instead of a strided view).
 Conditions: the q/k intermediates have no other users, both norms use the same epsilon and

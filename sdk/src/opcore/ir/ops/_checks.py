@@ -246,7 +246,8 @@ def bad_positions(op: str, positions: object, ref_arg: str, ref: torch.Tensor) -
         fail(
             op,
             arg,
-            f"is on {positions.device} but {ref_arg!r} is on {ref.device}; they must be on one device",
+            f"is on {positions.device} but {ref_arg!r} is on {ref.device}; "
+            "they must be on one device",
         )
     fail(op, arg, f"has shape {tuple(positions.shape)}; expected [tokens] or [batch, seq]")
 

@@ -111,7 +111,8 @@ def _validate(
             c.fail(
                 OP,
                 "qkv",
-                f"has shape {tuple(qkv.shape)}; expected [*positions.shape, hidden] with positions.shape {tuple(positions.shape)}",
+                f"has shape {tuple(qkv.shape)}; expected [*positions.shape, hidden] with "
+                f"positions.shape {tuple(positions.shape)}",
             )
     except AttributeError:
         c.not_tensors(
