@@ -2,7 +2,8 @@
 
 Precedence, lowest first: dataclass defaults < the platform's
 ``apply_config_platform_defaults`` < environment (``OPCORE_IR_OP_PRIORITY``,
-``OPCORE_CUSTOM_OPS``, ``OPCORE_ATTENTION_BACKEND``, ``OPCORE_COMPILATION_MODE``) < explicit
+``OPCORE_CUSTOM_OPS``, ``OPCORE_ATTENTION_BACKEND``, ``OPCORE_COMPILATION_MODE``,
+``OPCORE_BATCH_INVARIANT`` / ``OPCORE_DETERMINISTIC`` / ``OPCORE_CAPTURE_SAFE``) < explicit
 arguments; then the platform's ``check_and_update_config`` has the last word.
 
 Every core ``OPCORE_*`` variable is checked on the way (`check_environment`; names in
@@ -36,6 +37,7 @@ from opcore.env import (
     env_flag,
     parse_plugin_names,
 )
+from opcore.properties import PROPERTY_NAMES, check_names
 from opcore.scopes import ScopeKind
 
 if TYPE_CHECKING:
@@ -60,9 +62,12 @@ class CompilationConfig:
 @dataclasses.dataclass
 class KernelConfig:
     """``ir_op_priority``: ``{op: [provider, ...]}``, the user's order, tried before the
-    platform default (docs/design.md#priority-rule)."""
+    platform default (docs/design.md#priority-rule). ``required_properties``: provider
+    properties (`opcore.properties.PROPERTY_NAMES`) every op's chosen provider must
+    declare (docs/properties.md); set by ``OPCORE_BATCH_INVARIANT`` and the like."""
 
     ir_op_priority: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    required_properties: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -146,6 +151,22 @@ def parse_backend_name(text: str, *, source: str = "attention.backend") -> str:
     if not _BACKEND_NAME.match(text):
         raise ConfigError(f"{source}: {text!r} is not a backend name")
     return text.upper()
+
+
+# One switch per provider property: OPCORE_BATCH_INVARIANT=1 requires batch_invariant.
+PROPERTY_VARIABLES = {f"OPCORE_{name.upper()}": name for name in PROPERTY_NAMES}
+
+
+def parse_required_properties(
+    items: list[str] | tuple[str, ...] | str, *, source: str = "required_properties"
+) -> list[str]:
+    """A list of property names (or the comma-separated form), each known, no repeats."""
+    if isinstance(items, str):
+        items = [i.strip() for i in items.split(",") if i.strip()]
+    try:
+        return check_names(items, where=source)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_environment(env: Mapping[str, str] | None = None) -> None:
@@ -265,6 +286,9 @@ def apply_environment(
     those the config holds to ``config``; names in ``OPCORE_CUSTOM_OPS`` and
     ``OPCORE_ATTENTION_BACKEND`` must be registered (for ``platform``, default: current)."""
     check_environment(env)
+    for variable, name in PROPERTY_VARIABLES.items():
+        if env_flag(variable, env) and name not in config.kernel.required_properties:
+            config.kernel.required_properties.append(name)
     if raw := env.get("OPCORE_IR_OP_PRIORITY"):
         config.kernel.ir_op_priority.update(parse_ir_op_priority(raw))
     if raw := env.get("OPCORE_CUSTOM_OPS"):
@@ -286,6 +310,7 @@ def create_config(
     mode: str | None = None,
     ir_op_priority: Mapping[str, list[str]] | None = None,
     attention_backend: str | None = None,
+    required_properties: list[str] | tuple[str, ...] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> OpcoreConfig:
     """Build a config in precedence order, calling the platform hooks on it.
@@ -300,6 +325,8 @@ def create_config(
         mode: the compilation mode.
         ir_op_priority: ``{op name: [provider, ...]}`` user priority lists.
         attention_backend: the attention backend name to use.
+        required_properties: provider properties every op's provider must declare
+            (replacing those the environment requires).
         env: the environment to read ``OPCORE_*`` from (default: ``os.environ``).
 
     Returns:
@@ -335,7 +362,12 @@ def create_config(
     if attention_backend is not None:
         config.attention.backend = parse_backend_name(attention_backend)
         check_attention_backend_name(attention_backend, platform=platform)
+    if required_properties is not None:
+        config.kernel.required_properties = parse_required_properties(required_properties)
     platform.check_and_update_config(config)
+    config.kernel.required_properties = parse_required_properties(
+        config.kernel.required_properties, source="kernel.required_properties"
+    )
     return config
 
 
@@ -399,6 +431,12 @@ def add_config_arguments(
     group.add_argument("--custom-ops", metavar="LIST", help="e.g. 'none,+rms_norm'")
     group.add_argument("--compilation-mode", choices=COMPILATION_MODES)
     group.add_argument("--attention-backend", metavar="NAME")
+    group.add_argument(
+        "--require-properties",
+        metavar="LIST",
+        help=f"provider properties every op must have, e.g. 'batch_invariant' "
+        f"(known: {', '.join(PROPERTY_NAMES)})",
+    )
     if not platform_options:
         return
     if platform is None:
@@ -412,6 +450,7 @@ def config_from_args(args, platform: Platform | None = None) -> OpcoreConfig:
     """`create_config` from options added by `add_config_arguments`."""
     priority = getattr(args, "ir_op_priority", None)
     custom_ops = getattr(args, "custom_ops", None)
+    required = getattr(args, "require_properties", None)
     return create_config(
         platform,
         ir_op_priority=parse_ir_op_priority(priority, source="--ir-op-priority")
@@ -420,4 +459,7 @@ def config_from_args(args, platform: Platform | None = None) -> OpcoreConfig:
         custom_ops=parse_custom_ops(custom_ops, source="--custom-ops") if custom_ops else None,
         mode=getattr(args, "compilation_mode", None),
         attention_backend=getattr(args, "attention_backend", None),
+        required_properties=parse_required_properties(required, source="--require-properties")
+        if required
+        else None,
     )

@@ -57,9 +57,9 @@ from opcore.ir.op import (
     register_op,
 )
 from opcore.ir.priority import Decision, Explanation, PriorityWarning
-from opcore.ir.properties import PROPERTY_NAMES, Properties
 from opcore.ir.samples import SampleInput
 from opcore.platforms.kernels import ensure_kernels_loaded, kernel_load_errors
+from opcore.properties import PROPERTY_NAMES, Properties
 
 __all__ = [
     "PROPERTY_NAMES",

@@ -10,7 +10,7 @@ from opcore.platforms.kernels import ensure_kernels_loaded, kernel_load_errors
 
 def info(config: Any = None) -> dict[str, Any]:
     """Per op: its schema, registered providers (supported here, in place, accepts every
-    argument, identity hash), the providers supported here, the effective priority under
+    argument, identity hash, declared properties), the providers supported here, the effective priority under
     ``config`` (default: the current config) and why the others are left out.
 
     Also ``kernel_load_errors``: failures of the platform's kernel hooks."""
@@ -28,6 +28,7 @@ def info(config: Any = None) -> dict[str, Any]:
                     "inplace": impl.inplace,
                     "supports_all_args": impl.supports_all_args,
                     "identity": impl.identity_hash()[:16],
+                    "properties": list(impl.properties),
                 }
                 for impl in op.impls.values()
             ],
@@ -43,5 +44,6 @@ def info(config: Any = None) -> dict[str, Any]:
             entry["platform_default"] = decision.platform_default
             entry["native_appended"] = decision.native_appended
             entry["skipped"] = decision.skipped
+            entry["required_properties"] = decision.required
         ops[name] = entry
     return {"ops": ops, "kernel_load_errors": kernel_load_errors()}

@@ -36,10 +36,10 @@ from opcore.ir import priority, torch_lib
 from opcore.ir import schema as _schema
 from opcore.ir.identity import hash_source, hash_source_pair
 from opcore.ir.outputs import fresh_outputs, map_outputs
-from opcore.ir.properties import Properties, as_properties
 from opcore.ir.samples import SampleGenerator, SampleInput, seeded_samples
 from opcore.ir.tolerances import default_tolerance
 from opcore.platforms.kernels import ensure_kernels_loaded, on_kernels_loaded
+from opcore.properties import Properties, as_properties
 from opcore.scopes import ScopeKind, current_scopes
 
 logger = logging.getLogger("opcore.ir")
@@ -197,9 +197,14 @@ class IrOp:
         allow_inplace: bool = False,
         tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
         error_budgets: Mapping[torch.dtype, tuple[float, float]] | None = None,
+        collective: bool = False,
     ):
         self.name = name
         self.native = native
+        # A collective op communicates across the ranks of a process group (its ``group``
+        # argument names one): single-process checks and `all_ops()` leave it out, and
+        # `collective_ops()` lists it (docs/distributed.md).
+        self.collective = bool(collective)
         self.__doc__ = native.__doc__
         sig = _schema.signature(native)
         for p in sig.parameters.values():
@@ -358,8 +363,13 @@ class IrOp:
                     f"op {self.name!r}: supports_args of provider {impl.provider!r} returned "
                     f"{type(ok).__name__} {ok!r}; it must return a plain bool"
                 )
-        else:  # the chain always ends in a provider that takes every argument
-            raise RuntimeError(f"op {self.name!r}: no provider accepts these arguments")
+        else:
+            # Only a chain cut short by required properties (native lacks them) ends in a
+            # provider with supports_args; otherwise the last one takes every argument.
+            d = c[3]
+            raise priority.MissingPropertyError(
+                priority.missing_property_message(self.name, d.required, d.lacking, tried=d.names)
+            )
         if c[4]:
             _log_dispatch(self, c[3].chain, impl, args, kwargs)
         return impl
@@ -436,6 +446,7 @@ class IrOp:
             user_source=source,
             platform_default=defaults.get(self.name, ()),
             platform_name=platform.name,
+            required=config.kernel.required_properties,
         )
         for key, message in decision.warnings:
             priority.warn_once(key, message)
@@ -557,9 +568,9 @@ class IrOp:
                 ``inplace`` provider.
             properties: what the provider guarantees beyond numerics
                 (docs/properties.md): a set of names from
-                `opcore.ir.properties.PROPERTY_NAMES` (``batch_invariant``,
+                `opcore.properties.PROPERTY_NAMES` (``batch_invariant``,
                 ``deterministic``, ``capture_safe``), a ``{name: bool}`` mapping or a
-                `opcore.ir.properties.Properties`; default none. The conformance suite
+                `opcore.properties.Properties`; default none. The conformance suite
                 checks each one declared, and a config that requires one
                 (``kernel.required_properties``) selects only providers declaring it.
 
@@ -901,6 +912,7 @@ def register_op(
     allow_inplace: bool = False,
     tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
     error_budgets: Mapping[torch.dtype, tuple[float, float]] | None = None,
+    collective: bool = False,
 ) -> Callable[[Callable], IrOp]: ...
 
 
@@ -912,6 +924,7 @@ def register_op(
     allow_inplace: bool = False,
     tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
     error_budgets: Mapping[torch.dtype, tuple[float, float]] | None = None,
+    collective: bool = False,
 ) -> Any:
     """Declare an op by its native function; returns the `IrOp`.
 
@@ -929,6 +942,8 @@ def register_op(
         allow_inplace: add the ``maybe_inplace`` entry point and overload.
         tolerances: ``{dtype: (atol, rtol)}`` overriding the defaults.
         error_budgets: ``{dtype: (factor, floor_ulps)}`` for the conformance suite.
+        collective: the op communicates across the ranks of a process group named by
+            its ``group`` argument; it is listed by `collective_ops`, not `all_ops`.
 
     Returns:
         The `IrOp` when used bare, else a decorator returning it. The op is also
@@ -964,6 +979,7 @@ def register_op(
                 allow_inplace=allow_inplace,
                 tolerances=tolerances,
                 error_budgets=error_budgets,
+                collective=collective,
             )
             op._register_torch_op()
             _REGISTRY[op_name] = op
@@ -1006,8 +1022,15 @@ def get_op(name: str) -> IrOp:
 
 
 def all_ops() -> dict[str, IrOp]:
-    """Every registered op, by name (a copy)."""
-    return dict(sorted(_REGISTRY.items()))
+    """Every registered single-process op, by name (a copy): the ops one process can
+    compute and check alone. Collective ops are in `collective_ops`."""
+    return {name: op for name, op in sorted(_REGISTRY.items()) if not op.collective}
+
+
+def collective_ops() -> dict[str, IrOp]:
+    """Every registered collective op, by name (a copy): ops that communicate across the
+    ranks of a process group, checked by ``opcore conformance --world-size N``."""
+    return {name: op for name, op in sorted(_REGISTRY.items()) if op.collective}
 
 
 def log_dispatch_enabled() -> bool:

@@ -19,6 +19,13 @@ Merge rule (docs/design.md#priority-rule), for op ``o``, config ``c``, current p
 4. the list is cut after the first provider that accepts every argument
    (``supports_args is None``); if there is none, ``native`` is appended, with a warning
    when the user's list was the reason.
+
+Required properties (``c.kernel.required_properties``, docs/properties.md): providers that
+do not declare every one are dropped before step 4, and ``native`` is appended only if it
+declares them. No provider left is a `MissingPropertyError` naming the op and what each
+provider lacks; a chain left without a provider that accepts every argument raises the
+same error at the call no provider accepts. Nothing falls back to a provider without the
+properties.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ logger = logging.getLogger("opcore.ir")
 
 USER_SOURCE_CONFIG = "config.kernel.ir_op_priority / OPCORE_IR_OP_PRIORITY"
 USER_SOURCE_BLOCK = "set_priority"
+
+
+class MissingPropertyError(ValueError):
+    """The config requires properties that no usable provider of an op declares."""
 
 
 class PriorityWarning(UserWarning):
@@ -75,6 +86,10 @@ class Decision:
     native_appended: bool
     skipped: dict[str, str]
     warnings: list[tuple[tuple, str]] = dataclasses.field(default_factory=list)
+    # The properties every provider in the chain declares (the config's requirement), and
+    # for each registered provider without them, the ones it lacks.
+    required: list[str] = dataclasses.field(default_factory=list)
+    lacking: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def check_known(
@@ -114,12 +129,21 @@ def decide(
     user_source: str,
     platform_default: Sequence[str],
     platform_name: str,
+    required: Sequence[str] = (),
 ) -> Decision:
     """The chain of op ``op_name`` with providers ``impls`` (which hold ``native``), for
     the ``user`` list (from ``user_source``: `USER_SOURCE_BLOCK` or `USER_SOURCE_CONFIG`)
-    and the platform's ``platform_default`` list. Raises ``ValueError`` when ``user`` names
-    an unregistered provider (`check_known`)."""
+    and the platform's ``platform_default`` list, keeping only providers that declare every
+    property in ``required``. Raises ``ValueError`` when ``user`` names an unregistered
+    provider (`check_known`), `MissingPropertyError` when no supported provider declares
+    the ``required`` properties."""
     user = list(user)
+    required = list(required)
+    lacking = {
+        name: impl.properties.missing(required)
+        for name, impl in impls.items()
+        if required and not impl.properties.has(required)
+    }
     check_known(op_name, impls, user, source=user_source, in_force=user_source == USER_SOURCE_BLOCK)
     platform_list = list(platform_default)
     notes: list[tuple[tuple, str]] = []
@@ -167,13 +191,20 @@ def decide(
             continue
         merged.append(name)
 
+    for name in [n for n in merged if n in lacking]:
+        merged.remove(name)
+        skipped[name] = _lacks(name, lacking[name])
     names: list[str] = []
     for name in merged:
         names.append(name)
         if impls[name].supports_args is None:
             break
     native_appended = False
-    if not names or impls[names[-1]].supports_args is not None:
+    if "native" in lacking and (not names or impls[names[-1]].supports_args is not None):
+        skipped["native"] = _lacks("native", lacking["native"])
+        if not names:
+            raise MissingPropertyError(missing_property_message(op_name, required, lacking))
+    elif not names or impls[names[-1]].supports_args is not None:
         names.append("native")
         native_appended = True
         if user:
@@ -205,7 +236,46 @@ def decide(
         native_appended=native_appended,
         skipped=skipped,
         warnings=notes,
+        required=required,
+        lacking=lacking,
     )
+
+
+def _lacks(provider: str, missing: Sequence[str]) -> str:
+    return f"lacks required propert{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)}"
+
+
+def missing_property_message(
+    op_name: str,
+    required: Sequence[str],
+    lacking: Mapping[str, Sequence[str]],
+    *,
+    tried: Sequence[str] = (),
+) -> str:
+    """The `MissingPropertyError` text: the op, what is required and from where, the
+    providers ``tried`` (declined by ``supports_args``) and what each other one lacks."""
+    parts = [
+        f"op {op_name!r}: the config requires {', '.join(required)} "
+        f"(config.kernel.required_properties / {', '.join(required_variables(required))})"
+    ]
+    if tried:
+        parts.append(
+            f"the providers that declare it ({', '.join(tried)}) do not accept these arguments"
+        )
+    else:
+        parts.append("no supported provider in its priority declares it")
+    parts.append(
+        "providers lacking it: "
+        + "; ".join(f"{name} (lacks {', '.join(m)})" for name, m in lacking.items())
+    )
+    return "; ".join(parts) + (
+        ". Register a provider with these properties (docs/properties.md) or do not require them"
+    )
+
+
+def required_variables(required: Sequence[str]) -> list[str]:
+    """The environment switches that set ``required`` (for messages)."""
+    return [f"OPCORE_{name.upper()}" for name in required] or ["-"]
 
 
 def unknown_op_warnings(
@@ -242,8 +312,9 @@ def unknown_op_warnings(
 class Explanation:
     """``selected``: the provider that runs (``None`` when explaining without arguments).
     ``providers``: every registered provider with a status (``selected``, ``tried``
-    (supports_args returned False), ``not supported``, ``not in list``, ``not reached``,
-    ``in list``) and the reason."""
+    (supports_args returned False), ``not supported``, ``lacks property`` (the config
+    requires one it does not declare), ``not in list``, ``not reached``, ``in list``) and
+    the reason. ``required``: the properties the config requires."""
 
     op: str
     selected: str | None
@@ -252,6 +323,7 @@ class Explanation:
     platform_default: list[str]
     native_appended: bool
     providers: list[dict[str, str]]
+    required: list[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -263,7 +335,8 @@ class Explanation:
         lines = [
             head,
             f"  user list: {self.user or '-'}; platform default: {self.platform_default or '-'}"
-            + ("; native appended" if self.native_appended else ""),
+            + ("; native appended" if self.native_appended else "")
+            + (f"; required: {', '.join(self.required)}" if self.required else ""),
         ]
         for p in self.providers:
             lines.append(f"  {p['provider']:<12} {p['status']:<14} {p['reason']}")
@@ -308,7 +381,13 @@ def explain(decision: Decision, args: tuple, kwargs: Mapping[str, Any]) -> Expla
     for name, reason in decision.skipped.items():
         if name in rows:
             continue
-        status = "not supported" if "not supported" in reason else "not in list"
+        status = (
+            "not supported"
+            if "not supported" in reason
+            else "lacks property"
+            if reason.startswith("lacks required")
+            else "not in list"
+        )
         rows[name] = {"status": status, "reason": reason}
     providers = [{"provider": name, **row} for name, row in rows.items()]
     return Explanation(
@@ -319,4 +398,5 @@ def explain(decision: Decision, args: tuple, kwargs: Mapping[str, Any]) -> Expla
         platform_default=list(decision.platform_default),
         native_appended=decision.native_appended,
         providers=providers,
+        required=list(decision.required),
     )
