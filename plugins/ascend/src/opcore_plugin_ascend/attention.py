@@ -77,8 +77,8 @@ class AscendBackend(AttentionBackend):
         key_cache, value_cache = self.split_kv_cache(kv_cache)
         if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:
             raise ValueError(
-                f"{self.name}: slot_mapping must be 1-D with one slot per key row ({key.shape[0]}), "
-                f"got shape {tuple(slot_mapping.shape)}"
+                f"{self.name}: slot_mapping must be 1-D with one slot per key row "
+                f"({key.shape[0]}), got shape {tuple(slot_mapping.shape)}"
             )
         keep = slot_mapping >= 0
         torch_npu._npu_reshape_and_cache(

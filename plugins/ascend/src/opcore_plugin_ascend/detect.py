@@ -44,7 +44,8 @@ def probe() -> str | Absent:
 
     if not torch.npu.is_available():
         return Absent(
-            "torch_npu imported, but torch.npu.is_available() is False (no NPU visible; check ASCEND_RT_VISIBLE_DEVICES and the driver)"
+            "torch_npu imported, but torch.npu.is_available() is False (no NPU visible; check "
+            "ASCEND_RT_VISIBLE_DEVICES and the driver)"
         )
     count = torch.npu.device_count()
     if count < 1:

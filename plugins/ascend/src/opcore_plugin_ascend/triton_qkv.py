@@ -245,7 +245,8 @@ def split_qkv_rmsnorm_rope_tiled(
     flat = qkv.reshape(n, width)
     if flat.stride(-1) != 1:
         raise ValueError(
-            f"split_qkv_rmsnorm_rope (ascend triton): qkv's last dim must be contiguous, strides {qkv.stride()}"
+            "split_qkv_rmsnorm_rope (ascend triton): qkv's last dim must be contiguous, "
+            f"strides {qkv.stride()}"
         )
     q_width, kv_width = num_heads * head_size, num_kv_heads * head_size
     q = torch.empty((n, q_width), dtype=qkv.dtype, device=qkv.device)

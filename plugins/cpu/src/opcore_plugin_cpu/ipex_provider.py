@@ -20,9 +20,10 @@ rotary_embedding       ``rotary_embedding(q, k, sin, cos, head_size, is_neox)`` 
 Each ``supports_args`` accepts what those calls handle (checked against the native ops in
 a torch 2.8 + IPEX 2.8 venv by ``plugins/cpu/scripts/verify_ipex.sh``): CPU tensors of
 fp32/bf16/fp16 in any layout (strided inputs are made dense first, so the choice never
-depends on strides, which compiled graphs do not always preserve); a weight of ``x``'s dtype (IPEX has no
-weight-less RMSNorm) and no ``variance_size``; rotary on the whole head (IPEX has no
-partial rotary here) with a key, and not bf16 GPT-J style unless ``head_size % 32 == 0``
+depends on strides, which compiled graphs do not always preserve); a weight of ``x``'s
+dtype (IPEX has no weight-less RMSNorm) and no ``variance_size``; rotary on the whole head
+(IPEX has no partial rotary here) with a key, and not bf16 GPT-J style unless
+``head_size % 32 == 0``
 (a wrong result in IPEX 2.8, found by the conformance suite). Everything else goes to the
 next provider.
 """

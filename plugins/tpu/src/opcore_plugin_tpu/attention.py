@@ -63,7 +63,8 @@ class PallasBackend(AttentionBackend):
         if kv_cache.dim() != 4 or tuple(kv_cache.shape[2:]) != expected:
             raise ValueError(
                 f"{self.name}: kv_cache must have shape (num_blocks, block_size, "
-                f"{expected[0]}, {expected[1]}) (k/v heads interleaved), got {tuple(kv_cache.shape)}"
+                f"{expected[0]}, {expected[1]}) (k/v heads interleaved), "
+                f"got {tuple(kv_cache.shape)}"
             )
         return kv_cache[:, :, 0::2], kv_cache[:, :, 1::2]
 
@@ -74,8 +75,8 @@ class PallasBackend(AttentionBackend):
         self.split_kv_cache(kv_cache)
         if slot_mapping.dim() != 1 or slot_mapping.numel() != key.shape[0]:
             raise ValueError(
-                f"{self.name}: slot_mapping must be 1-D with one slot per key row ({key.shape[0]}), "
-                f"got shape {tuple(slot_mapping.shape)}"
+                f"{self.name}: slot_mapping must be 1-D with one slot per key row "
+                f"({key.shape[0]}), got shape {tuple(slot_mapping.shape)}"
             )
         num_slots = kv_cache.shape[0] * kv_cache.shape[1]
         flat = kv_cache.view(num_slots, 2 * self.num_kv_heads, self.head_size)

@@ -44,7 +44,10 @@ class VdevBackend(AttentionBackend):
 
         installed = vdev.installed()
         if installed is None or installed.device_type != DEVICE_TYPE:
-            return f"the virtual device is not installed as {DEVICE_TYPE!r} (OPCORE_VDEV=1 installs it)"
+            return (
+                f"the virtual device is not installed as {DEVICE_TYPE!r} "
+                "(OPCORE_VDEV=1 installs it)"
+            )
         return None
 
     def write_kv(self, key, value, kv_cache, slot_mapping) -> None:

@@ -112,11 +112,13 @@ class Attention(PluggableLayer):
             raise ValueError(
                 f"Attention.bind_kv_cache: kv_cache must have shape {expected} for backend "
                 f"{self.backend_name} (num_blocks={num_blocks}, block_size={self.block_size}, "
-                f"num_kv_heads={self.num_kv_heads}, head_size={self.head_size}), got {tuple(kv_cache.shape)}"
+                f"num_kv_heads={self.num_kv_heads}, head_size={self.head_size}), "
+                f"got {tuple(kv_cache.shape)}"
             )
         if kv_cache.dtype != self.dtype:
             raise ValueError(
-                f"Attention.bind_kv_cache: kv_cache dtype {kv_cache.dtype} is not the layer's {self.dtype}"
+                f"Attention.bind_kv_cache: kv_cache dtype {kv_cache.dtype} is not the layer's "
+                f"{self.dtype}"
             )
         self.kv_cache = kv_cache
 
@@ -162,6 +164,7 @@ class Attention(PluggableLayer):
 
     def extra_repr(self) -> str:
         return (
-            f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_size={self.head_size}, "
-            f"block_size={self.block_size}, backend={self.backend_name}"
+            f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+            f"head_size={self.head_size}, block_size={self.block_size}, "
+            f"backend={self.backend_name}"
         )

@@ -86,7 +86,8 @@ class _Replaceable:
         def decorator(layer_cls: type) -> type:
             if not isinstance(layer_cls, type) or not issubclass(layer_cls, cls):
                 raise TypeError(
-                    f"{cls.__name__}.register({name!r}) decorates a subclass of {cls.__name__}, got {layer_cls!r}"
+                    f"{cls.__name__}.register({name!r}) decorates a subclass of "
+                    f"{cls.__name__}, got {layer_cls!r}"
                 )
             with _lock:
                 entry = _registry.get(name)
@@ -143,7 +144,8 @@ class _Replaceable:
             )
             if key is None:
                 raise TypeError(
-                    f"{cls.__name__}.register_oot needs name= (this class is not a registered layer)"
+                    f"{cls.__name__}.register_oot needs name= (this class is not a registered "
+                    "layer)"
                 )
             if not isinstance(replacement, type):
                 raise TypeError(f"register_oot decorates a class, got {replacement!r}")
@@ -151,11 +153,13 @@ class _Replaceable:
                 entry = _registry.get(key)
                 if entry is None:
                     raise KeyError(
-                        f"no layer registered as {key!r}; registered: {', '.join(sorted(_registry))}"
+                        f"no layer registered as {key!r}; "
+                        f"registered: {', '.join(sorted(_registry))}"
                     )
                 if not issubclass(replacement, entry.base):
                     raise TypeError(
-                        f"replacement {_qualname(replacement)} for layer {key!r} must subclass {_qualname(entry.base)}"
+                        f"replacement {_qualname(replacement)} for layer {key!r} must subclass "
+                        f"{_qualname(entry.base)}"
                     )
                 if entry.oot is not None and entry.oot is not replacement:
                     raise ValueError(

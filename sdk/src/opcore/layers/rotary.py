@@ -63,8 +63,9 @@ class RotaryEmbedding(CustomOp):
 
     def extra_repr(self) -> str:
         return (
-            f"head_size={self.head_size}, rotary_dim={self.rotary_dim}, max_position={self.max_position}, "
-            f"rope_theta={self.rope_theta}, is_neox={self.is_neox}"
+            f"head_size={self.head_size}, rotary_dim={self.rotary_dim}, "
+            f"max_position={self.max_position}, rope_theta={self.rope_theta}, "
+            f"is_neox={self.is_neox}"
         )
 
 
@@ -121,6 +122,6 @@ class QKNormRoPE(CustomOp):
 
     def extra_repr(self) -> str:
         return (
-            f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_size={self.head_size}, "
-            f"rotary_dim={self.rotary_dim}, is_neox={self.is_neox}"
+            f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+            f"head_size={self.head_size}, rotary_dim={self.rotary_dim}, is_neox={self.is_neox}"
         )

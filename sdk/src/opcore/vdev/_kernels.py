@@ -356,7 +356,8 @@ class VirtualKernels:
             elif x.device.type == "cpu" and x.dim() > 0 and packet not in _COPY_OPS:
                 raise RuntimeError(
                     f"{name}: expected all tensors to be on {dev.device_type}, but found a cpu "
-                    f"tensor of shape {tuple(x.shape)} (only 0-dim cpu tensors may join device tensors)"
+                    f"tensor of shape {tuple(x.shape)} (only 0-dim cpu tensors may join device "
+                    "tensors)"
                 )
         if found is None:
             found = _keyword_device(args, kwargs, dev.device_type)

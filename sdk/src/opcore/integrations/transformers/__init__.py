@@ -108,8 +108,8 @@ def apply(model: nn.Module, *, ops: OpsArg = None, check_version: bool = True) -
     result = plan(model, arch, ops)
     if isinstance(result, list):
         raise UnsupportedModelError(
-            f"opcore.integrations.transformers: cannot patch {type(model).__name__} ({arch.model_type}); "
-            "nothing was changed:\n  - " + "\n  - ".join(result)
+            f"opcore.integrations.transformers: cannot patch {type(model).__name__} "
+            f"({arch.model_type}); nothing was changed:\n  - " + "\n  - ".join(result)
         )
     return commit(model, result)
 
@@ -196,9 +196,9 @@ def _helper(model_type: str):
 
     apply_to.__name__ = apply_to.__qualname__ = f"apply_to_{model_type}"
     apply_to.__doc__ = (
-        f"With ``model``: `apply` to a loaded {model_type} model (refusing any other). Without: patch "
-        f"the {model_type} classes so that every model ``from_pretrained`` / ``from_config`` returns is "
-        f"patched after loading, until `revert_classes`."
+        f"With ``model``: `apply` to a loaded {model_type} model (refusing any other). "
+        f"Without: patch the {model_type} classes so that every model ``from_pretrained`` / "
+        "``from_config`` returns is patched after loading, until `revert_classes`."
     )
     return apply_to
 

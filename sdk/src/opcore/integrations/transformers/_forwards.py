@@ -199,7 +199,8 @@ class AttentionMixin(FusedBuffersMixin):
                 )
             q, k, v = ops.split_qkv_rmsnorm_rope(
                 qkv, self.q_norm.weight, self.k_norm.weight, self.q_norm.variance_epsilon,
-                positions, cos_sin_cache, self._opcore_num_heads, self._opcore_num_kv_heads, d, True,
+                positions, cos_sin_cache, self._opcore_num_heads, self._opcore_num_kv_heads,
+                d, True,
             )  # fmt: skip
         else:
             if fused:

@@ -120,20 +120,25 @@ def _choose_ops(arch: Arch, config: Any, ops: Any) -> set[str]:
     unknown = sorted(chosen - set(OPS))
     if unknown:
         raise ValueError(
-            f"opcore.integrations.transformers: unknown op(s) {unknown} in ops=; known: {sorted(OPS)}"
+            f"opcore.integrations.transformers: unknown op(s) {unknown} in ops=; "
+            f"known: {sorted(OPS)}"
         )
     foreign = sorted(chosen - default)
     if foreign:
         raise ValueError(
-            f"opcore.integrations.transformers: ops {foreign} do not apply to this {arch.model_type} model "
-            f"(hidden_act={config.hidden_act!r}); it uses {sorted(default)}"
+            f"opcore.integrations.transformers: ops {foreign} do not apply to this "
+            f"{arch.model_type} model (hidden_act={config.hidden_act!r}); it uses "
+            f"{sorted(default)}"
         )
     return chosen
 
 
 def _instance_forward(module: nn.Module, where: str) -> str | None:
     if "forward" in module.__dict__:
-        return f"{where} ({type(module).__name__}) has an instance-level forward (an accelerate or other hook); it cannot be patched"
+        return (
+            f"{where} ({type(module).__name__}) has an instance-level forward (an accelerate "
+            "or other hook); it cannot be patched"
+        )
     return None
 
 
@@ -170,7 +175,8 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
             sub = [r for c, r in by_class.items() if isinstance(module, c)]
             if sub:
                 problems.append(
-                    f"{where}: {cls.__qualname__} subclasses the {sub[0]} class and may change its forward"
+                    f"{where}: {cls.__qualname__} subclasses the {sub[0]} class and may change "
+                    "its forward"
                 )
             continue
         if role == "RMSNorm":
@@ -184,7 +190,8 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                 norm = getattr(module, "post_attention_layernorm", None)
                 if type(norm) is not classes["RMSNorm"]:
                     problems.append(
-                        f"{where}.post_attention_layernorm is {type(norm).__name__}, not {classes['RMSNorm'].__name__}"
+                        f"{where}.post_attention_layernorm is {type(norm).__name__}, "
+                        f"not {classes['RMSNorm'].__name__}"
                     )
                 if p := _instance_forward(module, where):
                     problems.append(p)
@@ -196,8 +203,9 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                     problems.append(p)
                 why = _fuse.fusion_problem([module.gate_proj, module.up_proj])
                 if why is None:
-                    steps.append(_Step(module, fw.FusedMLPMixin, {"_opcore_gelu": gelu, "_opcore_fused_groups": {"gate_up": ("gate_proj", "up_proj")}},
-                                       {"gate_up": ("gate_proj", "up_proj")}))  # fmt: skip
+                    gate_up = ("gate_proj", "up_proj")
+                    mlp_attrs = {"_opcore_gelu": gelu, "_opcore_fused_groups": {"gate_up": gate_up}}
+                    steps.append(_Step(module, fw.FusedMLPMixin, mlp_attrs, {"gate_up": gate_up}))
                     counts["mlp_fused"] += 1
                 else:
                     steps.append(_Step(module, fw.SplitMLPMixin, {"_opcore_gelu": gelu}))
@@ -216,7 +224,8 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                 )
                 if shapes != (n_heads * d, n_kv * d, n_kv * d):
                     problems.append(
-                        f"{where}: q/k/v projections give {shapes}, not heads x head_dim {(n_heads * d, n_kv * d, n_kv * d)}"
+                        f"{where}: q/k/v projections give {shapes}, not heads x head_dim "
+                        f"{(n_heads * d, n_kv * d, n_kv * d)}"
                     )
                 if arch.qk_norm:
                     qn, kn = module.q_norm, module.k_norm
@@ -226,7 +235,8 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                         )
                     elif qn.variance_epsilon != kn.variance_epsilon:
                         problems.append(
-                            f"{where}: q_norm eps {qn.variance_epsilon} differs from k_norm eps {kn.variance_epsilon}"
+                            f"{where}: q_norm eps {qn.variance_epsilon} differs from k_norm eps "
+                            f"{kn.variance_epsilon}"
                         )
                     elif (
                         qn.weight.dtype != module.q_proj.weight.dtype
@@ -279,7 +289,8 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
             bad = sorted(d for d in head_dims if d != rot_dim)
             if bad:
                 problems.append(
-                    f"rotary dim {rot_dim} differs from head_dim {bad[0]} (partial rotary is not what these classes compute)"
+                    f"rotary dim {rot_dim} differs from head_dim {bad[0]} (partial rotary is "
+                    "not what these classes compute)"
                 )
     if not counts["fused_add_rms_norm"] and not any(
         isinstance(m, classes["DecoderLayer"]) for m in model.modules()
@@ -290,7 +301,8 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
     dtypes = {p.dtype for step in steps for p in step.module.parameters()}
     if len(dtypes) > 1 or not dtypes <= {torch.float16, torch.bfloat16, torch.float32}:
         problems.append(
-            f"the patched modules' parameters have dtypes {sorted(map(str, dtypes))}; one of float16, bfloat16, float32 is needed"
+            f"the patched modules' parameters have dtypes {sorted(map(str, dtypes))}; one of "
+            "float16, bfloat16, float32 is needed"
         )
     if problems:
         return list(dict.fromkeys(problems))
@@ -306,13 +318,15 @@ def _routes(
         routes["rms_norm"] = f"{counts['rms_norm']} RMSNorm modules -> rms_norm"
     if counts["fused_add_rms_norm"]:
         routes["fused_add_rms_norm"] = (
-            f"{counts['fused_add_rms_norm']} decoder layers: post-attention residual add + RMSNorm -> fused_add_rms_norm"
+            f"{counts['fused_add_rms_norm']} decoder layers: post-attention residual add + "
+            "RMSNorm -> fused_add_rms_norm"
         )
     if counts["mlp_fused"]:
         routes["mlp"] = f"{counts['mlp_fused']} MLPs: one fused gate_up GEMM -> {act}"
     if counts["mlp_split"]:
         routes["mlp_split"] = (
-            f"{counts['mlp_split']} MLPs: gate and up GEMMs, concatenated -> {act} (not fused: {reasons['mlp']})"
+            f"{counts['mlp_split']} MLPs: gate and up GEMMs, concatenated -> {act} "
+            f"(not fused: {reasons['mlp']})"
         )
     rope = "split_qkv_rmsnorm_rope" if arch.qk_norm else "rotary_embedding (NeoX)"
     if counts["attn_fused"]:
@@ -320,7 +334,8 @@ def _routes(
     if counts["attn_split"]:
         how = "concatenated" if arch.qk_norm else "separate"
         routes["attention_split"] = (
-            f"{counts['attn_split']} attentions: q/k/v GEMMs ({how}) -> {rope} (not fused: {reasons['attention']})"
+            f"{counts['attn_split']} attentions: q/k/v GEMMs ({how}) -> {rope} "
+            f"(not fused: {reasons['attention']})"
         )
     return routes
 

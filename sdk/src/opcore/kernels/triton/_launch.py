@@ -70,7 +70,8 @@ def even_tile(n_cols: int, tile: int) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def elementwise_params(n_rows: int, n_cols: int) -> tuple[int, int, int]:
-    """``(BLOCK_C, ROWS, num_warps)`` for a row-wise elementwise kernel on a ``[rows, cols]`` output.
+    """``(BLOCK_C, ROWS, num_warps)`` for a row-wise elementwise kernel on a ``[rows, cols]``
+    output.
 
     A program covers about ``tile`` elements: ``ROWS`` rows of a ``BLOCK_C`` column tile
     (see `even_tile`), with one warp per 256 elements (at most 8).

@@ -107,7 +107,8 @@ def _collapsed_stride(shape: tuple[int, ...], stride: tuple[int, ...], default: 
 
 
 def head_layout(t: torch.Tensor, num_tokens: int, head_size: int) -> tuple[int, int, int] | None:
-    """``(token_stride, head_stride, num_heads)`` of ``t`` seen as ``[num_tokens, heads, head_size]``.
+    """``(token_stride, head_stride, num_heads)`` of ``t`` seen as
+    ``[num_tokens, heads, head_size]``.
 
     Accepts ``[..., heads, head_size]`` whose leading dims multiply to ``num_tokens`` and
     ``[..., heads * head_size]`` whose leading dims multiply to ``num_tokens``; the last

@@ -4,8 +4,8 @@ One kernel serves both ops: each program owns ``ROWS`` whole rows (so in-place w
 never race), loads them once, sums squares in fp32, and writes the result once. Rows
 longer than `_launch.MAX_FUSED_COLS` take a two-pass path whose second pass re-reads the
 row (from L2 in practice); its chunk count is a compile-time constant (a runtime loop
-bound does not run under the interpreter with current numpy). Rows are addressed by a row stride, so a column slice of a
-wider buffer needs no copy; the last dim must be contiguous.
+bound does not run under the interpreter with current numpy). Rows are addressed by a row
+stride, so a column slice of a wider buffer needs no copy; the last dim must be contiguous.
 
 Numerics: the residual sum is rounded to the input dtype (it is an output and the next
 layer's input) and the norm is computed from that rounded value; the norm itself is fp32

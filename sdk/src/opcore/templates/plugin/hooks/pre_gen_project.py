@@ -14,7 +14,11 @@ import re
 import sys
 
 # Rendered by the template engine into a JSON object of the three answers.
-ANSWERS = r"""{"plugin_name": {{ cookiecutter.plugin_name | jsonify }}, "vendor": {{ cookiecutter.vendor | jsonify }}, "device_type": {{ cookiecutter.device_type | jsonify }}}"""
+ANSWERS = r"""{
+    "plugin_name": {{ cookiecutter.plugin_name | jsonify }},
+    "vendor": {{ cookiecutter.vendor | jsonify }},
+    "device_type": {{ cookiecutter.device_type | jsonify }}
+}"""
 
 # One word, lowercase, single underscores between parts: it becomes the entry-point name,
 # Platform.name, the provider name, part of the module name and of an environment variable.
