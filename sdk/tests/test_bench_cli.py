@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import torch
 
-from opcore.bench import cases
+from opcore.bench import cases, metadata, timing
 from opcore.cli import main
 
 
@@ -45,6 +46,147 @@ def test_bench_quick_on_cpu_writes_reports(tmp_path):
     assert result["environment"]["torch"]
     md = (tmp_path / "bench.md").read_text()
     assert "| rms_norm | H=256 | 3 | F.rms_norm |" in md
+
+
+def test_bench_quick_records_spread_metadata_and_plots(tmp_path, capsys):
+    """The acceptance run of `opcore bench --quick` on the CPU: JSON, Markdown and PNG, each
+    time with its spread, the run's metadata, and torch's thread count pinned then
+    restored."""
+    before = torch.get_num_threads()
+    rc = main(["bench", "--quick", "--device", "cpu", "--ops", "rms_norm", "--tokens", "1,4",
+               "--providers", "native,F.rms_norm", "--threads", "1", "--out", str(tmp_path),
+               "--jsonl", str(tmp_path / "bench.jsonl")])  # fmt: skip
+    assert rc == 0
+    assert torch.get_num_threads() == before  # restored after the run
+    out = capsys.readouterr().out
+    assert "torch threads 1 (pinned by --threads)" in out
+    result = json.loads((tmp_path / "bench.json").read_text())
+    env = result["environment"]
+    assert env["torch_threads"] == 1 and env["threads_pinned"] == "pinned by --threads"
+    assert len(env["load_average_start"]) == 3 and len(env["load_average_end"]) == 3
+    assert env["platform"] == "cpu" and env["device_type"] == "cpu"
+    assert env["plugins"]["opcore-plugin-cpu"]  # the installed distribution's version
+    assert env["opcore"] and env["torch"] == torch.__version__ and "triton" in env
+    from opcore.ir import ops
+
+    native_id = ops.rms_norm.identity_hash("native")
+    assert env["provider_identity"]["rms_norm"]["native"] == native_id
+    assert env["copy_gbs"] > 0 and env["copy_timer"] == "host"
+    for r in result["records"]:
+        s = r["cpu_spread"]
+        assert s["min_us"] <= s["p25_us"] <= s["median_us"] <= s["p75_us"]
+        assert s["median_us"] == r["cpu_us"] and s["reps"] >= 3
+        assert r["torch_threads"] == 1 and "load_1m" in r
+        assert r["identity"] == (native_id if r["provider"] == "native" else None)
+        assert r["cpu_pct_copy"] > 0
+    f_rms = next(r for r in result["records"] if r["provider"] == "F.rms_norm")
+    if f_rms.get("speedup_vs_native_cpu") is not None:
+        lo, hi = f_rms["speedup_vs_native_cpu_range"]
+        assert lo <= f_rms["speedup_vs_native_cpu"] <= hi
+    else:  # the spread of one side made the ratio meaningless, and the record says so
+        assert "IQR/median" in f_rms["speedup_vs_native_cpu_unusable"]
+    assert result["plots"] == {"time": {"file": "bench.png"},
+                               "pct_copy": {"file": "bench_pct_copy.png"}}  # fmt: skip
+    for name in ("bench.png", "bench_pct_copy.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (tmp_path / "bench.md").read_text()
+    assert "- torch threads: 1 (pinned by --threads)" in md
+    assert "opcore-plugin-cpu" in md and "load average (1, 5, 15 min):" in md
+    assert f"| rms_norm | native | `{native_id[:16]}` |" in md
+    assert "| host µs (p25–p75) | min µs | reps |" in md
+    assert "![time](bench.png)" in md
+    lines = (tmp_path / "bench.jsonl").read_text().splitlines()
+    header, *records = [json.loads(x) for x in lines]
+    assert header["type"] == "header" and header["environment"]["torch_threads"] == 1
+    assert [r["provider"] for r in records] == ["native", "F.rms_norm"] * 2
+
+
+def test_bench_rejects_unknown_provider_names(tmp_path, capsys):
+    """A typo in --providers used to give an empty table and exit 0."""
+    rc = main(["bench", "--quick", "--device", "cpu", "--ops", "rms_norm",
+               "--providers", "native,tritn", "--out", str(tmp_path)])  # fmt: skip
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "argument --providers: unknown provider 'tritn' for op(s) rms_norm" in err
+    assert "'native'" in err and "'compile'" in err and "'F.rms_norm'" in err  # the valid ones
+    assert "'native,'" not in err and not (tmp_path / "bench.json").exists()
+
+
+def test_bench_rejects_a_peer_that_applies_to_none_of_the_ops(tmp_path, capsys):
+    rc = main(["bench", "--quick", "--device", "cpu", "--ops", "silu_and_mul",
+               "--providers", "F.rms_norm", "--out", str(tmp_path)])  # fmt: skip
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "unknown provider 'F.rms_norm' for op(s) silu_and_mul" in err
+    assert "'F.rms_norm'" not in err.split("choose from")[1]
+
+
+def test_bench_rejects_unknown_op_names(tmp_path, capsys):
+    rc = main(["bench", "--quick", "--device", "cpu", "--ops", "rms_norm,rms_nrom",
+               "--out", str(tmp_path)])  # fmt: skip
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "argument --ops: unknown op 'rms_nrom' (choose from 'rms_norm'," in err
+
+
+def test_bench_refuses_a_thread_count_below_one(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--quick", "--threads", "0", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "--threads: expected a positive integer, got '0'" in capsys.readouterr().err
+
+
+def test_spread_is_order_statistics_of_the_samples():
+    s = timing.spread([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (s.min_us, s.p25_us, s.median_us, s.p75_us, s.reps) == (1.0, 2.0, 3.0, 4.0, 5)
+    assert s.rel_iqr == 2.0 / 3.0
+    assert timing.spread([7.0]).rel_iqr == 0.0
+    with pytest.raises(ValueError, match="no samples"):
+        timing.spread([])
+
+
+def _rec(provider, p25, med, p75):
+    spread = timing.Spread(p25, p25, med, p75, 10).as_dict()
+    return {"op": "rms_norm", "layout": "H=8", "tokens": 1, "provider": provider,
+            "cpu_us": med, "cpu_spread": spread}  # fmt: skip
+
+
+def test_speedups_come_from_medians_with_their_spread():
+    from opcore.bench import runner
+
+    native, fast = _rec("native", 9.0, 10.0, 11.0), _rec("triton", 4.5, 5.0, 5.5)
+    runner._speedups([native, fast])
+    assert fast["speedup_vs_native_cpu"] == 2.0
+    assert fast["speedup_vs_native_cpu_range"] == [9.0 / 5.5, 11.0 / 4.5]
+
+
+def test_a_noisy_baseline_gives_no_speedup_but_says_why():
+    """A baseline whose samples range over more than its median (one reading 16 ms among
+    40 µs ones) must not turn into a "x1000" speedup."""
+    from opcore.bench import report, runner
+
+    native, fast = _rec("native", 40.0, 60.0, 16000.0), _rec("triton", 4.5, 5.0, 5.5)
+    runner._speedups([native, fast])
+    assert fast["speedup_vs_native_cpu"] is None
+    assert fast["speedup_vs_native_cpu_unusable"].startswith("native IQR/median")
+    assert "n/a: native IQR/median" in report.markdown(
+        {"environment": {}, "records": [native, fast]}
+    )
+    (warning,) = runner.spread_warnings([native, fast])
+    assert warning.startswith("rms_norm H=8 T=1 native (cpu): IQR/median")
+
+
+def test_pinned_threads_restores_the_count_even_on_error():
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError, match="inside"):
+        with metadata.pinned_threads(1):
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("inside")
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="positive integer"):
+        with metadata.pinned_threads(0):
+            pass
+    assert 1 <= metadata.default_threads() <= metadata.DEFAULT_MAX_THREADS
 
 
 def test_case_bytes_follow_the_byte_model():
@@ -155,6 +297,12 @@ def test_device_timers_use_the_platform_methods_with_stand_in_events(tmp_path):
     assert record["device_pct_copy"] > 0 and record["graph_pct_copy"] > 0
     assert calls["capture_graph"] == 1 and calls["empty_cache"] == 1
     assert calls["synchronize"] >= 3
+    for timer in ("device", "graph"):
+        s = record[f"{timer}_spread"]
+        assert s["reps"] >= 3 and s["min_us"] <= s["median_us"] == record[f"{timer}_us"]
+    # the stand-in's device is the host cpu, so the default thread count is pinned
+    assert env["torch_threads"] == metadata.default_threads()
     paths = report.write_all(result, str(tmp_path))
-    assert "| device µs | graph µs |" in (tmp_path / "bench.md").read_text()
-    assert paths["json"]
+    md = (tmp_path / "bench.md").read_text()
+    assert "| device µs (p25–p75) | graph µs (p25–p75) | reps |" in md
+    assert paths["json"] and paths["png"]

@@ -17,6 +17,34 @@ from opcore.bench.cases import Case
 
 Fn = Callable[[], object]
 
+# The peers timed next to the registered providers, and the ops each applies to (None: all).
+BASELINES: dict[str, tuple[str, ...] | None] = {
+    "compile": None,
+    "F.rms_norm": ("rms_norm",),
+    "liger": (
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "gelu_and_mul",
+        "rotary_embedding",
+    ),
+    "triton-unfused": ("split_qkv_rmsnorm_rope",),
+}
+
+
+def known_names(op_names: tuple[str, ...] | list[str]) -> list[str]:
+    """Every name ``providers(..., wanted)`` can time for some op of ``op_names``: the
+    providers registered for them (supported here or not) and the peers that apply."""
+    from opcore.ir import ops
+
+    names: dict[str, None] = {}
+    for op_name in op_names:
+        names.update(dict.fromkeys(getattr(ops, op_name).impls))
+    for peer, applies in BASELINES.items():
+        if applies is None or any(o in applies for o in op_names):
+            names[peer] = None
+    return list(names)
+
 
 @functools.cache
 def _compiled(op_name: str):

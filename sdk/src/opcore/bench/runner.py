@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from opcore.bench import baselines, cases, timing
+from opcore.bench import baselines, cases, metadata, timing
 
 
 @dataclasses.dataclass
@@ -25,6 +25,7 @@ class Options:
     rep_ms: int = 60
     jsonl: str | None = None  # append each record as it is measured
     copy_bytes: int = 1 << 31  # the copy whose rate GB/s are compared with
+    threads: int | None = None  # torch threads; None: the default on the host CPU only
 
 
 def bench_device(platform: Any, device: str | torch.device | None) -> torch.device:
@@ -45,8 +46,9 @@ def bench_device(platform: Any, device: str | torch.device | None) -> torch.devi
 
 
 def environment(device: torch.device, platform: Any | None = None) -> dict[str, Any]:
-    """Date, versions, the platform, and its `Platform.device_summary` for the device
-    (name, capability, and whatever the platform adds, a driver version say)."""
+    """Date, versions (opcore, torch, Triton, Liger, every plugin distribution), the host
+    (CPU, cores, load average), the platform, and its `Platform.device_summary` for the
+    device (name, capability, and whatever the platform adds, a driver version say)."""
     if platform is None:
         from opcore.platforms import get_current_platform
 
@@ -57,6 +59,12 @@ def environment(device: torch.device, platform: Any | None = None) -> dict[str, 
         "platform": platform.name,
         "device_type": device.type,
         "python": sys.version.split()[0],
+        "opcore": metadata.distribution_version("opcore"),
+        "plugins": metadata.plugin_versions(),
+        "host_cpu": metadata.host_cpu(),
+        "logical_cpus": metadata.available_logical_cpus(),
+        "physical_cores": metadata.physical_cores(),
+        "load_average_start": metadata.load_average(),
     }
     try:
         import triton
@@ -89,39 +97,136 @@ def environment(device: torch.device, platform: Any | None = None) -> dict[str, 
     return env
 
 
-def _time(fn, platform: Any, timers: str, rep_ms: int) -> dict[str, float]:
+def check_selection(op_names: tuple[str, ...], providers: set[str] | None) -> None:
+    """Refuse names `run` would silently time nothing for.
+
+    Raises:
+        UnknownNameError: an op that is not one of `cases.OPS`, or a provider that is
+            neither registered for the selected ops nor a peer that applies to them
+            (`baselines.known_names`); the message names it and lists the valid ones.
+    """
+    bad = [o for o in op_names if o not in cases.OPS]
+    if bad:
+        raise UnknownNameError("--ops", "op", bad, list(cases.OPS))
+    if providers:
+        valid = baselines.known_names(op_names)
+        bad = sorted(p for p in providers if p not in valid)
+        if bad:
+            raise UnknownNameError("--providers", "provider", bad, valid, op_names)
+
+
+class UnknownNameError(ValueError):
+    """A name given to `opcore bench` that it does not know; ``flag`` is the option."""
+
+    def __init__(
+        self,
+        flag: str,
+        what: str,
+        names: list[str],
+        valid: list[str],
+        op_names: tuple[str, ...] = (),
+    ) -> None:
+        self.flag, self.names, self.valid = flag, names, valid
+        scope = f" for op(s) {', '.join(op_names)}" if op_names else ""
+        plural = "s" if len(names) > 1 else ""
+        super().__init__(
+            f"unknown {what}{plural} {', '.join(map(repr, names))}{scope} "
+            f"(choose from {', '.join(map(repr, valid))})"
+        )
+
+
+def _time(fn, platform: Any, timers: str, rep_ms: int) -> dict[str, Any]:
+    """``{"<timer>_us": median, "<timer>_spread": Spread.as_dict()}`` per timer that ran."""
+    out: dict[str, Any] = {}
+
+    def put(timer: str, samples: list[float]) -> timing.Spread:
+        sp = timing.spread(samples)
+        out[f"{timer}_us"] = sp.median_us
+        out[f"{timer}_spread"] = sp.as_dict()
+        return sp
+
     if timers == "host":
         sync = platform.synchronize if platform.device_type != "cpu" else None
-        return {"cpu_us": timing.host_median_us(fn, synchronize=sync)}
-    out = {"device_us": timing.device_median_us(fn, platform, rep_ms=rep_ms)}
-    graph = timing.graph_median_us(fn, platform, rep_ms=rep_ms, estimate_us=out["device_us"])
+        put("cpu", timing.host_samples_us(fn, synchronize=sync))
+        return out
+    device = put("device", timing.device_samples_us(fn, platform, rep_ms=rep_ms))
+    graph = timing.graph_samples_us(fn, platform, rep_ms=rep_ms, estimate_us=device.median_us)
     if graph is not None:
-        out["graph_us"] = graph
+        put("graph", graph)
     return out
+
+
+def _threads(opts: Options, device: torch.device) -> tuple[int | None, str]:
+    """The torch thread count to pin (None: leave it) and why, for the record."""
+    if opts.threads is not None:
+        return opts.threads, "pinned by --threads"
+    if device.type == "cpu":
+        return metadata.default_threads(), (
+            f"pinned to the default: min(physical cores available, {metadata.DEFAULT_MAX_THREADS})"
+        )
+    return None, "not pinned: the ops run on the device, not the host's threads"
 
 
 def run(opts: Options, log=print, platform: Any | None = None) -> dict[str, Any]:
     """Time every op x provider x shape of ``opts`` on ``platform`` (default: the current
-    one): ``{"environment": ..., "records": [...]}``. A case that fails is a record with
-    ``error``; the others go on."""
-    if platform is None:
-        from opcore.platforms import get_current_platform
+    one): ``{"environment": ..., "records": [...], "warnings": [...]}``. A case that fails
+    is a record with ``error``; the others go on. On the host CPU (or with
+    ``opts.threads``) torch's thread count is pinned for the run and restored after it.
 
-        platform = get_current_platform()
+    Raises:
+        UnknownNameError: see `check_selection`.
+    """
+    check_selection(opts.ops, opts.providers)
+    if platform is None:
+        platform = _current()
+    threads, why = _threads(opts, bench_device(platform, opts.device))
+    if threads is None:
+        result = _run(opts, log, platform, why)
+    else:
+        with metadata.pinned_threads(threads):
+            result = _run(opts, log, platform, why)
+    result["environment"]["torch_threads_after"] = torch.get_num_threads()
+    return result
+
+
+def _current() -> Any:
+    from opcore.platforms import get_current_platform
+
+    return get_current_platform()
+
+
+def _run(opts: Options, log, platform: Any, threads_why: str) -> dict[str, Any]:
     device = bench_device(platform, opts.device)
     timers = timing.timers(platform, device)
     env = environment(device, platform)
     env["timers"] = timers
-    copy_gbs = timing.copy_bandwidth_gbs(platform, opts.copy_bytes) if timers == "device" else None
+    env["torch_threads"] = torch.get_num_threads()
+    env["threads_pinned"] = threads_why
+    env["provider_identity"] = metadata.provider_identities(opts.ops)
+    env["spread_warn"] = timing.SPREAD_WARN
+    env["spread_unusable"] = timing.SPREAD_UNUSABLE
+    if timers == "device":
+        copy_gbs = timing.copy_bandwidth_gbs(platform, opts.copy_bytes)
+        env["copy_timer"] = "device"
+    else:
+        sync = platform.synchronize if device.type == platform.device_type != "cpu" else None
+        copy_gbs = timing.host_copy_bandwidth_gbs(
+            device, synchronize=sync, nbytes=min(opts.copy_bytes, timing.HOST_COPY_BYTES)
+        )
+        env["copy_timer"] = "host"
     env["copy_gbs"] = copy_gbs
     log(
         f"opcore bench on {env.get('device', device.type)} ({timers} timers): copy bandwidth "
-        f"{'n/a' if copy_gbs is None else f'{copy_gbs:.0f} GB/s'}"
+        f"{'n/a' if copy_gbs is None else f'{copy_gbs:.0f} GB/s'}; torch threads "
+        f"{env['torch_threads']} ({threads_why}); load average {env['load_average_start']}"
     )
     on_platform = device.type == platform.device_type
     records: list[dict[str, Any]] = []
     sink = open(opts.jsonl, "a", encoding="utf-8") if opts.jsonl else None  # noqa: SIM115
     try:
+        if sink:  # a JSON Lines file describes its own run: the environment comes first
+            sink.write(json.dumps({"type": "header", "environment": env}) + "\n")
+            sink.flush()
         # hidden outermost: a run cut short still has every op at the first hidden size
         for hidden in opts.hidden:
             for op in opts.ops:
@@ -153,8 +258,9 @@ def run(opts: Options, log=print, platform: Any | None = None) -> dict[str, Any]
     finally:
         if sink:
             sink.close()
+    env["load_average_end"] = metadata.load_average()
     _speedups(records)
-    return {"environment": env, "records": records}
+    return {"environment": env, "records": records, "warnings": spread_warnings(records)}
 
 
 def _record(case, provider, env, t, *, skipped=None, error=None) -> dict[str, Any]:
@@ -166,6 +272,9 @@ def _record(case, provider, env, t, *, skipped=None, error=None) -> dict[str, An
         "dtype": str(case.dtype).removeprefix("torch."),
         "provider": provider,
         "bytes": case.nbytes,
+        "identity": env["provider_identity"].get(case.op, {}).get(provider),  # None: a peer
+        "torch_threads": torch.get_num_threads(),
+        "load_1m": _load_1m(),
     }
     if skipped:
         rec["skipped"] = skipped
@@ -174,7 +283,7 @@ def _record(case, provider, env, t, *, skipped=None, error=None) -> dict[str, An
     if t:
         rec.update(t)
         copy = env.get("copy_gbs")
-        for key in ("device_us", "graph_us"):
+        for key in ("device_us", "graph_us", "cpu_us"):
             if key in t:
                 gbs = case.nbytes / (t[key] * 1e-6) / 1e9
                 rec[key.replace("_us", "_gbs")] = gbs
@@ -183,8 +292,16 @@ def _record(case, provider, env, t, *, skipped=None, error=None) -> dict[str, An
     return rec
 
 
+def _load_1m() -> float | None:
+    load = metadata.load_average()
+    return load[0] if load else None
+
+
 def _speedups(records: list[dict[str, Any]]) -> None:
-    """Adds ``speedup_vs_<baseline>_<timer>`` (baseline time / this time) to each record."""
+    """Adds, per baseline (native, compile) and timer, ``speedup_vs_<base>_<timer>``: the
+    baseline's median over this one's; ``..._range``: ``[base p25 / this p75, base p75 /
+    this p25]``, the ratio's spread from the two IQRs. Where either side's IQR/median is
+    over `timing.SPREAD_UNUSABLE` the ratio is ``None`` and ``..._unusable`` says why."""
     groups: dict[tuple, dict[str, dict]] = {}
     for r in records:
         groups.setdefault((r["op"], r["layout"], r["tokens"]), {})[r["provider"]] = r
@@ -192,18 +309,57 @@ def _speedups(records: list[dict[str, Any]]) -> None:
         for r in group.values():
             for base in ("native", "compile"):
                 b = group.get(base)
-                for key in ("device_us", "graph_us", "cpu_us"):
-                    if b and key in b and key in r:
-                        r[f"speedup_vs_{base}_{key.removesuffix('_us')}"] = b[key] / r[key]
+                for timer in ("device", "graph", "cpu"):
+                    sb, sr = (x.get(f"{timer}_spread") if x else None for x in (b, r))
+                    if not (sb and sr):
+                        continue
+                    key = f"speedup_vs_{base}_{timer}"
+                    sides = {base: sb, r["provider"]: sr}  # one entry when r is the base
+                    noisy = [
+                        f"{who} IQR/median {s['iqr_over_median']:.0%}"
+                        for who, s in sides.items()
+                        if s["iqr_over_median"] > timing.SPREAD_UNUSABLE
+                    ]
+                    if noisy:
+                        r[key] = None
+                        r[f"{key}_unusable"] = (
+                            f"{', '.join(noisy)} over {timing.SPREAD_UNUSABLE:.0%}"
+                        )
+                        continue
+                    r[key] = sb["median_us"] / sr["median_us"]
+                    r[f"{key}_range"] = [sb["p25_us"] / sr["p75_us"], sb["p75_us"] / sr["p25_us"]]
+
+
+def spread_warnings(records: list[dict[str, Any]]) -> list[str]:
+    """One line per measurement whose IQR/median is over `timing.SPREAD_WARN`."""
+    out = []
+    for r in records:
+        for timer in ("device", "graph", "cpu"):
+            s = r.get(f"{timer}_spread")
+            if s and s["iqr_over_median"] > timing.SPREAD_WARN:
+                out.append(
+                    f"{r['op']} {r['layout']} T={r['tokens']} {r['provider']} ({timer}): "
+                    f"IQR/median {s['iqr_over_median']:.1%} over {timing.SPREAD_WARN:.0%} "
+                    f"(p25 {s['p25_us']:.2f}, median {s['median_us']:.2f}, "
+                    f"p75 {s['p75_us']:.2f} µs, {s['reps']} reps)"
+                )
+    return out
 
 
 def _line(r: dict[str, Any]) -> str:
     head = f"{r['op']:<24} {r['layout']:<14} T={r['tokens']:<6} {r['provider']:<16}"
     if "error" in r:
         return head + " ERROR " + r["error"]
+    if "skipped" in r:
+        return head + " skipped: " + r["skipped"]
+
+    def iqr(timer: str) -> str:
+        return f" (IQR {r[f'{timer}_spread']['iqr_over_median']:.0%})"
+
     if "cpu_us" in r:
-        return head + f" {r['cpu_us']:10.1f} us"
-    graph = f"  graph {r['graph_us']:9.2f} us" if "graph_us" in r else ""
+        return head + f" {r['cpu_us']:10.1f} us{iqr('cpu')}"
+    graph = f"  graph {r['graph_us']:9.2f} us{iqr('graph')}" if "graph_us" in r else ""
     return head + (
-        f" device {r['device_us']:9.2f} us{graph}  {r.get('device_pct_copy', 0):5.1f}% copy"
+        f" device {r['device_us']:9.2f} us{iqr('device')}{graph}  "
+        f"{r.get('device_pct_copy', 0):5.1f}% copy"
     )

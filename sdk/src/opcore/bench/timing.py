@@ -9,32 +9,83 @@
 - `host_median_us`: median wall time, with the platform's `synchronize` inside the timed
   region when the device runs asynchronously; for devices without timing events.
 
+Each has a ``*_samples_us`` twin returning every sample, from which `spread` gives the
+minimum, quartiles, median and repetitions that `opcore bench` records.
+
 A platform answers which of these apply (`timers`); nothing here names a device type.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 FLUSH_BYTES = 256 << 20  # larger than any last-level cache the ops run against
 
+# The host copy's source: well past a host's last-level cache, quick enough for a CPU.
+HOST_COPY_BYTES = 64 << 20
 
-def host_median_us(
+# Spread thresholds, as the interquartile range over the median (``Spread.rel_iqr``).
+# Above SPREAD_WARN a measurement is flagged (stderr and the report): its median moves by
+# that much between quarters of its samples, so differences smaller than that are noise.
+SPREAD_WARN = 0.20
+# Above SPREAD_UNUSABLE a speedup against (or of) that measurement is not given: the ratio
+# of two medians that each move by half their value says nothing.
+SPREAD_UNUSABLE = 0.50
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """Order statistics of one measurement's samples, in microseconds."""
+
+    min_us: float
+    p25_us: float
+    median_us: float
+    p75_us: float
+    reps: int
+
+    @property
+    def rel_iqr(self) -> float:
+        """``(p75 - p25) / median``: the spread that `SPREAD_WARN` is compared with."""
+        return (self.p75_us - self.p25_us) / self.median_us if self.median_us > 0 else math.inf
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {**dataclasses.asdict(self), "iqr_over_median": self.rel_iqr}
+
+
+def spread(samples_us: Sequence[float]) -> Spread:
+    """`Spread` of ``samples_us`` (at least one); quartiles interpolate linearly between
+    order statistics (``statistics.quantiles(..., method="inclusive")``).
+
+    Raises:
+        ValueError: no samples.
+    """
+    if not samples_us:
+        raise ValueError("spread of no samples")
+    xs = sorted(samples_us)
+    if len(xs) == 1:
+        p25 = med = p75 = xs[0]
+    else:
+        p25, med, p75 = statistics.quantiles(xs, n=4, method="inclusive")
+    return Spread(xs[0], p25, med, p75, len(xs))
+
+
+def host_samples_us(
     fn: Callable[[], object],
     *,
     synchronize: Callable[[], None] | None = None,
     warmup: int = 3,
     reps: int = 20,
     budget_s: float = 1.0,
-) -> float:
-    """Median wall time of ``fn()`` (then ``synchronize()``, when given) in microseconds:
-    ``reps`` samples or as many as fit in ``budget_s``, at least three."""
+) -> list[float]:
+    """Wall time of each timed ``fn()`` (then ``synchronize()``, when given) in
+    microseconds: ``reps`` samples or as many as fit in ``budget_s``, at least three."""
     for _ in range(warmup):
         fn()
     if synchronize is not None:
@@ -46,8 +97,22 @@ def host_median_us(
         fn()
         if synchronize is not None:
             synchronize()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1e6
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return samples
+
+
+def host_median_us(
+    fn: Callable[[], object],
+    *,
+    synchronize: Callable[[], None] | None = None,
+    warmup: int = 3,
+    reps: int = 20,
+    budget_s: float = 1.0,
+) -> float:
+    """Median of `host_samples_us` (same arguments)."""
+    return statistics.median(
+        host_samples_us(fn, synchronize=synchronize, warmup=warmup, reps=reps, budget_s=budget_s)
+    )
 
 
 # The name bench/ scripts and earlier results use for the host timer.
@@ -71,12 +136,12 @@ def _event_times_ms(
     return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
-def device_median_us(
+def device_samples_us(
     fn: Callable[[], object], platform: Any, *, rep_ms: int = 60, max_reps: int = 1000
-) -> float:
-    """Median device time of ``fn()`` in microseconds, from ``platform``'s timing events:
-    about ``rep_ms`` of calls (3 to ``max_reps``), each after a write of `FLUSH_BYTES`
-    (outside its events).
+) -> list[float]:
+    """Device time of each timed ``fn()`` in microseconds, from ``platform``'s timing
+    events: about ``rep_ms`` of calls (3 to ``max_reps``), each after a write of
+    `FLUSH_BYTES` (outside its events).
 
     Raises:
         ValueError: ``platform`` has no timing events (`Platform.timing_event` is None).
@@ -89,15 +154,23 @@ def device_median_us(
     reps = min(max_reps, max(3, math.ceil(rep_ms / max(estimate_ms, 1e-3))))
     for _ in range(min(reps, 10)):
         fn()
-    return statistics.median(_event_times_ms(platform, [fn] * reps, before=flush.zero_)) * 1e3
+    return [ms * 1e3 for ms in _event_times_ms(platform, [fn] * reps, before=flush.zero_)]
 
 
-def graph_median_us(
+def device_median_us(
+    fn: Callable[[], object], platform: Any, *, rep_ms: int = 60, max_reps: int = 1000
+) -> float:
+    """Median of `device_samples_us` (same arguments and errors)."""
+    return statistics.median(device_samples_us(fn, platform, rep_ms=rep_ms, max_reps=max_reps))
+
+
+def graph_samples_us(
     fn: Callable[[], object], platform: Any, *, rep_ms: int = 60, estimate_us: float | None = None
-) -> float | None:
-    """Median device time per ``fn()`` in microseconds, replaying a graph of ``n`` calls
-    (about 1 ms of work) ten times or for about ``rep_ms``; ``None`` when ``platform`` has no
-    graphs or no timing events. ``estimate_us`` (say, `device_median_us`) sizes ``n``."""
+) -> list[float] | None:
+    """Device time per ``fn()`` in microseconds of each replay of a graph of ``n`` calls
+    (about 1 ms of work), replayed ten times or for about ``rep_ms``; ``None`` when
+    ``platform`` has no graphs or no timing events. ``estimate_us`` (say,
+    `device_median_us`) sizes ``n``."""
     if platform.timing_event() is None:
         return None
     per_call = estimate_us if estimate_us is not None else device_median_us(fn, platform, rep_ms=5)
@@ -112,7 +185,15 @@ def graph_median_us(
         return None
     replay()
     replays = max(10, min(100, math.ceil(rep_ms * 1e3 / (n * max(per_call, 1e-3)))))
-    return statistics.median(_event_times_ms(platform, [replay] * replays)) * 1e3 / n
+    return [ms * 1e3 / n for ms in _event_times_ms(platform, [replay] * replays)]
+
+
+def graph_median_us(
+    fn: Callable[[], object], platform: Any, *, rep_ms: int = 60, estimate_us: float | None = None
+) -> float | None:
+    """Median of `graph_samples_us` (same arguments), or ``None`` where that is."""
+    samples = graph_samples_us(fn, platform, rep_ms=rep_ms, estimate_us=estimate_us)
+    return None if samples is None else statistics.median(samples)
 
 
 def copy_bandwidth_gbs(platform: Any, nbytes: int = 1 << 31) -> float | None:
@@ -124,6 +205,22 @@ def copy_bandwidth_gbs(platform: Any, nbytes: int = 1 << 31) -> float | None:
     src = torch.randn(n, device=platform.device(), dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     us = device_median_us(lambda: dst.copy_(src), platform, rep_ms=100)
+    return 2 * nbytes / (us * 1e-6) / 1e9
+
+
+def host_copy_bandwidth_gbs(
+    device: torch.device,
+    *,
+    synchronize: Callable[[], None] | None = None,
+    nbytes: int = HOST_COPY_BYTES,
+) -> float:
+    """Copy rate on ``device`` timed with the host clock (`host_samples_us`, the timer of
+    the ops there), bytes read + written per second / 1e9, from the median; ``nbytes`` is
+    the source's size, as in `copy_bandwidth_gbs`."""
+    n = nbytes // 4
+    src = torch.randn(n, dtype=torch.float32).to(device)  # random on the host: any device
+    dst = torch.empty_like(src)
+    us = statistics.median(host_samples_us(lambda: dst.copy_(src), synchronize=synchronize))
     return 2 * nbytes / (us * 1e-6) / 1e9
 
 

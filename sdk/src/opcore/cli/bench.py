@@ -1,11 +1,15 @@
 """`opcore bench`: time every op x provider x shape on the current platform's device.
 
-Writes ``bench.json`` (all records and the environment), ``bench.md`` (a table) and
-``bench.png`` (when matplotlib imports) to ``--out``. On a device whose platform has timing
-events each case gets the median device time (events, caches flushed) and, where the
-platform has graphs, of graph replay, GB/s and % of the copy bandwidth measured in the same
-run, and speedups against native eager and torch.compile. On the host CPU (``--quick`` for
-small shapes) it reports wall-clock timings only. Torch loads only when the command runs.
+Writes ``bench.json`` (the environment and every record), ``bench.md`` (a report) and, when
+matplotlib imports (``opcore[bench]``), ``bench.png`` (time against tokens) and
+``bench_pct_copy.png`` (% of copy bandwidth) to ``--out``. Every time is a median with its
+spread (min, p25, p75, repetitions); large spreads are warned about. On a device whose
+platform has timing events each case gets the median device time (events, caches flushed)
+and, where the platform has graphs, of graph replay; on the host CPU (``--quick`` for small
+shapes) wall-clock time with torch's thread count pinned (``--threads``). GB/s and % of a
+copy's bandwidth measured in the same run, speedups against native eager and
+torch.compile from the medians. Exit status: 0, 1 when a case failed, 2 on bad arguments.
+Torch loads only when the command runs.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import sys
 
 from opcore.bench import shapes as cases  # torch-free: help quotes the shape sets
 
+MAX_WARNING_LINES = 20  # spread warnings on stderr; the report lists every one
+
 
 def _ints(text: str) -> tuple[int, ...]:
     try:
@@ -23,6 +29,16 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
         ) from None
+
+
+def _threads(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -67,6 +83,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--rep-ms", type=int, default=60, help="milliseconds per timer per case (device timers)"
+    )
+    p.add_argument(
+        "--threads",
+        type=_threads,
+        default=None,
+        help="torch threads for the run, restored after it (default on the host cpu: "
+        "min(physical cores, 8); elsewhere left as it is)",
     )
     p.add_argument(
         "--out", default="opcore-bench", help="output directory (default: ./opcore-bench)"
@@ -115,18 +138,15 @@ def run(args: argparse.Namespace) -> int:
     if args.decode_attention:
         return _run_decode_attention(args, platform, device)
 
-    unknown = [o for o in args.ops if o not in cases.OPS]
-    if unknown:
-        print(
-            f"opcore bench: error: unknown op(s) {', '.join(unknown)}; known: "
-            f"{', '.join(cases.OPS)}",
-            file=sys.stderr,
-        )
-        return 2
     # the ops; loading the platform's kernels registers its providers
     from opcore.ir import ensure_kernels_loaded
 
     ensure_kernels_loaded()
+    try:  # a typo must not pass for "nothing to time" (an empty table and exit 0)
+        runner.check_selection(tuple(args.ops), set(args.providers or ()))
+    except runner.UnknownNameError as exc:
+        print(f"opcore bench: error: argument {exc.flag}: {exc}", file=sys.stderr)
+        return 2
     default_tokens = (
         cases.QUICK_TOKENS if args.quick else cases.DECODE_TOKENS + cases.PREFILL_TOKENS
     )
@@ -141,11 +161,21 @@ def run(args: argparse.Namespace) -> int:
         quick=args.quick,
         rep_ms=args.rep_ms,
         jsonl=args.jsonl,
+        threads=args.threads,
     )
     result = runner.run(opts, platform=platform)
     paths = report.write_all(result, args.out)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
+    warnings = result["warnings"]
+    for line in warnings[:MAX_WARNING_LINES]:
+        print(f"opcore bench: warning: large spread: {line}", file=sys.stderr)
+    if len(warnings) > MAX_WARNING_LINES:
+        print(
+            f"opcore bench: warning: {len(warnings) - MAX_WARNING_LINES} more measurements "
+            f"with a large spread (all listed in {paths['markdown']})",
+            file=sys.stderr,
+        )
     errors = [r for r in result["records"] if "error" in r]
     return 1 if errors else 0
 
