@@ -17,6 +17,7 @@ in-place providers do not need. See docs/compile.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -37,7 +38,7 @@ def backend(
     config: Any = None,
     *,
     mode: str | None = None,
-    fusion: bool = True,
+    fusion: bool | Iterable[str] = True,
     inductor_config: dict | None = None,
 ) -> OpcoreBackend:
     """A ``torch.compile`` backend (see `OpcoreBackend`)."""
@@ -48,7 +49,7 @@ def compile(  # noqa: A001  (the natural name, as torch.compile)
     model: Any,
     *,
     mode: str | None = None,
-    fusion: bool = True,
+    fusion: bool | Iterable[str] = True,
     config: Any = None,
     dynamic: bool | None = None,
     fullgraph: bool = False,

@@ -42,6 +42,7 @@ import copy
 import hashlib
 import logging
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -50,7 +51,12 @@ import torch.fx as fx
 from opcore.compile import opaque
 from opcore.compile import record as _record
 from opcore.compile.cache_key import cache_key
-from opcore.compile.passes import functionalize_inplace, fx_utils, run_post_aot
+from opcore.compile.passes import (
+    functionalize_inplace,
+    fx_utils,
+    run_post_aot,
+    select_fusion_passes,
+)
 from opcore.compile.record import CompileRecord
 from opcore.ir.op import PRIORITY_SCOPE, all_ops, registry_generation
 from opcore.platforms.kernels import ensure_kernels_loaded
@@ -67,7 +73,9 @@ class CompileError(RuntimeError):
 class OpcoreBackend:
     """A ``torch.compile`` backend. ``config``: the `OpcoreConfig` to compile under
     (default: the current one, copied); ``mode``: ``"eager"`` or ``"inductor"`` (default:
-    ``config.compilation.mode``); ``fusion``: run the fusion passes; ``inductor_config``:
+    ``config.compilation.mode``); ``fusion``: run the fusion passes (``True``: every
+    registered one, ``False``: none, or a collection of pass names: those, in pipeline
+    order; see `opcore.compile.FUSION_PASSES`); ``inductor_config``:
     extra Inductor config patches for ``inductor`` mode (e.g. ``{"triton.cudagraphs": True}``).
 
     ``records``: one `CompileRecord` per graph compiled (recompilations included)."""
@@ -77,7 +85,7 @@ class OpcoreBackend:
         config: Any = None,
         *,
         mode: str | None = None,
-        fusion: bool = True,
+        fusion: bool | Iterable[str] = True,
         inductor_config: dict[str, Any] | None = None,
     ):
         if config is None:
@@ -95,14 +103,26 @@ class OpcoreBackend:
                 f"opcore.compile: config.compilation.mode {self.mode!r} is not one of "
                 f"{', '.join(MODES)}"
             )
-        self.fusion = bool(fusion)
+        # a chosen subset is checked now (an unknown name fails here, not at first call);
+        # True is resolved per compile, so a pass registered later runs too
+        self.fusion_selection: tuple[str, ...] | None = (
+            None if isinstance(fusion, bool) else tuple(select_fusion_passes(fusion))
+        )
+        self.fusion = bool(fusion) if self.fusion_selection is None else True
         self.inductor_config = dict(inductor_config or {})
         self.records: list[CompileRecord] = []
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ public
+    def fusion_passes(self) -> list[str]:
+        """The fusion passes this backend runs now, in pipeline order."""
+        if self.fusion_selection is None:
+            return select_fusion_passes(self.fusion)
+        return list(self.fusion_selection)
+
     def cache_key(self) -> str:
-        return cache_key(self.config, mode=self.mode, fusion=self.fusion)
+        fusion = self.fusion if self.fusion_selection is None else self.fusion_selection
+        return cache_key(self.config, mode=self.mode, fusion=fusion)
 
     @property
     def last_record(self) -> CompileRecord | None:
@@ -130,6 +150,7 @@ class OpcoreBackend:
             fusion=self.fusion,
             cache_key=key,
             priorities=effective_priorities(self.config),
+            fusion_passes=self.fusion_passes(),
         )
         record.donated_inputs = functionalize_inplace(gm)
         n_inputs = len(fx_utils.placeholders(gm.graph))
@@ -175,6 +196,7 @@ class OpcoreBackend:
             record.cache_hit = True
             if cached is not None:
                 record.fusions, record.lowered = cached.fusions, cached.lowered
+                record.fusion_misses = cached.fusion_misses
                 record.clones_removed, record.clones_kept = (
                     cached.clones_removed,
                     cached.clones_kept,

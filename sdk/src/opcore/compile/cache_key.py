@@ -1,7 +1,8 @@
 """The compile cache key: everything that changes what lowering produces.
 
 ``cache_key(config, mode=..., fusion=...)`` hashes: torch and opcore versions; the mode and
-fusion flag; the name and source of every fusion pass and of the opcore pass modules
+fusion flag; the name and source of every fusion pass run (all registered ones, or the
+subset the backend was given, in pipeline order) and of the opcore pass modules
 (the opaque-call module included); per
 op, the effective priority under the config (so a platform default, a user list or a
 ``set_priority`` block open in this thread or task all count) and the identity hash
@@ -21,6 +22,7 @@ import functools
 import hashlib
 import inspect
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -39,13 +41,21 @@ def _source_hash(obj: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
-    """The data `cache_key` hashes (JSON-serializable; shown by `opcore.compile.info`)."""
+def key_material(config: Any, *, mode: str, fusion: bool | Iterable[str]) -> dict[str, Any]:
+    """The data `cache_key` hashes (JSON-serializable; shown by `opcore.compile.info`).
+    ``fusion``: as `opcore.compile.backend`'s (a bool or the names of the passes run)."""
     from opcore.compile import opaque
     from opcore.compile import passes as _passes
-    from opcore.compile.passes import clone_elimination, functionalize_inplace, fx_utils, lower
+    from opcore.compile.passes import (
+        clone_elimination,
+        functionalize_inplace,
+        fuse_quant,
+        fx_utils,
+        lower,
+    )
 
     ensure_kernels_loaded()
+    selected = _passes.select_fusion_passes(fusion)
     cfg = copy.deepcopy(config)
     cfg.compilation.mode = mode
     ops: dict[str, Any] = {}
@@ -55,27 +65,41 @@ def key_material(config: Any, *, mode: str, fusion: bool) -> dict[str, Any]:
         ops[name] = {
             "priority": op.effective_priority(cfg),
             "providers": {p: impl.identity_hash() for p, impl in sorted(op.impls.items())},
+            "properties": {p: sorted(impl.properties.names()) for p, impl in op.impls.items()},
         }
     return {
         "torch": torch.__version__,
         "opcore": opcore.__version__,
         "mode": mode,
-        "fusion": fusion,
-        "fusion_passes": {n: _source_hash(fn) for n, fn in _passes.FUSION_PASSES.items()}
-        if fusion
-        else {},
-        # opaque: how provider calls (in-place ones included) become graph ops; _passes: the order
+        "fusion": bool(selected),
+        # docs/properties.md: they shape every op's priority above too, but a requirement
+        # is a promise about the compiled code itself
+        "required_properties": sorted(cfg.kernel.required_properties),
+        # in pipeline order: a different subset, or order, is a different compile
+        "fusion_passes": [[n, _source_hash(_passes.FUSION_PASSES[n])] for n in selected],
+        # opaque: how provider calls (in-place ones included) become graph ops; _passes: the
+        # order; fuse_quant: its passes share one matcher, which their own source does not show
         "pipeline": {
             m.__name__: _source_hash(m)
-            for m in (_passes, fx_utils, functionalize_inplace, lower, clone_elimination, opaque)
+            for m in (
+                _passes,
+                fx_utils,
+                functionalize_inplace,
+                lower,
+                clone_elimination,
+                opaque,
+                fuse_quant,
+            )
         },
         "ops": ops,
     }
 
 
-def cache_key(config: Any = None, *, mode: str | None = None, fusion: bool = True) -> str:
+def cache_key(
+    config: Any = None, *, mode: str | None = None, fusion: bool | Iterable[str] = True
+) -> str:
     """Hex SHA-256 of `key_material` (``config``: default the current one; ``mode``:
-    default ``config.compilation.mode``)."""
+    default ``config.compilation.mode``; ``fusion``: a bool or the fusion passes run)."""
     if config is None:
         from opcore.config import get_current_config
 

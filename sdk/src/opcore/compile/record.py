@@ -4,12 +4,18 @@ A record lists every lowering decision (graph node -> provider, how it was put i
 graph, the priority it was chosen from), which fusions fired, which graph inputs were
 donated and which clones were removed. `opcore.compile.last_lowering_record()` returns the
 most recent one in this process; a backend keeps all of its own in ``backend.records``.
+
+A fusion pass that finds its pattern but cannot rewrite it says why with
+`note_fusion_miss` (the record being built collects it in ``fusion_misses``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -47,7 +53,9 @@ class CompileRecord:
     fusion: bool
     cache_key: str
     priorities: dict[str, list[str]]
+    fusion_passes: list[str] = dataclasses.field(default_factory=list)
     fusions: dict[str, int] = dataclasses.field(default_factory=dict)
+    fusion_misses: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     donated_inputs: list[int] = dataclasses.field(default_factory=list)
     lowered: list[LoweringDecision] = dataclasses.field(default_factory=list)
     clones_removed: list[str] = dataclasses.field(default_factory=list)
@@ -76,6 +84,8 @@ class CompileRecord:
         ]
         if self.fusions:
             lines.append("  fusions: " + ", ".join(f"{k} x{v}" for k, v in self.fusions.items()))
+        for name, misses in self.fusion_misses.items():
+            lines.extend(f"  not fused ({name}): {why}" for why in misses)
         if self.donated_inputs:
             lines.append(f"  donated inputs: {self.donated_inputs}")
         for d in self.lowered:
@@ -90,6 +100,35 @@ class CompileRecord:
         for name, why in self.clones_kept.items():
             lines.append(f"  clone kept: {name}: {why}")
         return "\n".join(lines)
+
+
+_collecting: contextvars.ContextVar[CompileRecord | None] = contextvars.ContextVar(
+    "opcore_compile_record", default=None
+)
+
+
+@contextlib.contextmanager
+def collecting(record: CompileRecord) -> Iterator[CompileRecord]:
+    """Inside the block, `note_fusion_miss` writes to ``record`` (the fusion passes run
+    in it)."""
+    token = _collecting.set(record)
+    try:
+        yield record
+    finally:
+        _collecting.reset(token)
+
+
+def note_fusion_miss(pass_name: str, text: str) -> None:
+    """Record that fusion pass ``pass_name`` found its pattern but left it unfused;
+    ``text`` names the node and the reason. Outside `collecting` (a pass run by hand) it
+    is logged at DEBUG on ``opcore.compile`` only."""
+    record = _collecting.get()
+    if record is None:
+        import logging
+
+        logging.getLogger("opcore.compile").debug("%s: not fused: %s", pass_name, text)
+        return
+    record.fusion_misses.setdefault(pass_name, []).append(text)
 
 
 _lock = threading.Lock()
