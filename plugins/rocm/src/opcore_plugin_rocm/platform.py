@@ -81,5 +81,8 @@ class RocmPlatform(TorchDevicePlatform):
     def get_default_ir_op_priority(self, config: Any) -> dict[str, list[str]]:
         return {op: ["triton", "native"] for op in TRITON_OPS}
 
+    def get_device_communicator_cls(self) -> str | None:
+        return "opcore_plugin_rocm.communicator.RocmCommunicator"
+
     def get_attn_backend_candidates(self, cfg: Any) -> list[str]:
         return ["TRITON_PAGED", "TORCH_NATIVE"]

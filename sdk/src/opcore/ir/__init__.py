@@ -46,12 +46,14 @@ Contracts:
 """
 
 from opcore.ir import ops  # noqa: E402  (registers the built-in ops)
+from opcore.ir import collective  # noqa: E402, F401  (registers the collective ops)
 from opcore.ir.info import info  # noqa: E402
 from opcore.ir.op import (
     RESERVED_PROVIDERS,
     Impl,
     IrOp,
     all_ops,
+    collective_ops,
     get_op,
     invalidate_caches,
     register_op,
@@ -72,6 +74,7 @@ __all__ = [
     "Properties",
     "SampleInput",
     "all_ops",
+    "collective_ops",
     "ensure_kernels_loaded",
     "get_op",
     "info",

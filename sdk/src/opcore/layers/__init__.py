@@ -12,6 +12,8 @@
 - Reference layers: `RMSNorm`, `SiluAndMul`, `GeluAndMul`, `RotaryEmbedding` (with
   `build_cos_sin_cache`), `QKNormRoPE`; their ``forward_native`` calls `opcore.ir.ops`.
   `Attention` (a `PluggableLayer`) asks the attention selector and owns its KV cache.
+- Tensor parallel: `ColumnParallelLinear`, `RowParallelLinear` (ends in the ``all_reduce``
+  op), over a process group named in `opcore.distributed`.
 """
 
 from opcore.layers.activation import GeluAndMul, SiluAndMul
@@ -25,16 +27,19 @@ from opcore.layers.custom_op import (
     resolve_binding,
 )
 from opcore.layers.norm import RMSNorm
+from opcore.layers.parallel import ColumnParallelLinear, RowParallelLinear
 from opcore.layers.rotary import QKNormRoPE, RotaryEmbedding, build_cos_sin_cache
 
 __all__ = [
     "Attention",
+    "ColumnParallelLinear",
     "CustomOp",
     "GeluAndMul",
     "PluggableLayer",
     "QKNormRoPE",
     "RMSNorm",
     "RotaryEmbedding",
+    "RowParallelLinear",
     "SiluAndMul",
     "binding_info",
     "build_cos_sin_cache",

@@ -183,7 +183,9 @@ class TorchDevicePlatform(Platform):
         graph_cls = self.graph_class()
         if graph_cls is None:
             return None
-        device = self.device()
+        # The current device, not device 0: each rank of a multi-device run captures on
+        # the device it made current.
+        device = self.device(torch.accelerator.current_device_index())
         caller = torch.accelerator.current_stream(device)
         # Capture needs a stream of its own: the default stream cannot be captured.
         side = torch.Stream(device=device)

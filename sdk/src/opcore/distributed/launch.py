@@ -1,0 +1,252 @@
+"""`run_ranks`: run a function on N local processes joined in one process group.
+
+For tests, the conformance suite and benchmarks on one machine. The parent picks a free
+TCP port on 127.0.0.1 (nothing listens beyond the loopback interface), starts the ranks
+with ``torch.multiprocessing`` (spawn), and collects one outcome per rank. Every wait is
+bounded: each rank's rendezvous and collectives by ``comm_timeout_s``, the whole run by
+``timeout_s``. A rank that raises, dies or runs out of time never hangs the parent: the
+others are given ``grace_s`` to finish, then terminated, then killed, and each rank's
+outcome says what happened to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import queue as queue_module
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch.multiprocessing as mp
+
+
+@dataclasses.dataclass
+class RankOutcome:
+    """What one rank did.
+
+    Attributes:
+        rank: the rank.
+        status: ``"ok"`` (``fn`` returned ``value``), ``"error"`` (``fn`` or the setup
+            raised; ``error`` holds its message and ``traceback`` the stack), ``"died"``
+            (the process ended without a report; ``exitcode``), or ``"timeout"`` (still
+            running when the run's time was up; it was terminated).
+        value: what ``fn`` returned (``status == "ok"``).
+        error: one line: the exception's type and message, or what happened.
+        traceback: the formatted stack of an ``"error"``.
+        exitcode: the process's exit code (negative: the signal that ended it).
+        elapsed_s: seconds from the start of the run to the rank's report or end.
+    """
+
+    rank: int
+    status: str
+    value: Any = None
+    error: str = ""
+    traceback: str = ""
+    exitcode: int | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class RanksFailed(RuntimeError):
+    """Raised by `check`: some rank did not return; the message names each one."""
+
+    def __init__(self, outcomes: list[RankOutcome]):
+        self.outcomes = outcomes
+        bad = [o for o in outcomes if not o.ok]
+        lines = [f"{len(bad)} of {len(outcomes)} ranks failed:"]
+        for o in bad:
+            lines.append(f"  rank {o.rank}: {o.status} after {o.elapsed_s:.1f} s: {o.error}")
+        first = next((o for o in bad if o.traceback), None)
+        if first is not None:
+            lines.append(f"rank {first.rank}'s traceback:\n{first.traceback.rstrip()}")
+        super().__init__("\n".join(lines))
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank_main(
+    rank: int,
+    world_size: int,
+    port: int,
+    fn: Callable[..., Any],
+    args: tuple,
+    results: Any,
+    comm_timeout_s: float,
+    env: dict[str, str],
+    threads: int,
+) -> None:
+    os.environ.update(env)
+    start = time.monotonic()
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        from opcore.distributed.groups import init_distributed, shutdown
+
+        try:
+            comm = init_distributed(
+                rank,
+                world_size,
+                init_method=f"tcp://127.0.0.1:{port}",
+                timeout_s=comm_timeout_s,
+            )
+            value = fn(comm, *args)
+        finally:
+            try:
+                shutdown()
+            except Exception:  # a group broken by a dead peer may not tear down cleanly
+                pass
+        # pickled here so no tensor travels through shared memory that dies with us
+        results.put((rank, "ok", pickle.dumps(value), "", "", time.monotonic() - start))
+    except BaseException as exc:  # everything is reported; the parent decides
+        text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+        results.put(
+            (
+                rank,
+                "error",
+                b"",
+                text[0] if text else type(exc).__name__,
+                traceback.format_exc(),
+                time.monotonic() - start,
+            )
+        )
+
+
+def run_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    *,
+    args: tuple = (),
+    timeout_s: float = 120.0,
+    comm_timeout_s: float = 30.0,
+    grace_s: float = 5.0,
+    env: dict[str, str] | None = None,
+    threads: int | None = None,
+) -> list[RankOutcome]:
+    """Run ``fn(comm, *args)`` on ranks ``0..world_size-1``, one process each.
+
+    Each rank imports opcore, calls `opcore.distributed.init_distributed` (the current
+    platform's backend and device ``rank % device_count``), runs ``fn`` with the
+    ``"world"`` communicator, and tears the group down. ``fn`` and ``args`` must be
+    picklable (``fn`` a module-level function); what ``fn`` returns is pickled back.
+
+    Args:
+        fn: the function each rank runs.
+        world_size: number of ranks (>= 1).
+        args: extra arguments for ``fn``.
+        timeout_s: bound on the whole run, start-up included.
+        comm_timeout_s: the process group's and communicator's timeout in each rank.
+        grace_s: after the first rank fails, how long the others may still take to
+            report before they are terminated.
+        env: variables set in each rank before opcore is imported (``OPCORE_PLATFORM``).
+        threads: torch threads per rank (default: the CPU count split among the ranks).
+
+    Returns:
+        One `RankOutcome` per rank, in rank order.
+    """
+    if not (isinstance(world_size, int) and world_size >= 1):
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    if threads is None:
+        threads = max(1, (os.cpu_count() or 1) // world_size)
+    start = time.monotonic()
+    procs = [
+        ctx.Process(
+            target=_rank_main,
+            args=(r, world_size, port, fn, args, results, comm_timeout_s, env or {}, threads),
+            name=f"opcore-rank-{r}",
+            daemon=True,
+        )
+        for r in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    outcomes: dict[int, RankOutcome] = {}
+    deadline = start + timeout_s
+    first_failure: float | None = None
+    try:
+        while len(outcomes) < world_size:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if first_failure is not None and now >= first_failure + grace_s:
+                break
+            try:
+                rank, status, blob, error, tb, elapsed = results.get(
+                    timeout=min(0.2, max(0.01, deadline - now))
+                )
+            except queue_module.Empty:
+                for r, p in enumerate(procs):
+                    if r not in outcomes and p.exitcode is not None and not _pending(results):
+                        outcomes[r] = RankOutcome(
+                            r,
+                            "died",
+                            error=f"the process ended (exit code {p.exitcode}) without a report",
+                            exitcode=p.exitcode,
+                            elapsed_s=time.monotonic() - start,
+                        )
+                        first_failure = first_failure or time.monotonic()
+                continue
+            value = pickle.loads(blob) if status == "ok" else None
+            outcomes[rank] = RankOutcome(rank, status, value, error, tb, None, elapsed)
+            if status != "ok" and first_failure is None:
+                first_failure = time.monotonic()
+    finally:
+        _stop(procs)
+    for r, p in enumerate(procs):
+        if r in outcomes:
+            outcomes[r].exitcode = p.exitcode
+        else:
+            budget = "its grace period" if first_failure is not None else f"{timeout_s:g} s"
+            outcomes[r] = RankOutcome(
+                r,
+                "timeout",
+                error=f"no report within {budget}; terminated",
+                exitcode=p.exitcode,
+                elapsed_s=time.monotonic() - start,
+            )
+    results.close()
+    return [outcomes[r] for r in range(world_size)]
+
+
+def _pending(results: Any) -> bool:
+    try:
+        return not results.empty()
+    except (OSError, ValueError):
+        return False
+
+
+def _stop(procs: list[Any]) -> None:
+    """Terminate, then kill, every rank still running; join each (bounded)."""
+    for p in procs:
+        p.join(timeout=0.5) if p.exitcode is None else None
+    for p in procs:
+        if p.exitcode is None:
+            p.terminate()
+    for p in procs:
+        p.join(timeout=3.0)
+        if p.exitcode is None:
+            p.kill()
+            p.join(timeout=3.0)
+
+
+def check(outcomes: list[RankOutcome]) -> list[Any]:
+    """The ranks' values, in rank order; `RanksFailed` naming each failed rank
+    otherwise."""
+    if all(o.ok for o in outcomes):
+        return [o.value for o in outcomes]
+    raise RanksFailed(outcomes)
