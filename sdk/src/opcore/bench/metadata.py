@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 import torch
 
 # The default torch thread count on the host CPU is min(physical cores available to this
-# process, DEFAULT_MAX_THREADS): one thread per core (hyperthread siblings share the core's
+# process, DEFAULT_MAX_THREADS): one thread per core (SMT siblings share the core's
 # vector units), and few enough that OpenMP's fork-join cost does not swamp small ops.
 DEFAULT_MAX_THREADS = 8
 
