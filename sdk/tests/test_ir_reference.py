@@ -116,8 +116,16 @@ REFERENCES = {
 }
 
 
+def _produces_fp8(op) -> bool:
+    sample = next(iter(op.sample_inputs("cpu", torch.float32))).to("meta")
+    out = op.fake_impl(*sample.args, **sample.kwargs)
+    outs = out if isinstance(out, tuple) else (out,)
+    return any(o is not None and o.dtype.itemsize == 1 and o.is_floating_point() for o in outs)
+
+
 def test_every_op_has_a_reference():
-    assert set(REFERENCES) == set(all_ops())
+    # Ops with fp8 outputs have theirs in test_ir_quant_ops.py (compared code by code).
+    assert set(REFERENCES) == {n for n, op in all_ops().items() if not _produces_fp8(op)}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)

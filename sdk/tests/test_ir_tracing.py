@@ -80,6 +80,14 @@ _OPCHECK_SAMPLES = {
     "gelu_and_mul": ["t5_d7_tanh", "4d_2x2x3x40"],
     "rotary_embedding": ["key_none_t5_h4_d64_neox", "batch_4d_2x3_h2_kv1_d64_gptj"],
     "split_qkv_rmsnorm_rope": ["strided_rows_t6_h4_kv2_d64_neox"],
+    "scaled_fp8_quant": ["strided_rows_t6_h96", "scale_0d_t3_h24"],
+    "dynamic_per_token_scaled_fp8_quant": ["3d_2x3x64", "scale_ub_saturating_t6_h64"],
+    "per_token_group_quant_fp8": ["3d_2x3x256_g64_column_major", "defaults_kwargs_t3_h256"],
+    "rms_norm_static_fp8_quant": ["strided_rows_t6_h96", "eps_1e-2_kwargs"],
+    "fused_add_rms_norm_static_fp8_quant": ["weight_none_t4_h48"],
+    "rms_norm_dynamic_per_token_quant": ["t5_h33", "scale_ub_residual_kwargs_t6_h64"],
+    "silu_and_mul_fp8_quant": ["strided_rows_t6_d48"],
+    "silu_and_mul_per_token_group_fp8_quant": ["3d_2x3x256_g64", "default_group_t3_d256"],
 }
 
 

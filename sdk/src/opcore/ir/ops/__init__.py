@@ -18,14 +18,32 @@ from opcore.ir.op import get_op as _get_op
 from opcore.ir.ops._activation import gelu_and_mul, silu_and_mul
 from opcore.ir.ops._norm import fused_add_rms_norm, rms_norm
 from opcore.ir.ops._qkv import split_qkv_rmsnorm_rope
+from opcore.ir.ops._quant import (
+    dynamic_per_token_scaled_fp8_quant,
+    fused_add_rms_norm_static_fp8_quant,
+    per_token_group_quant_fp8,
+    rms_norm_dynamic_per_token_quant,
+    rms_norm_static_fp8_quant,
+    scaled_fp8_quant,
+    silu_and_mul_fp8_quant,
+    silu_and_mul_per_token_group_fp8_quant,
+)
 from opcore.ir.ops._rotary import rotary_embedding
 
 __all__ = [
+    "dynamic_per_token_scaled_fp8_quant",
     "fused_add_rms_norm",
+    "fused_add_rms_norm_static_fp8_quant",
     "gelu_and_mul",
+    "per_token_group_quant_fp8",
     "rms_norm",
+    "rms_norm_dynamic_per_token_quant",
+    "rms_norm_static_fp8_quant",
     "rotary_embedding",
+    "scaled_fp8_quant",
     "silu_and_mul",
+    "silu_and_mul_fp8_quant",
+    "silu_and_mul_per_token_group_fp8_quant",
     "split_qkv_rmsnorm_rope",
 ]
 

@@ -1,0 +1,651 @@
+"""FP8 quantization ops, alone and fused into the RMSNorm or gated activation before them.
+
+**Convention (reciprocal scale).** A scale maps fp8 codes back to values:
+``q = sat(round(x / scale))`` and ``x ≈ q.float() * scale``. ``round`` is to the nearest
+fp8 value, ties to even (subnormals included); ``sat`` clamps to ``±fp8_max`` (448 for
+``float8_e4m3fn``, 240 for ``float8_e4m3fnuz``), so a finite input never becomes NaN or
+infinity. NaN stays NaN.
+
+**Output dtype.** ``q`` is `fp8_dtype()`: the current platform's declared ``fp8_dtype``
+(the ROCm plugin declares ``float8_e4m3fnuz`` on MI300), ``float8_e4m3fn`` where the
+platform declares none. Scales are float32.
+
+**Scales.**
+
+- static (``scale``): a float32 tensor of one element (shape ``[]`` or ``[1]``) on ``x``'s
+  device, positive and finite (not checked: reading it would synchronise the device).
+- dynamic per token: ``scales = max(min(amax, scale_ub) / fp8_max, MIN_SCALE)``, one per
+  row (``amax``: the row's largest ``|x|``; ``scale_ub``: an optional float32 one-element
+  upper bound on ``amax``, so rows above it saturate), shape ``[*x.shape[:-1], 1]``.
+- per token group: the same over each run of ``group_size`` columns (no upper bound),
+  shape ``[*x.shape[:-1], H // group_size]``; with ``column_major_scales=True`` the same
+  values laid out column-major, returned as the contiguous ``[H // group_size,
+  *x.shape[:-1]]`` tensor (``scales.movedim(0, -1)`` is the row-major view).
+
+The scale that divides is the float32 value returned, so ``q * scales`` reconstructs
+exactly what was quantized. `MIN_SCALE` (2**-126, the smallest normal float32) keeps a row
+of zeros at ``q = 0`` instead of ``0 / 0``, and keeps every scale and its reciprocal normal.
+
+**Fused ops** are, by definition, the unfused chain: the norm or activation output is
+rounded to ``x``'s dtype exactly as `rms_norm`, `fused_add_rms_norm` or `silu_and_mul`
+return it, then quantized. So ``rms_norm_static_fp8_quant(x, w, eps, s)`` equals
+``scaled_fp8_quant(rms_norm(x, w, eps), s)`` bit for bit in native, and a compile pass may
+rewrite one into the other without changing the result; a fused kernel differs only in
+not writing the intermediate to memory.
+
+**Math.** fp32 (fp64 for fp64 inputs): ``x`` and the scale are upcast, ``x / scale`` is
+computed there, then saturated and rounded once to fp8.
+
+**Tolerances** (`opcore.ir.tolerances.fp8_tolerance`): a provider's fp8 output may differ from the float64
+reference by at most one fp8 ULP (one code) on at most the declared fraction of elements.
+Why any at all: a kernel that multiplies by the reciprocal of the scale, or whose scale
+differs from the reference's by a float32 ULP, moves values that sit on a rounding tie
+by one code; and the reference does not round the intermediate to the input dtype, which
+moves values near a tie after that rounding (about 2**-5 of them in bf16, 2**-7 in fp16;
+half of those land on the other side).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from opcore.ir.op import register_op
+from opcore.ir.ops import _checks as c
+from opcore.ir.ops._activation import silu_and_mul
+from opcore.ir.ops._norm import fused_add_rms_norm, rms_norm
+from opcore.ir.samples import SampleInput, randn
+from opcore.ir.tolerances import declare_fp8_tolerance
+
+# The smallest scale a dynamic quantization returns (the smallest normal float32).
+MIN_SCALE = torch.finfo(torch.float32).tiny
+# The fp8 dtypes the ops produce (a platform declaring another one is refused by name).
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+DEFAULT_FP8_DTYPE = torch.float8_e4m3fn
+
+# {input dtype: (max fp8 ULPs, fraction of elements that may be off)}: see the module
+# docstring. The bf16/fp16 fractions cover the intermediate's rounding (about 1.6 % and
+# 0.4 % of elements expected) with room for scale rounding; fp32 and fp64 have no rounded
+# intermediate, so only the scale's rounding remains.
+FP8_TOLERANCES = {
+    torch.bfloat16: (1, 0.04),
+    torch.float16: (1, 0.02),
+    torch.float32: (1, 0.01),
+    torch.float64: (1, 0.01),
+}
+
+
+def fp8_dtype() -> torch.dtype:
+    """The fp8 dtype the quantized ops produce on the current platform: its declared
+    ``fp8_dtype``, or ``float8_e4m3fn`` where it declares none."""
+    from opcore.platforms import get_current_platform
+
+    declared = get_current_platform().fp8_dtype
+    if declared is None:
+        return DEFAULT_FP8_DTYPE
+    if declared not in FP8_DTYPES:
+        raise ValueError(
+            f"opcore.ir.ops: the platform's fp8_dtype is {declared}; the quantized ops produce "
+            f"float8_e4m3fn or float8_e4m3fnuz"
+        )
+    return declared
+
+
+def fp8_max(dtype: torch.dtype) -> float:
+    """The largest finite value of ``dtype`` (448.0 for e4m3fn, 240.0 for e4m3fnuz)."""
+    return float(torch.finfo(dtype).max)
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _quantize(y: torch.Tensor, scale: torch.Tensor, acc: torch.dtype) -> torch.Tensor:
+    """``sat(round(y / scale))`` in ``fp8_dtype()``; ``y`` any float dtype, ``scale``
+    broadcastable to it (float32 values)."""
+    out = fp8_dtype()
+    m = fp8_max(out)
+    return (y.to(acc) / scale.to(acc)).clamp(-m, m).to(out).contiguous()
+
+
+def _dynamic_scales(
+    amax: torch.Tensor, scale_ub: torch.Tensor | None, acc: torch.dtype
+) -> torch.Tensor:
+    """float32 ``max(min(amax, scale_ub) / fp8_max, MIN_SCALE)`` (``amax`` in ``acc``)."""
+    if scale_ub is not None:
+        amax = torch.minimum(amax, scale_ub.to(acc).reshape(()))
+    return (amax / fp8_max(fp8_dtype())).clamp_min(MIN_SCALE).to(torch.float32)
+
+
+def _per_token(y: torch.Tensor, scale_ub: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    acc = _acc(y.dtype)
+    yf = y.to(acc)
+    scales = _dynamic_scales(yf.abs().amax(dim=-1, keepdim=True), scale_ub, acc)
+    return _quantize(yf, scales, acc), scales.contiguous()
+
+
+def _per_group(
+    y: torch.Tensor, group_size: int, column_major: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    acc = _acc(y.dtype)
+    groups = y.shape[-1] // group_size
+    yg = y.to(acc).reshape(*y.shape[:-1], groups, group_size)
+    scales = _dynamic_scales(yg.abs().amax(dim=-1, keepdim=True), None, acc)
+    q = _quantize(yg, scales, acc).reshape(y.shape)
+    scales = scales.squeeze(-1)
+    if column_major:
+        scales = scales.movedim(-1, 0)
+    return q, scales.contiguous()
+
+
+# --------------------------------------------------------------------------- ops
+@register_op
+def scaled_fp8_quant(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Static per-tensor quantization: ``sat(round(x / scale))`` in `fp8_dtype()`, shaped
+    like ``x``. ``scale``: float32, one element; ``x ≈ q * scale``."""
+    return _quantize(x, scale, _acc(x.dtype))
+
+
+@register_op
+def dynamic_per_token_scaled_fp8_quant(
+    x: torch.Tensor, scale_ub: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic per-token quantization: ``(q, scales)`` with ``scales[..., 0] =
+    max(min(amax(|x[...]|), scale_ub) / fp8_max, MIN_SCALE)`` (float32, shape
+    ``[*x.shape[:-1], 1]``) and ``q = sat(round(x / scales))``; ``x ≈ q * scales``."""
+    return _per_token(x, scale_ub)
+
+
+@register_op
+def per_token_group_quant_fp8(
+    x: torch.Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token-group quantization (blocks of ``group_size`` columns, the DeepSeek-style
+    format): ``(q, scales)``, one float32 scale ``max(amax(|group|) / fp8_max, MIN_SCALE)``
+    per group, ``scales`` shaped ``[*x.shape[:-1], H // group_size]`` (with
+    ``column_major_scales``: ``[H // group_size, *x.shape[:-1]]``, contiguous) and
+    ``q = sat(round(x / scale of its group))``."""
+    return _per_group(x, group_size, column_major_scales)
+
+
+@register_op
+def rms_norm_static_fp8_quant(
+    x: torch.Tensor, weight: torch.Tensor | None, epsilon: float, scale: torch.Tensor
+) -> torch.Tensor:
+    """``scaled_fp8_quant(rms_norm(x, weight, epsilon), scale)``: the normalised row is
+    rounded to ``x``'s dtype, then ``sat(round(. / scale))``."""
+    return _quantize(rms_norm.native(x, weight, epsilon), scale, _acc(x.dtype))
+
+
+@register_op
+def fused_add_rms_norm_static_fp8_quant(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    scale: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, residual_out)``: ``residual_out = x + residual`` rounded to ``x``'s dtype and
+    ``q = scaled_fp8_quant(rms_norm(residual_out, weight, epsilon), scale)``."""
+    y, res = fused_add_rms_norm.native(x, residual, weight, epsilon)
+    return _quantize(y, scale, _acc(x.dtype)), res
+
+
+@register_op
+def rms_norm_dynamic_per_token_quant(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    residual: torch.Tensor | None = None,
+    scale_ub: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(q, scales, residual_out)``: without ``residual``,
+    ``dynamic_per_token_scaled_fp8_quant(rms_norm(x, weight, epsilon), scale_ub)`` and
+    ``None``; with it, ``residual_out = x + residual`` (in ``x``'s dtype) is normalised and
+    quantized the same way, and returned."""
+    if residual is None:
+        return (*_per_token(rms_norm.native(x, weight, epsilon), scale_ub), None)
+    y, res = fused_add_rms_norm.native(x, residual, weight, epsilon)
+    return (*_per_token(y, scale_ub), res)
+
+
+@register_op
+def silu_and_mul_fp8_quant(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``scaled_fp8_quant(silu_and_mul(x), scale)``: shape ``[*x.shape[:-1], H // 2]``."""
+    return _quantize(silu_and_mul.native(x), scale, _acc(x.dtype))
+
+
+@register_op
+def silu_and_mul_per_token_group_fp8_quant(
+    x: torch.Tensor, group_size: int = 128
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_token_group_quant_fp8(silu_and_mul(x), group_size)`` (row-major scales);
+    ``group_size`` divides ``H // 2``."""
+    return _per_group(silu_and_mul.native(x), group_size, False)
+
+
+QUANT_OPS = (
+    scaled_fp8_quant,
+    dynamic_per_token_scaled_fp8_quant,
+    per_token_group_quant_fp8,
+    rms_norm_static_fp8_quant,
+    fused_add_rms_norm_static_fp8_quant,
+    rms_norm_dynamic_per_token_quant,
+    silu_and_mul_fp8_quant,
+    silu_and_mul_per_token_group_fp8_quant,
+)
+for _op in QUANT_OPS:
+    declare_fp8_tolerance(_op.name, FP8_TOLERANCES)
+
+
+# --------------------------------------------------------------------------- validators
+# As `_checks` says: each rule one condition on metadata; a failing one raises via a helper.
+def _scale_ok(s, x) -> bool:
+    return s.dtype is torch.float32 and s.numel() == 1 and s.device == x.device
+
+
+def _bad_scale(op: str, arg: str, s, x) -> None:
+    if not isinstance(s, torch.Tensor):
+        c.wrong_type(op, arg, s, "a float32 Tensor of one element")
+    if s.dtype is not torch.float32:
+        c.fail(op, arg, f"dtype {str(s.dtype).removeprefix('torch.')} is not float32")
+    if s.numel() != 1:
+        c.fail(op, arg, f"has shape {tuple(s.shape)}; expected one element (shape [] or [1])")
+    c.fail(op, arg, f"is on {s.device} but 'x' is on {x.device}; they must be on one device")
+
+
+def _check_x(op: str, x) -> None:
+    if x.dtype not in c.FLOAT_SET or not x.ndim or not x.shape[-1]:
+        if x.dtype in c.FLOAT_SET and x.ndim:
+            c.fail(op, "x", "last dim is 0; expected at least one column")
+        c.bad_float(op, "x", x)
+
+
+def _check_gated(op: str, x) -> None:
+    if x.dtype not in c.FLOAT_SET or not x.ndim or not x.shape[-1] or x.shape[-1] % 2:
+        if x.dtype in c.FLOAT_SET and x.ndim:
+            c.fail(op, "x", f"last dim is {x.shape[-1]}; it must be even and > 0 (gate, up halves)")
+        c.bad_float(op, "x", x)
+
+
+def _check_group(op: str, group_size, width: int, of: str) -> None:
+    if not (c.positive_int_ok(group_size) and width % group_size == 0):
+        if not c.positive_int_ok(group_size):
+            c.bad_positive_int(op, "group_size", group_size)
+        c.fail(op, "group_size", f"is {group_size}; it must divide {of} ({width})")
+
+
+def _check_norm_args(op: str, x, weight, epsilon) -> None:
+    _check_x(op, x)
+    if not (type(epsilon) is float and 0.0 <= epsilon < c.INF) and not c.other_eps_ok(epsilon):
+        c.bad_eps(op, "epsilon", epsilon)
+    if weight is not None and not (
+        weight.dtype is x.dtype
+        and weight.ndim == 1
+        and weight.numel() == x.shape[-1]
+        and weight.device == x.device
+    ):
+        c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
+
+
+def _check_residual(op: str, residual, x) -> None:
+    if not (
+        residual.dtype is x.dtype and residual.shape == x.shape and residual.device == x.device
+    ):
+        c.bad_like(op, "residual", residual, "x", x, shape=tuple(x.shape), shape_text=" like 'x'")
+
+
+@scaled_fp8_quant.register_validator
+def _validate_scaled_fp8_quant(x, scale):
+    op = "scaled_fp8_quant"
+    try:
+        _check_x(op, x)
+        if not _scale_ok(scale, x):
+            _bad_scale(op, "scale", scale, x)
+    except AttributeError:
+        c.not_tensors(op, x=x, scale=scale)
+        raise
+
+
+@dynamic_per_token_scaled_fp8_quant.register_validator
+def _validate_dynamic_per_token(x, scale_ub=None):
+    op = "dynamic_per_token_scaled_fp8_quant"
+    try:
+        _check_x(op, x)
+        if scale_ub is not None and not _scale_ok(scale_ub, x):
+            _bad_scale(op, "scale_ub", scale_ub, x)
+    except AttributeError:
+        c.not_tensors(op, x=x, scale_ub=scale_ub)
+        raise
+
+
+@per_token_group_quant_fp8.register_validator
+def _validate_per_token_group(x, group_size=128, column_major_scales=False):
+    op = "per_token_group_quant_fp8"
+    try:
+        _check_x(op, x)
+        _check_group(op, group_size, x.shape[-1], "the last dim of 'x'")
+    except AttributeError:
+        c.not_tensors(op, x=x)
+        raise
+    if type(column_major_scales) is not bool:
+        c.bad_bool(op, "column_major_scales", column_major_scales)
+
+
+@rms_norm_static_fp8_quant.register_validator
+def _validate_rms_norm_static(x, weight, epsilon, scale):
+    op = "rms_norm_static_fp8_quant"
+    try:
+        _check_norm_args(op, x, weight, epsilon)
+        if not _scale_ok(scale, x):
+            _bad_scale(op, "scale", scale, x)
+    except AttributeError:
+        c.not_tensors(op, x=x, weight=weight, scale=scale)
+        raise
+
+
+@fused_add_rms_norm_static_fp8_quant.register_validator
+def _validate_fused_add_rms_norm_static(x, residual, weight, epsilon, scale):
+    op = "fused_add_rms_norm_static_fp8_quant"
+    try:
+        _check_norm_args(op, x, weight, epsilon)
+        _check_residual(op, residual, x)
+        if not _scale_ok(scale, x):
+            _bad_scale(op, "scale", scale, x)
+    except AttributeError:
+        c.not_tensors(op, x=x, residual=residual, weight=weight, scale=scale)
+        raise
+
+
+@rms_norm_dynamic_per_token_quant.register_validator
+def _validate_rms_norm_dynamic(x, weight, epsilon, residual=None, scale_ub=None):
+    op = "rms_norm_dynamic_per_token_quant"
+    try:
+        _check_norm_args(op, x, weight, epsilon)
+        if residual is not None:
+            _check_residual(op, residual, x)
+        if scale_ub is not None and not _scale_ok(scale_ub, x):
+            _bad_scale(op, "scale_ub", scale_ub, x)
+    except AttributeError:
+        c.not_tensors(op, x=x, weight=weight, residual=residual, scale_ub=scale_ub)
+        raise
+
+
+@silu_and_mul_fp8_quant.register_validator
+def _validate_silu_and_mul_fp8_quant(x, scale):
+    op = "silu_and_mul_fp8_quant"
+    try:
+        _check_gated(op, x)
+        if not _scale_ok(scale, x):
+            _bad_scale(op, "scale", scale, x)
+    except AttributeError:
+        c.not_tensors(op, x=x, scale=scale)
+        raise
+
+
+@silu_and_mul_per_token_group_fp8_quant.register_validator
+def _validate_silu_and_mul_group(x, group_size=128):
+    op = "silu_and_mul_per_token_group_fp8_quant"
+    try:
+        _check_gated(op, x)
+        _check_group(op, group_size, x.shape[-1] // 2, "half the last dim of 'x'")
+    except AttributeError:
+        c.not_tensors(op, x=x)
+        raise
+
+
+# --------------------------------------------------------------------------- fakes
+def _q(x, shape=None):
+    return x.new_empty(x.shape if shape is None else shape, dtype=fp8_dtype())
+
+
+def _f32(x, shape):
+    return x.new_empty(shape, dtype=torch.float32)
+
+
+@scaled_fp8_quant.register_fake
+def _scaled_fp8_quant_fake(x, scale):
+    return _q(x)
+
+
+@dynamic_per_token_scaled_fp8_quant.register_fake
+def _dynamic_per_token_fake(x, scale_ub=None):
+    return _q(x), _f32(x, (*x.shape[:-1], 1))
+
+
+@per_token_group_quant_fp8.register_fake
+def _per_token_group_fake(x, group_size=128, column_major_scales=False):
+    groups = x.shape[-1] // group_size
+    shape = (groups, *x.shape[:-1]) if column_major_scales else (*x.shape[:-1], groups)
+    return _q(x), _f32(x, shape)
+
+
+@rms_norm_static_fp8_quant.register_fake
+def _rms_norm_static_fake(x, weight, epsilon, scale):
+    return _q(x)
+
+
+@fused_add_rms_norm_static_fp8_quant.register_fake
+def _fused_add_rms_norm_static_fake(x, residual, weight, epsilon, scale):
+    return _q(x), x.new_empty(x.shape)
+
+
+@rms_norm_dynamic_per_token_quant.register_fake
+def _rms_norm_dynamic_fake(x, weight, epsilon, residual=None, scale_ub=None):
+    res = None if residual is None else x.new_empty(x.shape)
+    return _q(x), _f32(x, (*x.shape[:-1], 1)), res
+
+
+@silu_and_mul_fp8_quant.register_fake
+def _silu_and_mul_fp8_quant_fake(x, scale):
+    return _q(x, (*x.shape[:-1], x.shape[-1] // 2))
+
+
+@silu_and_mul_per_token_group_fp8_quant.register_fake
+def _silu_and_mul_group_fake(x, group_size=128):
+    d = x.shape[-1] // 2
+    return _q(x, (*x.shape[:-1], d)), _f32(x, (*x.shape[:-1], d // group_size))
+
+
+# --------------------------------------------------------------------------- samples
+# Magnitudes: |x| of about 3 (randn's tail) maps to the top of the fp8 range under the
+# default scale; "saturating" rows exceed it eightfold; "tiny" rows land among the fp8
+# subnormals and zero under a static scale (and use the full range under a dynamic one);
+# "huge" rows are near fp16's range.
+_DEFAULT_SCALE = 3.0 / 448.0
+_TINY, _HUGE = 1e-5, 1e4
+
+
+def _scale(value: float = _DEFAULT_SCALE, *, zero_dim: bool = False) -> torch.Tensor:
+    t = torch.tensor([value], dtype=torch.float32)
+    return t.reshape(()) if zero_dim else t
+
+
+def _rows(shape, dtype, g, kind: str = "", strided: bool = False) -> torch.Tensor:
+    """An activation of ``shape`` (drawn and shaped in fp32, then cast, so every dtype sees
+    the same values); ``kind`` makes some rows special: ``zero`` (every other row 0),
+    ``large`` (all rows x100), ``mixed`` (row ``i`` scaled by ``10 ** (i % 7 - 3)``: tiny to
+    large rows in one tensor; ``mixed_gated``: ``10 ** ((i % 7 - 3) / 2)``), ``tiny`` or
+    ``huge`` (all rows), ``saturating`` (every other row 8x the scale's range)."""
+    width = 3 * shape[-1] if strided else shape[-1]  # strided: rows of a 3x wider buffer
+    buf = randn((*shape[:-1], width), torch.float32, g)
+    x = buf[..., shape[-1] : 2 * shape[-1]] if strided else buf
+    rows = x.reshape(-1, shape[-1])  # a view for 2-D shapes, which is where "mixed" is used
+    if kind == "zero":
+        x[..., ::2, :] = 0
+    elif kind == "tiny":
+        x.mul_(_TINY)
+    elif kind == "huge":
+        x.mul_(_HUGE)
+    elif kind == "large":  # gated inputs: gate x up stays inside fp16's range
+        x.mul_(100.0)
+    elif kind == "saturating":
+        x[..., ::2, :] *= 8.0
+    elif kind.startswith("mixed"):
+        # gated inputs multiply two such values: half the exponent keeps fp16 finite
+        half = kind == "mixed_gated"
+        for i in range(rows.shape[0]):
+            rows[i] *= 10.0 ** ((i % 7 - 3) / (2 if half else 1))
+    buf = buf.to(dtype)
+    return buf[..., shape[-1] : 2 * shape[-1]] if strided else buf
+
+
+def _plain_shapes(quick: bool):
+    """(name, shape, kind, strided) shared by the plain and norm quantizers."""
+    yield "t1_h8", (1, 8), "", False
+    yield "t1_h4096", (1, 4096), "", False
+    for h in (7, 32, 33, 128, 129) if quick else (1, 7, 16, 31, 32, 33, 64, 127, 128, 129, 1031):
+        yield f"t5_h{h}", (5, h), "", False
+    yield "3d_2x3x64", (2, 3, 64), "", False
+    yield "strided_rows_t6_h96", (6, 96), "", True
+    yield "zero_rows_t4_h32", (4, 32), "zero", False
+    yield "saturating_rows_t4_h64", (4, 64), "saturating", False
+    yield "tiny_t4_h64", (4, 64), "tiny", False
+    yield "huge_t4_h64", (4, 64), "huge", False
+    yield "mixed_rows_t14_h128", (14, 128), "mixed", False
+    if not quick:
+        yield "t256_h4096", (256, 4096), "", False
+        yield "t33_h5120", (33, 5120), "", False
+
+
+@scaled_fp8_quant.register_sample_inputs
+def _scaled_fp8_quant_samples(dtype, *, quick, generator):
+    for name, shape, kind, strided in _plain_shapes(quick):
+        x = _rows(shape, dtype, generator, kind, strided)
+        scale = _scale(_HUGE * _DEFAULT_SCALE if kind == "huge" else _DEFAULT_SCALE)
+        yield SampleInput(name, (x, scale))
+    yield SampleInput("scale_0d_t3_h24", (randn((3, 24), dtype, generator), _scale(zero_dim=True)))
+    yield SampleInput("scale_pow2_ties_t4_h64", (randn((4, 64), dtype, generator), _scale(0.0625)))
+
+
+@dynamic_per_token_scaled_fp8_quant.register_sample_inputs
+def _dynamic_per_token_samples(dtype, *, quick, generator):
+    for name, shape, kind, strided in _plain_shapes(quick):
+        yield SampleInput(name, (_rows(shape, dtype, generator, kind, strided),))
+    x = _rows((6, 64), dtype, generator)
+    yield SampleInput("scale_ub_saturating_t6_h64", (x,), {"scale_ub": _scale(1.0)})
+    yield SampleInput("scale_ub_above_t3_h32", (randn((3, 32), dtype, generator), _scale(1e3)))
+
+
+def _group_shapes(quick: bool):
+    """(name, shape, group_size, kind, strided)."""
+    yield "t1_h128_g128", (1, 128), 128, "", False
+    yield "t5_h256_g128", (5, 256), 128, "", False
+    yield "t3_h96_g32", (3, 96), 32, "", False
+    yield "t4_h64_g16", (4, 64), 16, "", False
+    yield "3d_2x3x256_g64", (2, 3, 256), 64, "", False
+    yield "strided_rows_t6_h256_g128", (6, 256), 128, "", True
+    yield "zero_rows_t4_h256_g128", (4, 256), 128, "zero", False
+    yield "tiny_t4_h128_g64", (4, 128), 64, "tiny", False
+    yield "huge_t4_h128_g64", (4, 128), 64, "huge", False
+    yield "mixed_rows_t14_h256_g128", (14, 256), 128, "mixed", False
+    if not quick:
+        yield "t256_h4096_g128", (256, 4096), 128, "", False
+        yield "t7_h7168_g128", (7, 7168), 128, "", False
+
+
+@per_token_group_quant_fp8.register_sample_inputs
+def _per_token_group_samples(dtype, *, quick, generator):
+    for name, shape, gs, kind, strided in _group_shapes(quick):
+        x = _rows(shape, dtype, generator, kind, strided)
+        yield SampleInput(name, (x, gs))
+        if not kind and not strided:
+            yield SampleInput(name + "_column_major", (x, gs, True))
+    x = _rows((3, 256), dtype, generator)
+    yield SampleInput("defaults_kwargs_t3_h256", (x,), {"column_major_scales": False})
+
+
+def _norm_weight(n, dtype, g, with_weight: bool = True):
+    if not with_weight:
+        return None
+    return (1.0 + 0.5 * randn((n,), torch.float32, g)).to(dtype)
+
+
+def _norm_shapes(quick: bool):
+    for name, shape, kind, strided in _plain_shapes(quick):
+        yield name, shape, kind, strided, True
+    yield "weight_none_t4_h48", (4, 48), "", False, False
+
+
+# After RMSNorm every row has RMS 1 (times the weight), so a row's magnitude only matters
+# through epsilon: "tiny" rows are dominated by it (their outputs are tiny), "huge" rows
+# not at all. Saturation comes from the scale: 1/448 puts |y| > 1 past fp8_max.
+_NORM_SATURATING_SCALE = 1.0 / 448.0
+
+
+def _norm_scale(kind: str) -> torch.Tensor:
+    return _scale(_NORM_SATURATING_SCALE if kind == "saturating" else _DEFAULT_SCALE)
+
+
+@rms_norm_static_fp8_quant.register_sample_inputs
+def _rms_norm_static_samples(dtype, *, quick, generator):
+    for name, shape, kind, strided, with_w in _norm_shapes(quick):
+        x = _rows(shape, dtype, generator, kind, strided)
+        w = _norm_weight(shape[-1], dtype, generator, with_w)
+        yield SampleInput(name, (x, w, 1e-6, _norm_scale(kind)))
+    x = randn((3, 24), dtype, generator)
+    yield SampleInput("eps_1e-2_kwargs", (x,), {"weight": None, "epsilon": 1e-2, "scale": _scale()})
+
+
+@fused_add_rms_norm_static_fp8_quant.register_sample_inputs
+def _fused_add_rms_norm_static_samples(dtype, *, quick, generator):
+    for name, shape, kind, strided, with_w in _norm_shapes(quick):
+        x = _rows(shape, dtype, generator, kind, strided)
+        r = _rows(shape, dtype, generator, "tiny" if kind == "tiny" else "", strided)
+        w = _norm_weight(shape[-1], dtype, generator, with_w)
+        yield SampleInput(name, (x, r, w, 1e-6, _norm_scale(kind)))
+
+
+@rms_norm_dynamic_per_token_quant.register_sample_inputs
+def _rms_norm_dynamic_samples(dtype, *, quick, generator):
+    for name, shape, kind, strided, with_w in _norm_shapes(quick):
+        x = _rows(shape, dtype, generator, kind, strided)
+        w = _norm_weight(shape[-1], dtype, generator, with_w)
+        yield SampleInput(name, (x, w, 1e-6))
+        r = _rows(shape, dtype, generator, "", strided)
+        yield SampleInput(name + "_residual", (x, w, 1e-6, r))
+    x = _rows((6, 64), dtype, generator)
+    w = _norm_weight(64, dtype, generator)
+    yield SampleInput("scale_ub_saturating_t6_h64", (x, w, 1e-6), {"scale_ub": _scale(1.0)})
+    r = _rows((6, 64), dtype, generator)
+    yield SampleInput(
+        "scale_ub_residual_kwargs_t6_h64",
+        (x, w, 1e-6),
+        {"residual": r, "scale_ub": _scale(1.5)},
+    )
+
+
+def _gated_shapes(quick: bool):
+    """(name, shape, kind, strided): the last dim is 2 * d."""
+    yield "t1_d8", (1, 16), "", False
+    for d in (7, 32, 33, 128, 129) if quick else (1, 7, 16, 31, 32, 33, 64, 127, 128, 129, 1031):
+        yield f"t5_d{d}", (5, 2 * d), "", False
+    yield "3d_2x3x64", (2, 3, 128), "", False
+    yield "strided_rows_t6_d48", (6, 96), "", True
+    yield "zero_rows_t4_d32", (4, 64), "zero", False
+    yield "saturating_rows_t4_d32", (4, 64), "saturating", False
+    yield "tiny_t4_d64", (4, 128), "tiny", False
+    yield "large_t4_d64", (4, 128), "large", False
+    yield "mixed_rows_t14_d128", (14, 256), "mixed_gated", False
+    if not quick:
+        yield "t256_d11008", (256, 2 * 11008), "", False
+        yield "t1_d14336", (1, 2 * 14336), "", False
+
+
+@silu_and_mul_fp8_quant.register_sample_inputs
+def _silu_and_mul_fp8_quant_samples(dtype, *, quick, generator):
+    for name, shape, kind, strided in _gated_shapes(quick):
+        x = _rows(shape, dtype, generator, kind, strided)
+        yield SampleInput(name, (x, _scale()))
+
+
+@silu_and_mul_per_token_group_fp8_quant.register_sample_inputs
+def _silu_and_mul_group_samples(dtype, *, quick, generator):
+    for name, shape, gs, kind, strided in _group_shapes(quick):
+        if kind == "huge":
+            name, kind = name.replace("huge", "large"), "large"
+        elif kind == "mixed":
+            kind = "mixed_gated"
+        x = _rows((*shape[:-1], 2 * shape[-1]), dtype, generator, kind, strided)
+        yield SampleInput(name, (x, gs))
+    x = _rows((3, 512), dtype, generator)
+    yield SampleInput("default_group_t3_d256", (x,))
