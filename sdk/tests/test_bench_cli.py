@@ -173,7 +173,18 @@ def test_a_noisy_baseline_gives_no_speedup_but_says_why():
         {"environment": {}, "records": [native, fast]}
     )
     (warning,) = runner.spread_warnings([native, fast])
-    assert warning.startswith("rms_norm H=8 T=1 native (cpu): IQR/median")
+    assert warning.startswith("large spread: rms_norm H=8 T=1 native (cpu): IQR/median")
+
+
+def test_a_busy_host_is_warned_about():
+    from opcore.bench import runner
+
+    busy = {"logical_cpus": 2, "load_average_start": [1.0, 1, 1], "load_average_end": [5.5, 2, 1]}
+    (line,) = runner.load_warnings(busy)
+    assert line.startswith("host busy: 1-minute load average 5.50 over the 2 logical CPUs")
+    quiet = {**busy, "load_average_end": [1.5, 1, 1]}
+    assert runner.load_warnings(quiet) == []
+    assert runner.load_warnings({"logical_cpus": 2, "load_average_start": None}) == []
 
 
 def test_pinned_threads_restores_the_count_even_on_error():

@@ -145,7 +145,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines += [f"| {op} | {p} | `{h[:16]}` |" for p, h in ids.items()]
     warnings = result.get("warnings") or []
     if warnings:
-        lines += ["", f"## Spread warnings ({len(warnings)})", ""]
+        lines += ["", f"## Warnings ({len(warnings)})", ""]
         lines += [f"- {w}" for w in warnings]
     plots = result.get("plots") or {}
     if plots:

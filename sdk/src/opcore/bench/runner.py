@@ -260,7 +260,22 @@ def _run(opts: Options, log, platform: Any, threads_why: str) -> dict[str, Any]:
             sink.close()
     env["load_average_end"] = metadata.load_average()
     _speedups(records)
-    return {"environment": env, "records": records, "warnings": spread_warnings(records)}
+    warnings = load_warnings(env) + spread_warnings(records)
+    return {"environment": env, "records": records, "warnings": warnings}
+
+
+def load_warnings(env: dict[str, Any]) -> list[str]:
+    """A line when the 1-minute load average, at the start or the end of the run, was over
+    the logical CPUs this process may use: other work shared the host's cores, so host
+    timings (and launch costs) are suspect even where their spread is small."""
+    cpus = env.get("logical_cpus") or 0
+    loads = [x[0] for x in (env.get("load_average_start"), env.get("load_average_end")) if x]
+    if cpus and loads and max(loads) > cpus:
+        return [
+            f"host busy: 1-minute load average {max(loads):.2f} over the {cpus} logical CPUs "
+            f"available; other processes shared the cores during the run"
+        ]
+    return []
 
 
 def _record(case, provider, env, t, *, skipped=None, error=None) -> dict[str, Any]:
@@ -338,7 +353,8 @@ def spread_warnings(records: list[dict[str, Any]]) -> list[str]:
             s = r.get(f"{timer}_spread")
             if s and s["iqr_over_median"] > timing.SPREAD_WARN:
                 out.append(
-                    f"{r['op']} {r['layout']} T={r['tokens']} {r['provider']} ({timer}): "
+                    f"large spread: {r['op']} {r['layout']} T={r['tokens']} {r['provider']} "
+                    f"({timer}): "
                     f"IQR/median {s['iqr_over_median']:.1%} over {timing.SPREAD_WARN:.0%} "
                     f"(p25 {s['p25_us']:.2f}, median {s['median_us']:.2f}, "
                     f"p75 {s['p75_us']:.2f} µs, {s['reps']} reps)"

@@ -19,7 +19,7 @@ import sys
 
 from opcore.bench import shapes as cases  # torch-free: help quotes the shape sets
 
-MAX_WARNING_LINES = 20  # spread warnings on stderr; the report lists every one
+MAX_WARNING_LINES = 20  # warnings on stderr; the report lists every one
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -169,11 +169,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{kind}: {path}")
     warnings = result["warnings"]
     for line in warnings[:MAX_WARNING_LINES]:
-        print(f"opcore bench: warning: large spread: {line}", file=sys.stderr)
+        print(f"opcore bench: warning: {line}", file=sys.stderr)
     if len(warnings) > MAX_WARNING_LINES:
         print(
-            f"opcore bench: warning: {len(warnings) - MAX_WARNING_LINES} more measurements "
-            f"with a large spread (all listed in {paths['markdown']})",
+            f"opcore bench: warning: {len(warnings) - MAX_WARNING_LINES} more warnings "
+            f"(all listed in {paths['markdown']})",
             file=sys.stderr,
         )
     errors = [r for r in result["records"] if "error" in r]
