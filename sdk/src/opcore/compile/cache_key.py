@@ -6,7 +6,8 @@ subset the backend was given, in pipeline order) and of the opcore pass modules
 (the opaque-call module included); per
 op, the effective priority under the config (so a platform default, a user list or a
 ``set_priority`` block open in this thread or task all count) and the identity hash
-(source) of every registered provider. It is the ``uuid()`` of the pass Inductor runs, so
+(source) of every registered provider; the identity of the tuning tables in use
+(`opcore.tuning.identity`). It is the ``uuid()`` of the pass Inductor runs, so
 Inductor's FX-graph and AOTAutograd caches miss when any of it changes, and the in-process
 check of a compiled graph (`opcore.compile.backend`) recompiles.
 
@@ -30,6 +31,7 @@ import torch
 import opcore
 from opcore.ir.op import all_ops
 from opcore.platforms.kernels import ensure_kernels_loaded
+from opcore.tuning import identity as tuning_identity
 
 
 @functools.cache
@@ -72,6 +74,8 @@ def key_material(config: Any, *, mode: str, fusion: bool | Iterable[str]) -> dic
         "opcore": opcore.__version__,
         "mode": mode,
         "fusion": bool(selected),
+        # the tuning tables in use (docs/tuning.md): lowering launches what they choose
+        "tuning": tuning_identity(),
         # docs/properties.md: they shape every op's priority above too, but a requirement
         # is a promise about the compiled code itself
         "required_properties": sorted(cfg.kernel.required_properties),

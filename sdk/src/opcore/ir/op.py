@@ -41,6 +41,7 @@ from opcore.ir.tolerances import default_tolerance
 from opcore.platforms.kernels import ensure_kernels_loaded, on_kernels_loaded
 from opcore.properties import Properties, as_properties
 from opcore.scopes import ScopeKind, current_scopes
+from opcore.tuning import runtime as tuning_runtime
 
 logger = logging.getLogger("opcore.ir")
 dispatch_logger = logging.getLogger("opcore.ir.dispatch")
@@ -58,7 +59,7 @@ _GENERATION = 0
 PRIORITY_SCOPE = "ir_priority"  # the `opcore.scopes.Frame.kind` of set_priority blocks
 _PRIORITY_SCOPES = ScopeKind(PRIORITY_SCOPE)
 _CONFIG_SCOPE = _config.CONFIG_SCOPE
-_NO_CACHE = (None, -1, None, None, False, None)
+_NO_CACHE = (None, -1, None, None, False, None, None)
 
 # Bound once: these run on every eager call. Dynamo folds is_dynamo_compiling() to True
 # while tracing; export and AOT tracing run under a dispatch mode (second check).
@@ -350,6 +351,12 @@ class IrOp:
             raise
 
     def _select(self, c: tuple, args: tuple, kwargs: Mapping[str, Any] | None) -> Impl:
+        if c[6] is not None and not kwargs:  # a tuning table reorders some buckets
+            routed = c[6](args)
+            if routed is not None:
+                if c[4]:
+                    _log_dispatch(self, c[3].chain, routed, args, {})
+                return routed
         kwargs = kwargs or {}
         for impl in c[3].chain:
             sa = impl.supports_args
@@ -411,12 +418,16 @@ class IrOp:
                     self._decisions.clear()
                 self._decisions[key] = entry
         decision, log = entry[2], entry[3]
+        # A tuning table that measured another provider order for some buckets of this op
+        # (docs/tuning.md); None, at no cost per call, when it has none.
+        router = tuning_runtime.router_for(self.name, decision, self.impls)
         # The first provider takes every argument and nothing is logged: no loop needed.
         first = decision.chain[0]
-        fast = first if first.supports_args is None and not log else None
-        # (scope stack, generation, fast Impl, Decision, log, fast Impl's callable): the
-        # eager call reads the callable itself, one attribute lookup less per call.
-        cache = (scopes, gen, fast, decision, log, None if fast is None else fast.functional)
+        fast = first if first.supports_args is None and not log and router is None else None
+        # (scope stack, generation, fast Impl, Decision, log, fast Impl's callable,
+        # router): the eager call reads the callable itself, one attribute lookup less.
+        fn = None if fast is None else fast.functional
+        cache = (scopes, gen, fast, decision, log, fn, router)
         self._cache = cache
         return cache
 
@@ -538,7 +549,21 @@ class IrOp:
             ...     ops.rms_norm.explain(x, w, 1e-6).selected
             'native'
         """
-        return priority.explain(self.decision(), args, kwargs)
+        decision = self.decision()
+        explanation = priority.explain(decision, args, kwargs)
+        if args and not kwargs:
+            c = self._cache
+            routed = c[6](args) if c[6] is not None and c[3] is decision else None
+            if routed is not None and routed.provider != explanation.selected:
+                for row in explanation.providers:
+                    if row["provider"] == routed.provider:
+                        row["status"], row["reason"] = "selected", "tuning table's order"
+                    elif row["provider"] == explanation.selected:
+                        row["status"] = "not reached"
+                        row["reason"] = f"the tuning table puts {routed.provider!r} first"
+                explanation.selected = routed.provider
+            explanation.tuning = tuning_runtime.explain_note(self.name, explanation.selected, args)
+        return explanation
 
     # ------------------------------------------------------------------ registration
     def register_impl(

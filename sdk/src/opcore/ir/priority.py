@@ -314,7 +314,8 @@ class Explanation:
     ``providers``: every registered provider with a status (``selected``, ``tried``
     (supports_args returned False), ``not supported``, ``lacks property`` (the config
     requires one it does not declare), ``not in list``, ``not reached``, ``in list``) and
-    the reason. ``required``: the properties the config requires."""
+    the reason. ``required``: the properties the config requires. ``tuning``: what of the
+    choice came from a tuning table (docs/tuning.md), or ``None``."""
 
     op: str
     selected: str | None
@@ -324,6 +325,7 @@ class Explanation:
     native_appended: bool
     providers: list[dict[str, str]]
     required: list[str] = dataclasses.field(default_factory=list)
+    tuning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -340,6 +342,8 @@ class Explanation:
         ]
         for p in self.providers:
             lines.append(f"  {p['provider']:<12} {p['status']:<14} {p['reason']}")
+        if self.tuning:
+            lines.append(f"  {self.tuning}")
         return "\n".join(lines)
 
 

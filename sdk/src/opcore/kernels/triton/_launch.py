@@ -102,15 +102,27 @@ def token_head_params(
     splits = 1
     while n_tokens * splits < 4 * MIN_PROGRAMS and 2 * splits <= smaller:
         splits *= 2
-    block_a = next_pow2(cdiv(n_a, splits))
-    block_b = next_pow2(cdiv(n_b, splits)) if n_b else 1
-    programs = max(cdiv(n_a, block_a), cdiv(n_b, block_b))
+    programs, block_a, block_b = head_split(n_a, n_b, splits)
     return (
         programs,
         block_a,
         block_b,
         warps_for((block_a + block_b) * head_cols, per_warp=256, cap=8),
     )
+
+
+def max_head_splits(n_a: int, n_b: int) -> int:
+    """The most programs a token's heads may be split over: the smaller group's count."""
+    return max(1, min(n_a, n_b) if n_b else n_a)
+
+
+def head_split(n_a: int, n_b: int, splits: int) -> tuple[int, int, int]:
+    """``(PROGRAMS, BLOCK_A, BLOCK_B)`` when a token's two head groups are split ``splits``
+    ways (``1 <= splits <= max_head_splits``): each program takes ``BLOCK_A`` heads of the
+    first group and ``BLOCK_B`` of the second."""
+    block_a = next_pow2(cdiv(n_a, splits))
+    block_b = next_pow2(cdiv(n_b, splits)) if n_b else 1
+    return max(cdiv(n_a, block_a), cdiv(n_b, block_b)), block_a, block_b
 
 
 @functools.lru_cache(maxsize=4096)

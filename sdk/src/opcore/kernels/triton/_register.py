@@ -25,7 +25,7 @@ from opcore.kernels.triton._support import (
 
 INTERPRETED: bool  # the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1)
 if HAS_TRITON:
-    from opcore.kernels.triton import activation, norm, qk_norm_rope, rotary
+    from opcore.kernels.triton import activation, norm, qk_norm_rope, rotary, spaces
 
     INTERPRETED = type(norm._rms_norm_kernel).__name__ == "InterpretedFunction"
 else:
@@ -194,12 +194,35 @@ def _unavailable(op_name: str):
     return fail
 
 
+# Provider properties (docs/properties.md), checked by `opcore conformance` on the device.
+# All: no atomics (deterministic), no host synchronization or allocation (capture_safe).
+# The elementwise kernels compute each element by one fixed expression, so no launch
+# configuration can change a row's bits (batch_invariant); the norms reduce a row in an
+# order set by ROWS and num_warps, which follow the row count (provider
+# "triton_batch_invariant" fixes them).
+_ELEMENTWISE = frozenset({"batch_invariant", "deterministic", "capture_safe"})
+_REDUCING = frozenset({"deterministic", "capture_safe"})
+PROPERTIES = {
+    "rms_norm": _REDUCING,
+    "fused_add_rms_norm": _REDUCING,
+    "silu_and_mul": _ELEMENTWISE,
+    "gelu_and_mul": _ELEMENTWISE,
+    "rotary_embedding": _ELEMENTWISE,
+    "split_qkv_rmsnorm_rope": _REDUCING,
+}
+
+
 def _register(op_name, impl, supports, *, inplace=False, functional=None):
     op = getattr(ops, op_name)
     if PROVIDER in op.impls:  # idempotent: a re-import (or importlib.reload) registers nothing new
         return
     fn = impl if HAS_TRITON else _unavailable(op_name)
-    kwargs = {"supported": HAS_TRITON, "supports_args": supports, "inplace": inplace}
+    kwargs = {
+        "supported": HAS_TRITON,
+        "supports_args": supports,
+        "inplace": inplace,
+        "properties": PROPERTIES[op_name],
+    }
     # The out-of-place kernel serves the default overload, so it never pays for clones.
     if functional is not None and HAS_TRITON:
         kwargs["functional"] = functional
@@ -207,8 +230,10 @@ def _register(op_name, impl, supports, *, inplace=False, functional=None):
 
 
 def register_all() -> None:
-    """Register provider ``triton`` on the six ops (idempotent)."""
+    """Register provider ``triton`` on the six ops, with its launch spaces (idempotent)."""
     k = HAS_TRITON
+    if k:
+        spaces.register_spaces(PROVIDER)
     _register("rms_norm", norm.rms_norm if k else None, supports_rms_norm)
     _register(
         "fused_add_rms_norm",

@@ -11,8 +11,9 @@ import torch
 import triton
 import triton.language as tl
 
-from opcore.kernels.triton import _launch
+from opcore.kernels.triton import PROVIDER, _launch
 from opcore.kernels.triton._support import require_row_stride
+from opcore.tuning.runtime import launch_config
 
 # Activation kinds (constexpr selector), and the op each one serves.
 SILU, GELU_ERF, GELU_TANH = 0, 1, 2
@@ -53,14 +54,19 @@ def _act_and_mul_kernel(
     )
 
 
-def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:
+def _act_and_mul(x: torch.Tensor, act: int, shape: tuple) -> torch.Tensor:
     d = x.shape[-1] // 2
     out = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
     n_rows = out.numel() // d if d else 0
     if n_rows == 0:
         return out
     stride = require_row_stride(x, f"{_OP_NAMES[act]}: x")
-    block_c, rows, warps = _launch.elementwise_params(n_rows, d)
+    # A tuned choice for this size (docs/tuning.md), else the shape heuristic.
+    cfg = launch_config(_OP_NAMES[act], PROVIDER, x.dtype, n_rows, shape)
+    if cfg is None:
+        block_c, rows, warps = _launch.elementwise_params(n_rows, d)
+    else:
+        block_c, rows, warps = cfg["BLOCK_C"], cfg["ROWS"], cfg["num_warps"]
     grid = (_launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c))
     _act_and_mul_kernel[grid](
         x, stride, out, d, n_rows, d, ACT=act, BLOCK_C=block_c, ROWS=rows, num_warps=warps
@@ -70,13 +76,13 @@ def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:
 
 def silu_and_mul(x):
     """`silu_and_mul` on a Triton device: ``silu(x[..., :d]) * x[..., d:]``."""
-    return _act_and_mul(x, SILU)
+    return _act_and_mul(x, SILU, (x.shape[-1] // 2,))
 
 
 def gelu_and_mul(x, approximate="none"):
     """`gelu_and_mul` on a Triton device; ``approximate`` is ``"none"`` (erf) or ``"tanh"``."""
     if approximate == "none":
-        return _act_and_mul(x, GELU_ERF)
+        return _act_and_mul(x, GELU_ERF, (x.shape[-1] // 2, approximate))
     if approximate == "tanh":
-        return _act_and_mul(x, GELU_TANH)
+        return _act_and_mul(x, GELU_TANH, (x.shape[-1] // 2, approximate))
     raise ValueError(f"gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}")

@@ -18,8 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
-from opcore.kernels.triton import _launch
+from opcore.kernels.triton import PROVIDER, _launch
 from opcore.kernels.triton._support import require_row_stride
+from opcore.tuning.runtime import launch_config
 
 
 @triton.jit
@@ -121,9 +122,16 @@ def _launch_norm(
     n_rows = x.numel() // n_cols if n_cols else 0
     if n_rows == 0 or n_cols == 0:
         return
-    block_n, rows, single, warps = _launch.row_params(n_rows, n_cols)
-    var_size = n_cols if variance_size is None else int(variance_size)
     has_res = r is not None
+    op = "fused_add_rms_norm" if has_res else "rms_norm"
+    # A tuned choice for this size (docs/tuning.md), else the shape heuristic.
+    cfg = launch_config(op, PROVIDER, x.dtype, n_rows, (n_cols,))
+    if cfg is None:
+        block_n, rows, single, warps = _launch.row_params(n_rows, n_cols)
+    else:
+        block_n, rows, warps = cfg["BLOCK_N"], cfg["ROWS"], cfg["num_warps"]
+        single = block_n >= n_cols
+    var_size = n_cols if variance_size is None else int(variance_size)
     _rms_norm_kernel[(_launch.cdiv(n_rows, rows),)](
         x,
         x_stride,

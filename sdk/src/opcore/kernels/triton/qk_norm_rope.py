@@ -18,9 +18,10 @@ import torch
 import triton
 import triton.language as tl
 
-from opcore.kernels.triton import _launch
+from opcore.kernels.triton import PROVIDER, _launch
 from opcore.kernels.triton._support import require_row_stride
 from opcore.kernels.triton.rotary import load_cos_sin, load_pairs, pair_offsets, store_rotated
+from opcore.tuning.runtime import launch_config
 
 
 @triton.jit
@@ -174,9 +175,21 @@ def split_qkv_rmsnorm_rope(
     half = rot // 2
     half_pad = _launch.next_pow2(half)
     tail = head_size - rot
-    n_splits, block_q, block_kv, warps = _launch.split_qkv_params(
-        n_tokens, num_heads, num_kv_heads, 2 * half_pad
+    # A tuned choice for this size (docs/tuning.md), else the shape heuristic.
+    cfg = launch_config(
+        "split_qkv_rmsnorm_rope",
+        PROVIDER,
+        qkv.dtype,
+        n_tokens,
+        (int(num_heads), int(num_kv_heads), int(head_size)),
     )
+    if cfg is None:
+        n_splits, block_q, block_kv, warps = _launch.split_qkv_params(
+            n_tokens, num_heads, num_kv_heads, 2 * half_pad
+        )
+    else:
+        n_splits, block_q, block_kv = _launch.head_split(num_heads, num_kv_heads, cfg["SPLITS"])
+        warps = cfg["num_warps"]
     has_weight = q_weight is not None
     _split_qkv_rmsnorm_rope_kernel[(n_tokens, n_splits)](
         qkv,

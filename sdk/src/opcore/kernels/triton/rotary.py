@@ -20,8 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from opcore.kernels.triton import _launch
+from opcore.kernels.triton import PROVIDER, _launch
 from opcore.kernels.triton._support import head_layout
+from opcore.tuning.runtime import launch_config
 
 
 @triton.jit
@@ -205,7 +206,17 @@ def _rotary(positions, query, key, head_size, cos_sin_cache, is_neox, q_out, k_o
     half_pad = _launch.next_pow2(half)
     tail = head_size - rot
     copy_tail = tail > 0 and q_out.data_ptr() != query.data_ptr()
-    n_splits, block_q, block_k, warps = _launch.token_head_params(n_tokens, n_q, n_k, 2 * half_pad)
+    # A tuned choice for this size (docs/tuning.md), else the shape heuristic.
+    cfg = launch_config(
+        "rotary_embedding", PROVIDER, query.dtype, n_tokens, (n_q, n_k, int(head_size))
+    )
+    if cfg is None:
+        n_splits, block_q, block_k, warps = _launch.token_head_params(
+            n_tokens, n_q, n_k, 2 * half_pad
+        )
+    else:
+        n_splits, block_q, block_k = _launch.head_split(n_q, n_k, cfg["SPLITS"])
+        warps = cfg["num_warps"]
     # The kernel reads positions as one contiguous array; a strided or expanded view (a
     # decode position broadcast over the batch) must not be read past its elements.
     pos = positions.reshape(-1).contiguous()

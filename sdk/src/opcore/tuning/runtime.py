@@ -1,0 +1,480 @@
+"""The tuning table in use: where it is found, what of it applies, and the O(1) lookups.
+
+Search order (``OPCORE_TUNING``):
+
+- ``off``: no table; every provider uses its own heuristic and the platform's order.
+- a path: that file only (it must exist and parse: an error otherwise, never a silent
+  fallback).
+- unset: every ``*.json`` in the user cache dir (``$XDG_CACHE_HOME/opcore/tuning``, else
+  ``~/.cache/opcore/tuning``), then the tables plugins ship: each entry point of the
+  ``opcore.tuning_tables`` group names a package whose ``*.json`` resources are tables.
+  Where two tables cover one op x dtype x bucket, the earlier one wins.
+
+A table (or one provider's part of it) that does not match this process is stale: the
+environment differs (platform, device, capability, torch, Triton), a provider's identity
+hash changed, or a configuration fails its launch space's check. Stale parts are left out,
+with one warning per load listing them all.
+
+Lookups: `launch_config` (a provider's launcher, per call) and the router `router_for`
+builds for dispatch are a dict access and a list index, with the token bucket computed by
+`opcore.tuning.buckets.token_bucket`. The index is rebuilt when the op registry changes
+(a provider registered or removed), when the required properties change, or on `reload`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib.metadata as md
+import importlib.resources
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from opcore.tuning import table as _table
+from opcore.tuning.buckets import MAX_BUCKET, key_function, token_bucket
+from opcore.tuning.space import space_for
+
+logger = logging.getLogger("opcore.tuning")
+
+ENV = "OPCORE_TUNING"
+GROUP = "opcore.tuning_tables"
+BATCH_INVARIANT = "batch_invariant"
+
+
+class TuningWarning(UserWarning):
+    """Part of a tuning table was left out (stale or invalid)."""
+
+
+@dataclasses.dataclass
+class State:
+    """What the last load found (shown by `info`)."""
+
+    mode: str = "unloaded"  # "off", "env", "search"
+    searched: list[str] = dataclasses.field(default_factory=list)
+    used: list[str] = dataclasses.field(default_factory=list)
+    stale: list[str] = dataclasses.field(default_factory=list)
+    coverage: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    identity: str = "none"
+    required: tuple[str, ...] = ()
+    generation: int = -1
+
+
+# (op, provider, dtype, shape) -> [config or None] * (MAX_BUCKET + 1)
+_CONFIGS: dict[tuple, list] | None = None
+# op -> {(dtype, shape): [provider order tuple or None] * (MAX_BUCKET + 1)}
+_ORDERS: dict[str, dict[tuple, list]] = {}
+# (op, dtype, shape, bucket) -> (table source, tuned tokens): for explain
+_ORIGIN: dict[tuple, tuple[str, int]] = {}
+# (op, provider) -> config the tuner is timing (see `forced`)
+_FORCED: dict[tuple[str, str], Mapping[str, int]] = {}
+_STATE = State()
+_lock = threading.RLock()
+
+
+# --------------------------------------------------------------------------- environment
+def environment() -> dict[str, Any]:
+    """This process's table key: the current platform's name, its device 0's name and
+    capability, the torch and Triton versions (``None`` where there is none)."""
+    from opcore.platforms import get_current_platform
+
+    platform = get_current_platform()
+    try:
+        name: Any = platform.get_device_name(0)
+    except Exception:
+        name = None
+    try:
+        cap = platform.get_device_capability(0)
+    except Exception:
+        cap = None
+    capability = None if cap is None else ".".join(str(c) for c in cap)
+    try:
+        import triton
+
+        triton_version: Any = triton.__version__
+    except Exception:
+        triton_version = None
+    return {
+        "platform": platform.name,
+        "device": name,
+        "capability": capability,
+        "torch": torch.__version__,
+        "triton": triton_version,
+    }
+
+
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/opcore/tuning``, else ``~/.cache/opcore/tuning``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "opcore" / "tuning"
+
+
+def setting() -> str:
+    """``OPCORE_TUNING`` as given: ``"off"``, a path, or ``""`` (search)."""
+    return os.environ.get(ENV, "").strip()
+
+
+def _candidates() -> tuple[str, list[tuple[str, Callable[[], _table.Table]]]]:
+    """The mode and the tables to try, in order, each as (label, loader)."""
+    value = setting()
+    if value.lower() == "off":
+        return "off", []
+    if value:
+        path = Path(value)
+        if not path.is_file():
+            raise _table.TuningTableError(
+                f"{ENV}={value!r}: no such file; give a tuning table written by "
+                f"`opcore tune --out`, or 'off'"
+            )
+        return "env", [(f"{ENV}={value}", lambda: _table.load(path))]
+    found: list[tuple[str, Callable[[], _table.Table]]] = []
+    cache = user_cache_dir()
+    if cache.is_dir():
+        for p in sorted(cache.glob("*.json")):
+            found.append((str(p), lambda p=p: _table.load(p)))
+    for ep in sorted(md.entry_points(group=GROUP), key=lambda e: (e.name, e.value)):
+        try:
+            root = importlib.resources.files(ep.value)
+            names = sorted(r.name for r in root.iterdir() if r.name.endswith(".json"))
+        except Exception as exc:
+            warnings.warn(
+                f"{GROUP} entry point {ep.name!r} ({ep.value}) cannot be read: {exc}",
+                TuningWarning,
+                stacklevel=2,
+            )
+            continue
+        for n in names:
+            label = f"{ep.value}/{n} ({GROUP}: {ep.name})"
+            found.append(
+                (
+                    label,
+                    lambda r=root, n=n, lb=label: _table.loads(
+                        r.joinpath(n).read_bytes(), source=lb
+                    ),
+                )
+            )
+    return "search", found
+
+
+# --------------------------------------------------------------------------- loading
+def _required_properties() -> tuple[str, ...]:
+    from opcore.config import get_current_config
+
+    kernel = get_current_config().kernel
+    return tuple(sorted(getattr(kernel, "required_properties", ()) or ()))
+
+
+def _registry_generation() -> int:
+    from opcore.ir.op import registry_generation
+
+    return int(registry_generation())
+
+
+def _load(required: tuple[str, ...]) -> None:
+    """Rebuild the index from the tables found (callers hold ``_lock``)."""
+    global _CONFIGS, _ORDERS, _ORIGIN
+    from opcore.ir.op import all_ops
+    from opcore.platforms.kernels import ensure_kernels_loaded
+
+    ensure_kernels_loaded()
+    state = State(required=required, generation=_registry_generation())
+    configs: dict[tuple, list] = {}
+    orders: dict[str, dict[tuple, list]] = {}
+    origin: dict[tuple, tuple[str, int]] = {}
+    mode, candidates = _candidates()
+    state.mode = mode
+    here = environment() if candidates else {}
+    ops = all_ops()
+    # tuned points per index key, for the nearest-bucket fill: key -> {bucket: value}
+    tuned_cfg: dict[tuple, dict[int, Any]] = {}
+    tuned_ord: dict[tuple, dict[int, Any]] = {}
+    digests: list[str] = []
+    for label, loader in candidates:
+        state.searched.append(label)
+        try:
+            table = loader()
+        except _table.TuningTableError as exc:
+            if mode == "env":
+                raise
+            state.stale.append(str(exc))
+            continue
+        diff = [
+            f"{k}: table {table.environment.get(k)!r}, here {here.get(k)!r}"
+            for k in _table.ENVIRONMENT_KEYS
+            if table.environment.get(k) != here.get(k)
+        ]
+        if diff:
+            state.stale.append(f"{label}: environment differs ({'; '.join(diff)})")
+            continue
+        invariant_ok = BATCH_INVARIANT not in required or BATCH_INVARIANT in table.properties
+        used = 0
+        for e in table.entries:
+            op = ops.get(e.op)
+            if op is None:
+                state.stale.append(f"{label}: op {e.op!r} is not registered")
+                continue
+            dtype = getattr(torch, e.dtype, None)
+            if not isinstance(dtype, torch.dtype):
+                state.stale.append(f"{label}: {e.op} dtype {e.dtype!r} is not a torch dtype")
+                continue
+            b = token_bucket(e.tokens)
+            ids = table.providers.get(e.op, {})
+            fresh = []
+            for prov in e.order:
+                impl = op.impls.get(prov)
+                if impl is None or ids.get(prov) != impl.identity_hash():
+                    why = "not registered" if impl is None else "identity changed"
+                    state.stale.append(f"{label}: {e.op}/{prov} ({why})")
+                    continue
+                fresh.append(prov)
+            if fresh:
+                tuned_ord.setdefault((e.op, dtype, e.shape), {}).setdefault(b, tuple(fresh))
+            for prov, cfg in e.configs.items():
+                impl = op.impls.get(prov)
+                if impl is None or ids.get(prov) != impl.identity_hash():
+                    continue  # reported with the order above
+                space = space_for(e.op, prov)
+                why = "no launch space declared" if space is None else space.validate(cfg, e.shape)
+                if why is not None:
+                    state.stale.append(f"{label}: {e.op}/{prov} config {dict(cfg)}: {why}")
+                    continue
+                assert space is not None
+                if space.reduction_params and not invariant_ok:
+                    state.stale.append(
+                        f"{label}: {e.op}/{prov} (batch_invariant is required; the table "
+                        f"was not tuned for it)"
+                    )
+                    continue
+                key = (e.op, prov, dtype, e.shape)
+                if b not in tuned_cfg.setdefault(key, {}):
+                    tuned_cfg[key][b] = dict(cfg)
+                    used += 1
+            origin.setdefault((e.op, dtype, e.shape, b), (label, e.tokens))
+        if used or any(e.order for e in table.entries):
+            state.used.append(label)
+            digests.append(table.digest)
+    for key, points in tuned_cfg.items():
+        configs[key] = _fill(points)
+    for (op_name, dtype, shape), points in tuned_ord.items():
+        orders.setdefault(op_name, {})[(dtype, shape)] = _fill(points)
+    for op_name, dtype, shape, _b in origin:
+        cov = state.coverage.setdefault(op_name, {"shapes": set(), "buckets": 0, "dtypes": set()})
+        cov["shapes"].add(shape)
+        cov["dtypes"].add(str(dtype).removeprefix("torch."))
+        cov["buckets"] += 1
+    material = "|".join([mode, *digests, ",".join(required)])
+    state.identity = hashlib.sha256(material.encode()).hexdigest()[:16] if digests else mode
+    changed = state.identity != _STATE.identity
+    _CONFIGS, _ORDERS, _ORIGIN = configs, orders, origin
+    _set_state(state)
+    if state.stale:
+        shown = "; ".join(state.stale[:6]) + (
+            f"; and {len(state.stale) - 6} more" if len(state.stale) > 6 else ""
+        )
+        msg = (
+            f"opcore tuning: {len(state.stale)} stale or invalid table part(s) ignored "
+            f"(re-run `opcore tune`; `opcore info` lists the tables): {shown}"
+        )
+        logger.warning(msg)
+        warnings.warn(msg, TuningWarning, stacklevel=3)
+    if changed:
+        from opcore.ir.op import bump_generation
+
+        bump_generation()
+        _STATE.generation = _registry_generation()
+
+
+def _set_state(state: State) -> None:
+    global _STATE
+    _STATE = state
+
+
+def _fill(points: Mapping[int, Any]) -> list:
+    """A value per bucket 0..MAX_BUCKET: the tuned bucket nearest in log2 (the larger on a
+    tie), so an unseen token count uses the closest measured one."""
+    tuned = sorted(points)
+    out = []
+    for b in range(MAX_BUCKET + 1):
+        best = min(tuned, key=lambda t: (abs(t - b), -t))
+        out.append(points[best])
+    return out
+
+
+def _ensure() -> dict[tuple, list]:
+    with _lock:
+        if _CONFIGS is None:
+            _load(_required_properties())
+        assert _CONFIGS is not None
+        return _CONFIGS
+
+
+def reload() -> State:
+    """Forget the index and load the tables again (after writing one, or changing
+    ``OPCORE_TUNING``); returns the new `State`."""
+    global _CONFIGS
+    with _lock:
+        _CONFIGS = None
+        _ensure()
+        return _STATE
+
+
+def sync() -> None:
+    """Reload when the op registry or the required properties changed since the last
+    load (dispatch calls this when it rebuilds an op's cache: a cold path)."""
+    with _lock:
+        required = _required_properties()
+        if (
+            _CONFIGS is None
+            or required != _STATE.required
+            or _STATE.generation != _registry_generation()
+        ):
+            _load(required)
+
+
+# --------------------------------------------------------------------------- lookups
+def launch_config(
+    op: str, provider: str, dtype: torch.dtype, tokens: int, shape: tuple
+) -> Mapping[str, int] | None:
+    """The tuned launch configuration of ``provider`` for ``op`` at this size, or ``None``
+    (use the provider's heuristic). Called by launchers on every call: two dict lookups
+    and a list index."""
+    if _FORCED:
+        forced_cfg = _FORCED.get((op, provider))
+        if forced_cfg is not None:
+            return forced_cfg
+    index = _CONFIGS
+    if index is None:
+        index = _ensure()
+    row = index.get((op, provider, dtype, shape))
+    if row is None:
+        return None
+    t = int(tokens)
+    return row[(t - 1).bit_length() if t > 1 else 0]
+
+
+@contextlib.contextmanager
+def forced(op: str, provider: str, config: Mapping[str, int]) -> Iterator[None]:
+    """Within the block, `launch_config` answers ``config`` for ``(op, provider)`` at
+    every size (the tuner's way to time one candidate through the real launcher)."""
+    with _lock:
+        _FORCED[(op, provider)] = dict(config)
+    try:
+        yield
+    finally:
+        with _lock:
+            _FORCED.pop((op, provider), None)
+
+
+def router_for(op: str, decision: Any, impls: Mapping[str, Any]) -> Callable[[tuple], Any] | None:
+    """For dispatch: a function ``args -> Impl | None`` choosing, per bucket, the first
+    provider of the table's measured order that the priority rule allows and that accepts
+    the arguments, when that differs from the chain's first; ``None`` when the table never
+    reorders this op here.
+
+    Allowed: the providers of ``decision``'s chain, and those the rule listed but cut
+    after a provider that accepts every argument (still supported and with the required
+    properties: the rule dropped those for other reasons). A user priority list
+    (``decision.user``) is never reordered: the user disposes."""
+    sync()
+    if decision.user:
+        return None
+    rows = _ORDERS.get(op)
+    keyfn = key_function(op)
+    if not rows or keyfn is None:
+        return None
+    allowed = {impl.provider: impl for impl in decision.chain}
+    for name, reason in decision.skipped.items():
+        # priority.decide's reason for a listed provider cut after one taking everything
+        if reason.startswith("after ") and name in impls:
+            allowed[name] = impls[name]
+    first = decision.chain[0].provider
+    table: dict[tuple, list] = {}
+    for key, orders in rows.items():
+        row = []
+        for order in orders:
+            pick = next((allowed[p] for p in order if p in allowed), None)
+            row.append(None if pick is None or pick.provider == first else pick)
+        if any(r is not None for r in row):
+            table[key] = row
+    if not table:
+        return None
+
+    def route(args: tuple) -> Any:
+        dtype, tokens, shape = keyfn(*args)
+        row = table.get((dtype, shape))
+        if row is None:
+            return None
+        impl = row[(tokens - 1).bit_length() if tokens > 1 else 0]
+        if impl is None:
+            return None
+        sa = impl.supports_args
+        return impl if sa is None or sa(*args) is True else None
+
+    return route
+
+
+def explain_note(op: str, provider: str | None, args: tuple) -> str | None:
+    """One line saying what of ``provider``'s choice for ``args`` came from a table
+    (its order, its launch configuration), or ``None`` when nothing did."""
+    keyfn = key_function(op)
+    if provider is None or keyfn is None or not args:
+        return None
+    try:
+        dtype, tokens, shape = keyfn(*args)
+    except Exception:
+        return None
+    _ensure()
+    b = token_bucket(int(tokens))
+    origin = _ORIGIN.get((op, dtype, shape, b))
+    parts = []
+    rows = _ORDERS.get(op, {}).get((dtype, shape))
+    if rows is not None:
+        parts.append(f"provider order {list(rows[min(b, MAX_BUCKET)])}")
+    cfg = launch_config(op, provider, dtype, int(tokens), shape)
+    if cfg is not None:
+        parts.append(f"{provider!r} launch config {dict(cfg)}")
+    if not parts:
+        return None
+    if origin is not None:
+        where = f"tuned at {origin[1]} tokens in {origin[0]}"
+    else:
+        where = "nearest tuned token bucket in the table in use"
+    return f"from tuning: {', '.join(parts)} ({where}; shape {shape})"
+
+
+def identity() -> str:
+    """A short hash of the tables in use and the required properties (``"off"`` /
+    ``"search"`` / ``"env"`` when none applies): part of the compile cache key."""
+    _ensure()
+    return _STATE.identity
+
+
+def info() -> dict[str, Any]:
+    """The table(s) in use and their coverage, for `opcore info`."""
+    _ensure()
+    s = _STATE
+    return {
+        "setting": setting() or "(unset: user cache dir, then plugin tables)",
+        "mode": s.mode,
+        "user_cache_dir": str(user_cache_dir()),
+        "searched": list(s.searched),
+        "used": list(s.used),
+        "stale": list(s.stale),
+        "identity": s.identity,
+        "required_properties": list(s.required),
+        "coverage": {
+            op: {
+                "shapes": sorted(str(list(x)) for x in c["shapes"]),
+                "dtypes": sorted(c["dtypes"]),
+                "buckets": c["buckets"],
+            }
+            for op, c in sorted(s.coverage.items())
+        },
+    }

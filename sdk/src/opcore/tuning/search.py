@@ -1,0 +1,395 @@
+"""`opcore tune`'s search: per op x shape bucket x dtype, gate, time, choose, write.
+
+For each bucket (the `opcore.bench.cases` arguments of an op at ``tokens`` x ``hidden``):
+
+1. The float64 reference and native's error (`opcore.tuning.gate`).
+2. The incumbent: the provider dispatch picks now, with its own heuristic configuration.
+3. Every candidate: each supported provider that accepts the arguments (and declares the
+   required properties), with its heuristic and each configuration of its launch space.
+   A candidate is run once and gated; a wrong one is recorded as rejected and never
+   timed. A passing one is timed on the device: graph replay (launch gaps removed) at
+   decode sizes where the platform has graphs, else timing events around each call after
+   a cache flush; the host clock where the platform has no events.
+4. A provider's best configuration replaces its heuristic, and a provider replaces the
+   incumbent at the head of the order, only when it is faster beyond noise: by more than
+   ``max(min_gain, (spread_a + spread_b) / 2)``, spread being the interquartile range
+   over the median.
+
+``budget_s`` bounds the whole search: each bucket gets an equal share of what is left,
+the incumbent is always measured, and candidates are tried until the share is spent.
+With ``batch_invariant`` among the required properties, a space whose parameters order a
+reduction gets one configuration per shape for every token bucket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from opcore.tuning import gate, runtime, table
+from opcore.tuning.buckets import key_function
+from opcore.tuning.space import space_for
+
+DECODE_GRAPH_TOKENS = 32  # at or below: time CUDA-graph-style replay where the platform can
+MIN_GAIN = 0.01
+FLUSH_BYTES = 256 << 20
+
+
+@dataclasses.dataclass
+class Options:
+    ops: tuple[str, ...]
+    tokens: tuple[int, ...]
+    hidden: tuple[int, ...]
+    dtypes: tuple[torch.dtype, ...] = (torch.bfloat16,)
+    budget_s: float = 180.0
+    out: str | None = None
+    quick: bool = False
+    providers: tuple[str, ...] | None = None
+    properties: tuple[str, ...] = ()
+    rep_ms: float = 20.0
+    min_gain: float = MIN_GAIN
+    log: Callable[[str], None] = print
+
+
+@dataclasses.dataclass
+class Timing:
+    median_us: float
+    spread: float  # interquartile range / median
+    samples: int
+    timer: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median_us": round(self.median_us, 3),
+            "spread": round(self.spread, 4),
+            "samples": self.samples,
+            "timer": self.timer,
+        }
+
+
+def beats(a: Timing, b: Timing, min_gain: float) -> bool:
+    """``a`` is faster than ``b`` beyond noise."""
+    margin = max(min_gain, (a.spread + b.spread) / 2)
+    return a.median_us < b.median_us * (1 - margin)
+
+
+def _summary(samples_us: list[float], timer: str) -> Timing:
+    s = sorted(samples_us)
+    med = statistics.median(s)
+    q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
+    return Timing(med, (q3 - q1) / med if med > 0 else 0.0, len(s), timer)
+
+
+class Timer:
+    """Device time where the platform has timing events (graph replay at decode sizes
+    where it has graphs), else the host clock."""
+
+    def __init__(self, platform: Any, device: torch.device, rep_ms: float):
+        self.platform = platform
+        self.rep_ms = rep_ms
+        self.events = device.type == platform.device_type and platform.timing_event() is not None
+        self.flush = (
+            torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device) if self.events else None
+        )
+
+    @property
+    def kind(self) -> str:
+        return "device" if self.events else "host"
+
+    def _events(self, calls: Sequence[Callable[[], object]], flush: bool) -> list[float]:
+        p = self.platform
+        starts = [p.timing_event() for _ in calls]
+        ends = [p.timing_event() for _ in calls]
+        for call, s, e in zip(calls, starts, ends, strict=True):
+            if flush and self.flush is not None:
+                self.flush.zero_()
+            s.record()
+            call()
+            e.record()
+        p.synchronize()
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
+
+    def measure(self, fn: Callable[[], object], tokens: int) -> Timing:
+        if not self.events:
+            fn()
+            samples = []
+            deadline = time.perf_counter() + self.rep_ms / 1e3
+            while len(samples) < 5 or (time.perf_counter() < deadline and len(samples) < 200):
+                t0 = time.perf_counter()
+                fn()
+                samples.append((time.perf_counter() - t0) * 1e6)
+            return _summary(samples, "host")
+        est = statistics.median(self._events([fn] * 5, flush=False))
+        if tokens <= DECODE_GRAPH_TOKENS:
+            n = max(1, min(100, math.ceil(200.0 / max(est, 1e-3))))
+
+            def calls() -> None:
+                for _ in range(n):
+                    fn()
+
+            replay = self.platform.capture_graph(calls)
+            if replay is not None:
+                replay()
+                reps = max(10, min(60, math.ceil(self.rep_ms * 1e3 / (n * max(est, 1e-3)))))
+                per = [t / n for t in self._events([replay] * reps, flush=False)]
+                return _summary(per, "graph")
+        reps = max(10, min(200, math.ceil(self.rep_ms * 1e3 / max(est, 1e-3))))
+        return _summary(self._events([fn] * reps, flush=True), "device")
+
+
+def _config_key(cfg: Any) -> str:
+    return "heuristic" if cfg is None else ",".join(f"{k}={v}" for k, v in sorted(cfg.items()))
+
+
+def _candidate_providers(op: Any, args: tuple, opts: Options) -> list[str]:
+    out = []
+    for name, impl in op.impls.items():
+        if not impl.supported or (opts.providers and name not in opts.providers):
+            continue
+        props = getattr(impl, "properties", None)
+        if opts.properties and props is not None and not props.has(opts.properties):
+            continue
+        if impl.supports_args is None or impl.supports_args(*args) is True:
+            out.append(name)
+    return out
+
+
+def tune_bucket(
+    op: Any, args: tuple, timer: Timer, deadline: float, opts: Options
+) -> dict[str, Any]:
+    """Gate and time every candidate for one bucket; the table entry (with its evidence)."""
+    keyfn = key_function(op.name)
+    assert keyfn is not None
+    dtype, tokens, shape = keyfn(*args)
+    ref = gate.reference(op, args, dtype)
+    incumbent = op.dispatch(*args).provider
+    providers = _candidate_providers(op, args, opts)
+    if incumbent in providers:  # measured first: it is what a better choice must beat
+        providers.remove(incumbent)
+        providers.insert(0, incumbent)
+    measured: dict[str, dict[str, Any]] = {}
+    rejected: list[dict[str, Any]] = []
+    best: dict[str, tuple[Any, Timing]] = {}
+    heuristic: dict[str, Timing] = {}
+    for prov in providers:
+        impl = op.impls[prov]
+        space = space_for(op.name, prov)
+        configs: list[Any] = [None]
+        if space is not None:
+            configs += list(space.candidates(tokens, shape))
+        rows = measured.setdefault(prov, {})
+        for cfg in configs:
+            if cfg is not None and time.perf_counter() > deadline:
+                rows["(budget)"] = f"{len(configs) - len(rows)} configurations not tried"
+                break
+            ctx = (
+                runtime.forced(op.name, prov, cfg) if cfg is not None else contextlib.nullcontext()
+            )
+            with ctx:
+                fn = impl.functional
+                try:
+                    value = fn(*args)
+                except Exception as exc:  # a configuration the kernel cannot launch
+                    rejected.append(
+                        {"provider": prov, "config": cfg, "reason": f"{type(exc).__name__}: {exc}"}
+                    )
+                    continue
+                verdict = gate.check(ref, value)
+                del value
+                if not verdict.ok:
+                    rejected.append({"provider": prov, "config": cfg, "reason": verdict.reason})
+                    continue
+                t = timer.measure(lambda fn=fn: fn(*args), tokens)
+            rows[_config_key(cfg)] = {
+                **t.to_dict(),
+                "peak_ulp": [round(p, 3) for p in verdict.peaks],
+            }
+            if cfg is None:
+                heuristic[prov] = t
+                best[prov] = (None, t)
+            elif prov not in best or beats(t, best[prov][1], opts.min_gain):
+                best[prov] = (dict(cfg), t)
+    # Order: the incumbent first unless another provider beats it beyond noise.
+    ranked = sorted(best, key=lambda p: best[p][1].median_us)
+    order = list(ranked)
+    if incumbent in best:
+        head = ranked[0]
+        if head != incumbent and not beats(best[head][1], best[incumbent][1], opts.min_gain):
+            order.remove(incumbent)
+            order.insert(0, incumbent)
+    configs_out: dict[str, dict[str, int]] = {}
+    for prov, (cfg, _t) in best.items():
+        space = space_for(op.name, prov)
+        if space is None:
+            continue
+        # The heuristic's choice is written out too: an unseen size near this one then
+        # borrows what was measured here, not a neighbour's tuned choice.
+        configs_out[prov] = dict(cfg) if cfg is not None else dict(space.default(tokens, shape))
+    return {
+        "op": op.name,
+        "dtype": str(dtype).removeprefix("torch."),
+        "tokens": int(tokens),
+        "shape": list(shape),
+        "order": order,
+        "configs": configs_out,
+        "incumbent": incumbent,
+        "measured": measured,
+        "best": {p: {"config": c, **t.to_dict()} for p, (c, t) in best.items()},
+        "heuristic": {p: t.to_dict() for p, t in heuristic.items()},
+        "rejected": rejected,
+    }
+
+
+def _hold_reductions(entries: list[dict[str, Any]]) -> None:
+    """Batch invariance: one configuration per (op, provider, dtype, shape) for every
+    token bucket where the space's parameters order a reduction: the one measured in
+    every bucket with the least total time (else the heuristic of the largest bucket)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for e in entries:
+        for prov in e["configs"]:
+            space = space_for(e["op"], prov)
+            if space is not None and space.reduction_params:
+                groups.setdefault((e["op"], prov, e["dtype"], tuple(e["shape"])), []).append(e)
+    for (_op, prov, _dt, _shape), es in groups.items():
+        common: dict[str, float] | None = None
+        for e in es:
+            rows = {
+                k: v["median_us"]
+                for k, v in e["measured"].get(prov, {}).items()
+                if isinstance(v, dict) and k != "heuristic"
+            }
+            common = (
+                rows if common is None else {k: common[k] + rows[k] for k in common if k in rows}
+            )
+        if common:
+            key = min(common, key=lambda k: common[k])
+            cfg = {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}
+        else:
+            cfg = max(es, key=lambda e: e["tokens"])["configs"][prov]
+        for e in es:
+            e["configs"][prov] = dict(cfg)
+
+
+def run(opts: Options) -> dict[str, Any]:
+    """Search, write the table to ``opts.out`` (default: the user cache dir), and return
+    the document."""
+    from opcore.bench import cases
+    from opcore.ir.op import get_op
+    from opcore.platforms import get_current_platform
+    from opcore.platforms.kernels import ensure_kernels_loaded
+
+    ensure_kernels_loaded()
+    platform = get_current_platform()
+    device = platform.device()
+    timer = Timer(platform, device, opts.rep_ms)
+    for name in opts.ops:
+        if key_function(name) is None:
+            raise ValueError(f"opcore tune: op {name!r} has no shape bucket key")
+        get_op(name)  # an unknown op is an error naming the registered ones
+    plan = [
+        (name, hidden, tokens, dtype)
+        for name in opts.ops
+        for hidden in opts.hidden
+        for dtype in opts.dtypes
+        for tokens in opts.tokens
+    ]
+    start = time.perf_counter()
+    end = start + opts.budget_s
+    entries: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    # Time the table's own effect out: candidates run with the heuristic as incumbent.
+    with _tuning_off():
+        for i, (name, hidden, tokens, dtype) in enumerate(plan):
+            now = time.perf_counter()
+            if now > end:
+                skipped.append(f"{name} T={tokens} H={hidden} {dtype}")
+                continue
+            share = (end - now) / (len(plan) - i)
+            op = get_op(name)
+            case = cases.build(name, tokens, hidden, dtype, device, quick=opts.quick)
+            entry = tune_bucket(op, case.args, timer, now + share, opts)
+            entry["case"] = case.key
+            entries.append(entry)
+            opts.log(_line(entry))
+            if device.type != "cpu":
+                platform.empty_cache()
+    if "batch_invariant" in opts.properties:
+        _hold_reductions(entries)
+    spent = time.perf_counter() - start
+    idents: dict[str, dict[str, str]] = {}
+    for e in entries:
+        op = get_op(e["op"])
+        for prov in {*e["order"], *e["configs"]}:
+            idents.setdefault(e["op"], {})[prov] = op.impls[prov].identity_hash()
+    doc = {
+        "format": table.FORMAT,
+        "version": table.VERSION,
+        "environment": runtime.environment(),
+        "properties": sorted(opts.properties),
+        "providers": idents,
+        "search": {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "budget_s": opts.budget_s,
+            "spent_s": round(spent, 1),
+            "timer": timer.kind,
+            "min_gain": opts.min_gain,
+            "rep_ms": opts.rep_ms,
+            "ops": list(opts.ops),
+            "tokens": list(opts.tokens),
+            "hidden": list(opts.hidden),
+            "dtypes": [str(d).removeprefix("torch.") for d in opts.dtypes],
+            "quick": opts.quick,
+            "skipped_for_budget": skipped,
+        },
+        "entries": entries,
+    }
+    out = opts.out or str(runtime.user_cache_dir() / _file_name(doc["environment"]))
+    table.dump(doc, out)
+    doc["path"] = out
+    return doc
+
+
+@contextlib.contextmanager
+def _tuning_off() -> Any:
+    """No table applies while the search runs (every incumbent is the heuristic)."""
+    import os
+
+    old = os.environ.get(runtime.ENV)
+    os.environ[runtime.ENV] = "off"
+    runtime.reload()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(runtime.ENV, None)
+        else:
+            os.environ[runtime.ENV] = old
+        runtime.reload()
+
+
+def _file_name(env: dict[str, Any]) -> str:
+    text = f"{env.get('platform')}-{env.get('device')}-{env.get('capability')}"
+    slug = "".join(c if c.isalnum() or c in "-." else "_" for c in text)
+    return f"{slug}.json"
+
+
+def _line(e: dict[str, Any]) -> str:
+    head = e["order"][0] if e["order"] else "-"
+    inc = e["heuristic"].get(e["incumbent"])
+    win = e["best"].get(head)
+    gain = ""
+    if inc and win:
+        gain = f" {inc['median_us']:.2f} -> {win['median_us']:.2f} us ({win['timer']})"
+    tried = sum(len([k for k in m if k != "(budget)"]) for m in e["measured"].values())
+    return (
+        f"{e['op']:<24} {e['dtype']:<9} T={e['tokens']:<6} shape={e['shape']}: "
+        f"{head} {e['configs'].get(head, '')}{gain}; {tried} timed, "
+        f"{len(e['rejected'])} rejected"
+    )

@@ -1,0 +1,257 @@
+"""Tuning tables and `opcore tune` (docs/tuning.md).
+
+The end-to-end test is a real run in a child process on the CPU under Triton's
+interpreter (the interpreter must be on before `opcore.kernels.triton` is first imported):
+`opcore tune` over two ops with a small budget, with a planted wrong-but-fast provider the
+gate must reject and a slow correct provider the platform lists first, whose buckets the
+table must route elsewhere. The table is then loaded, consulted by dispatch and by the
+Triton launcher, named by explain, part of the compile cache key, and a stale copy is
+ignored with one warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from opcore.tuning import buckets, gate, runtime, table
+
+# --------------------------------------------------------------------------- units
+
+
+def test_token_buckets_are_powers_of_two():
+    assert [buckets.token_bucket(t) for t in (1, 2, 3, 4, 5, 4096, 4097)] == [
+        0,
+        1,
+        2,
+        2,
+        3,
+        12,
+        13,
+    ]
+    assert buckets.bucket_tokens(buckets.token_bucket(3000)) == 4096
+
+
+def test_unseen_buckets_take_the_nearest_tuned_one():
+    row = runtime._fill({0: "t1", 5: "t32", 12: "t4096", 15: "t32k"})
+    assert row[0] == "t1" and row[5] == "t32"
+    assert row[11] == "t4096"  # 2048 tokens: nearest is 4096
+    assert row[14] == "t32k"  # 16384: nearest is 32768
+    assert row[3] == "t32"  # 5..8 tokens: 32 (distance 2) over 1 (distance 3)
+    assert row[40] == "t32k"
+
+
+def _doc(**over):
+    doc = {
+        "format": table.FORMAT,
+        "version": table.VERSION,
+        "environment": dict.fromkeys(table.ENVIRONMENT_KEYS, None),
+        "providers": {},
+        "entries": [],
+    }
+    doc.update(over)
+    return doc
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"format": "other"}, "'format' is 'other'"),
+        ({"version": 99}, "'version' is 99"),
+        ({"environment": {}}, "'environment' lacks"),
+        ({"entries": [{"op": "rms_norm"}]}, "entries[0].dtype must be a str"),
+        (
+            {"entries": [{"op": "x", "dtype": "bfloat16", "tokens": 0, "shape": [4]}]},
+            "entries[0].tokens must be positive",
+        ),
+    ],
+)
+def test_a_malformed_table_is_an_error_naming_the_part(change, message):
+    with pytest.raises(table.TuningTableError, match=r"tuning table t\.json: .*") as err:
+        table.parse(_doc(**change), source="t.json")
+    assert message in str(err.value)
+
+
+def test_tuning_env_naming_a_missing_file_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(runtime.ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(table.TuningTableError, match="OPCORE_TUNING=.*no such file"):
+        runtime.reload()
+    monkeypatch.setenv(runtime.ENV, "off")
+    assert runtime.reload().mode == "off"
+
+
+def test_the_gate_rejects_a_wrong_output_and_passes_native():
+    from opcore.ir import ops
+
+    x = torch.randn(8, 64, dtype=torch.bfloat16)
+    w = torch.randn(64, dtype=torch.bfloat16)
+    ref = gate.reference(ops.rms_norm, (x, w, 1e-6), torch.bfloat16)
+    assert gate.check(ref, ops.rms_norm.native(x, w, 1e-6)).ok
+    verdict = gate.check(ref, x * w)
+    assert not verdict.ok and "ULP > allowed" in verdict.reason
+
+
+def test_gate_budgets_equal_the_conformance_suites():
+    budgets = pytest.importorskip("opcore_conformance.budgets")
+    from opcore.ir import all_ops
+
+    for op in all_ops().values():
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            b = budgets.budget_for(op, str(dtype).removeprefix("torch."))
+            assert gate.budget(op, dtype) == (b.factor, b.floor_ulps), (op.name, dtype)
+
+
+# --------------------------------------------------------------------------- end to end
+CHILD = r"""
+import json, os, sys, time, warnings
+import opcore.kernels.triton as kt
+assert kt.INTERPRETED, "kernels were not built under the interpreter"
+import torch
+import opcore.tuning as tuning
+from opcore.bench import cases
+from opcore.cli import main
+from opcore.compile.cache_key import cache_key
+from opcore.ir import ops
+from opcore.kernels.triton import norm
+from opcore.platforms import get_current_platform
+from opcore.tuning import table as tt
+
+path = sys.argv[1]
+
+
+@ops.rms_norm.register_impl("wrong_fast")
+def wrong_fast(x, weight, epsilon, variance_size=None):
+    return x * weight  # no normalisation: fast and wrong
+
+
+@ops.rms_norm.register_impl("sleepy")
+def sleepy(x, weight, epsilon, variance_size=None):
+    time.sleep(0.02)  # correct, and slower than anything else by far
+    return ops.rms_norm.native(x, weight, epsilon, variance_size)
+
+
+# The platform lists the slow provider first: dispatch picks it unless a table says not to.
+type(get_current_platform()).get_default_ir_op_priority = lambda self, c: {
+    "rms_norm": ["sleepy", "triton", "native"]
+}
+rc = main(["tune", "--ops", "rms_norm,silu_and_mul", "--tokens", "1,8", "--hidden", "256",
+           "--quick", "--budget-s", "90", "--rep-ms", "5", "--out", path])
+assert rc == 0, rc
+doc = json.load(open(path))
+tt.load(path)  # loads as a table
+out = {"entries": doc["entries"], "search": doc["search"]}
+
+x, w, eps = cases.build("rms_norm", 8, 256, torch.bfloat16, "cpu", quick=True).args
+os.environ["OPCORE_TUNING"] = "off"
+tuning.reload()
+out["off_provider"] = ops.rms_norm.dispatch(x, w, eps).provider
+key_off = cache_key()
+os.environ["OPCORE_TUNING"] = path
+tuning.reload()
+out["on_provider"] = ops.rms_norm.dispatch(x, w, eps).provider
+x5 = x[:5].contiguous()  # 5 tokens: a bucket the table was not tuned on
+out["unseen_provider"] = ops.rms_norm.dispatch(x5, w, eps).provider
+out["explain"] = str(ops.rms_norm.explain(x, w, eps))
+out["key_differs"] = cache_key() != key_off
+seen = []
+real = norm.launch_config
+def spy(*a):
+    got = real(*a)
+    seen.append([a[0], a[1], a[3], None if got is None else dict(got)])
+    return got
+norm.launch_config = spy
+with ops.rms_norm.set_priority(["triton"]):
+    ops.rms_norm(x, w, eps)
+out["launcher_saw"] = seen
+out["lookup"] = dict(tuning.launch_config("rms_norm", "triton", torch.bfloat16, 8, (256,)) or {})
+out["info"] = tuning.info()
+
+stale = dict(doc)
+stale["providers"] = {k: {p: "0" * 64 for p in v} for k, v in doc["providers"].items()}
+stale_path = path + ".stale.json"
+json.dump(stale, open(stale_path, "w"))
+os.environ["OPCORE_TUNING"] = stale_path
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    tuning.reload()
+    for _ in range(3):
+        ops.rms_norm.dispatch(x, w, eps)
+out["stale_warnings"] = [str(c.message) for c in caught
+                         if type(c.message).__name__ == "TuningWarning"]
+out["stale_provider"] = ops.rms_norm.dispatch(x, w, eps).provider
+print("RESULT " + json.dumps(out, default=str))
+"""
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    pytest.importorskip("triton")
+    path = tmp_path_factory.mktemp("tune") / "table.json"
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "OPCORE_PLATFORM": "cpu",
+        "XDG_CACHE_HOME": str(path.parent / "cache"),
+    }
+    env.pop("OPCORE_TUNING", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT ")), proc.stdout
+
+
+def test_tune_writes_a_table_with_every_bucket(tuned):
+    out, stdout = tuned
+    got = {(e["op"], e["tokens"]) for e in out["entries"]}
+    assert got == {(op, t) for op in ("rms_norm", "silu_and_mul") for t in (1, 8)}
+    assert "table written to" in stdout
+    assert out["search"]["timer"] == "host"
+
+
+def test_the_gate_rejects_the_planted_wrong_provider_before_timing(tuned):
+    out, _ = tuned
+    for e in (e for e in out["entries"] if e["op"] == "rms_norm"):
+        rejected = [r for r in e["rejected"] if r["provider"] == "wrong_fast"]
+        assert rejected and "ULP > allowed" in rejected[0]["reason"]
+        assert "wrong_fast" not in e["order"] and "wrong_fast" not in e["configs"]
+        assert "wrong_fast" not in e["measured"] or not e["measured"]["wrong_fast"]
+        # the Triton space was searched: the heuristic and at least one configuration
+        assert len(e["measured"]["triton"]) >= 2
+        assert e["incumbent"] == "sleepy" and e["order"][0] != "sleepy"
+
+
+def test_dispatch_follows_the_table_and_explain_says_so(tuned):
+    out, _ = tuned
+    head = {e["tokens"]: e["order"][0] for e in out["entries"] if e["op"] == "rms_norm"}
+    assert out["off_provider"] == "sleepy"
+    assert out["on_provider"] == head[8]
+    assert out["unseen_provider"] == head[8]  # 5 tokens: the nearest tuned bucket (8)
+    assert "from tuning" in out["explain"]
+    assert out["key_differs"]
+
+
+def test_the_triton_launcher_uses_the_tables_configuration(tuned):
+    out, _ = tuned
+    entry = next(e for e in out["entries"] if e["op"] == "rms_norm" and e["tokens"] == 8)
+    assert out["lookup"] == entry["configs"]["triton"]
+    assert out["launcher_saw"] == [["rms_norm", "triton", 8, entry["configs"]["triton"]]]
+    cov = out["info"]["coverage"]
+    assert cov["rms_norm"]["buckets"] == 2 and cov["silu_and_mul"]["dtypes"] == ["bfloat16"]
+
+
+def test_stale_entries_are_ignored_with_one_warning(tuned):
+    out, _ = tuned
+    assert len(out["stale_warnings"]) == 1, out["stale_warnings"]
+    assert "identity changed" in out["stale_warnings"][0]
+    assert out["stale_provider"] == "sleepy"
