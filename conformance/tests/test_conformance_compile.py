@@ -71,7 +71,9 @@ def register():
     ops.rms_norm.register_impl("compile_wide_rows", supports_args=wide_rows_only)(good)
     ops.rms_norm.register_impl("compile_absent", supported=False)(good)
     ops.rms_norm.register_impl("compile_real_only", supports_args=real_tensors_only)(good)
-    ops.silu_and_mul.register_impl("compile_many_tokens", supports_args=many_tokens)(ops.silu_and_mul.native)
+    ops.silu_and_mul.register_impl("compile_many_tokens", supports_args=many_tokens)(
+        ops.silu_and_mul.native
+    )
     ops.fused_add_rms_norm.register_impl("compile_stale_residual")(fused_stale_residual)
 """
 

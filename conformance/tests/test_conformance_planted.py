@@ -9,7 +9,19 @@ import json
 
 import pytest
 
-PROVIDERS = "planted_good,planted_eps,planted_dtype,planted_rows,planted_mutates,planted_values,planted_symbool,planted_style,native"
+PROVIDERS = ",".join(
+    [
+        "planted_good",
+        "planted_eps",
+        "planted_dtype",
+        "planted_rows",
+        "planted_mutates",
+        "planted_values",
+        "planted_symbool",
+        "planted_style",
+        "native",
+    ]
+)
 
 
 @pytest.fixture(scope="module")

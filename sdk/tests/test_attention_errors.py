@@ -33,7 +33,10 @@ def test_block_table_too_short_for_the_context(impl, cache):
     md = build(lens=(40, 3))
     with pytest.raises(
         ValueError,
-        match=r"block_table is too short: sequence 0 has seq_lens\[0\]=40, which needs 3 blocks of block_size 16, but block_table has 2 columns",
+        match=(
+            r"block_table is too short: sequence 0 has seq_lens\[0\]=40, which needs 3 blocks "
+            r"of block_size 16, but block_table has 2 columns"
+        ),
     ):
         impl.forward(torch.randn(4, 4, 8), cache, md)
 
@@ -56,7 +59,10 @@ def test_slot_mapping_out_of_range(impl, cache):
     k = torch.randn(3, 2, 8)
     with pytest.raises(
         ValueError,
-        match=r"slot_mapping\[1\]=96 is out of range: the kv cache holds 96 slots \(num_blocks 6 x block_size 16\)",
+        match=(
+            r"slot_mapping\[1\]=96 is out of range: the kv cache holds 96 slots "
+            r"\(num_blocks 6 x block_size 16\)"
+        ),
     ):
         impl.write_kv(k, k, cache, torch.tensor([5, 96, -1]))
     md = PagedAttentionMetadata.build(
@@ -90,13 +96,15 @@ def test_slot_mapping_length(impl, cache):
         (
             "query",
             (4, 3, 8),
-            r"query must have shape \[num_tokens, 4, 8\] \(num_heads=4, head_size=8\), got \(4, 3, 8\)",
+            r"query must have shape \[num_tokens, 4, 8\] \(num_heads=4, head_size=8\), "
+            r"got \(4, 3, 8\)",
         ),
         ("query", (4, 4, 16), r"query must have shape \[num_tokens, 4, 8\]"),
         (
             "key",
             (2, 4, 8),
-            r"key must have shape \[num_tokens, 2, 8\] \(num_kv_heads=2, head_size=8\), got \(2, 4, 8\)",
+            r"key must have shape \[num_tokens, 2, 8\] \(num_kv_heads=2, head_size=8\), "
+            r"got \(2, 4, 8\)",
         ),
         ("value", (2, 1, 8), r"value must have shape \[num_tokens, 2, 8\]"),
     ],

@@ -33,14 +33,14 @@ SCRIPT = textwrap.dedent(
     impl = B(4, 64, 2, 0.125)
     cache = B.allocate_kv_cache(4, 16, 2, 64, torch.float16, "cpu")
     k = torch.randn(2, 2, 64).half()
+    def md(seq_len, table):
+        return PagedAttentionMetadata.build(
+            torch.tensor([0, 1]), torch.tensor([seq_len]), torch.tensor(table))
+
     for name, fn in {
         "slot": lambda: impl.write_kv(k, k, cache, torch.tensor([3, 64])),
-        "table": lambda: impl.forward(
-            torch.randn(1, 4, 64).half(), cache,
-            PagedAttentionMetadata.build(torch.tensor([0, 1]), torch.tensor([40]), torch.tensor([[0, 1]]))),
-        "heads": lambda: impl.forward(
-            torch.randn(1, 8, 64).half(), cache,
-            PagedAttentionMetadata.build(torch.tensor([0, 1]), torch.tensor([4]), torch.tensor([[0]]))),
+        "table": lambda: impl.forward(torch.randn(1, 4, 64).half(), cache, md(40, [[0, 1]])),
+        "heads": lambda: impl.forward(torch.randn(1, 8, 64).half(), cache, md(4, [[0]])),
     }.items():
         try:
             fn()
@@ -83,7 +83,9 @@ def test_triton_paged_imports_and_explains_itself_without_triton():
         sys.meta_path.insert(0, NoTriton())
         from opcore.attention import AttentionSelectorConfig
         from opcore.attention.backends.triton_paged import TritonPagedBackend
-        cfg = AttentionSelectorConfig(head_size=128, num_heads=8, num_kv_heads=8, device_type="cuda")
+        cfg = AttentionSelectorConfig(
+            head_size=128, num_heads=8, num_kv_heads=8, device_type="cuda"
+        )
         print(TritonPagedBackend.validate_configuration(cfg))
     """
     proc = run_python(code)

@@ -48,7 +48,11 @@ def test_failed_resolution_is_reported_with_candidates(tmp_path):
             f"opcore-plugin-{name}",
             entry_points={PLATFORM_PLUGINS_GROUP: {name: f"p_{name}:probe"}},
             files={
-                f"p_{name}.py": f"def probe():\n    return 'p_{name}.X'\nfrom opcore_plugin_cpu.platform import CpuPlatform\nclass X(CpuPlatform):\n    name = '{name}'\n"
+                f"p_{name}.py": (
+                    f"def probe():\n    return 'p_{name}.X'\n"
+                    "from opcore_plugin_cpu.platform import CpuPlatform\n"
+                    f"class X(CpuPlatform):\n    name = '{name}'\n"
+                )
             },
         )
     proc = info("--json", site=tmp_path)

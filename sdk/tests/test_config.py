@@ -123,7 +123,7 @@ def test_set_current_config_is_scoped():
     assert get_current_config() is before
 
 
-# --------------------------------------------------------------------------- every OPCORE_* variable
+# ----------------------------------------------------------------------- every OPCORE_* variable
 @pytest.mark.parametrize("variable", SWITCH_VARIABLES)
 def test_switches_are_checked_when_the_config_is_created(variable):
     for good in ("1", "true", "YES", " on ", "0", "false", "No", "off", ""):

@@ -51,25 +51,28 @@ COMMON = dict(
 # id -> (config class, model class, options)
 VARIANTS = {
     "llama-h96-d64-gqa1-tied": ("LlamaConfig", "LlamaForCausalLM", dict(
-        hidden_size=96, intermediate_size=160, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
-        tie_word_embeddings=True)),
+        hidden_size=96, intermediate_size=160, num_attention_heads=4, num_key_value_heads=4,
+        head_dim=64, tie_word_embeddings=True)),
     "llama-h72-d32-gelutanh-llama3rope-bias": ("LlamaConfig", "LlamaForCausalLM", dict(
-        hidden_size=72, intermediate_size=100, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        hidden_act="gelu_pytorch_tanh", mlp_bias=True, attention_bias=True,
-        rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                         "high_freq_factor": 4.0, "original_max_position_embeddings": 32})),
+        hidden_size=72, intermediate_size=100, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32, hidden_act="gelu_pytorch_tanh", mlp_bias=True, attention_bias=True,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 32})),
     "mistral-h200-d64-gqa8-window16": ("MistralConfig", "MistralForCausalLM", dict(
-        hidden_size=200, intermediate_size=96, num_attention_heads=8, num_key_value_heads=1, head_dim=64,
-        sliding_window=16)),
+        hidden_size=200, intermediate_size=96, num_attention_heads=8, num_key_value_heads=1,
+        head_dim=64, sliding_window=16)),
     "qwen2-h136-d128-gqa4-bias-yarn": ("Qwen2Config", "Qwen2ForCausalLM", dict(
-        hidden_size=136, intermediate_size=120, num_attention_heads=4, num_key_value_heads=1, head_dim=128,
-        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32})),
+        hidden_size=136, intermediate_size=120, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=128,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 32})),
     "qwen3-h96-d128-gqa2-tied": ("Qwen3Config", "Qwen3ForCausalLM", dict(
-        hidden_size=96, intermediate_size=160, num_attention_heads=4, num_key_value_heads=2, head_dim=128,
-        tie_word_embeddings=True)),
+        hidden_size=96, intermediate_size=160, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=128, tie_word_embeddings=True)),
     "qwen3-h120-d64-gqa4": ("Qwen3Config", "Qwen3ForCausalLM", dict(
-        hidden_size=120, intermediate_size=88, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
-        tie_word_embeddings=False)),
+        hidden_size=120, intermediate_size=88, num_attention_heads=8, num_key_value_heads=2,
+        head_dim=64, tie_word_embeddings=False)),
 }  # fmt: skip
 
 
@@ -666,7 +669,8 @@ elif not UNDER_TRITON_INTERPRETER:
         pytest.importorskip("opcore_plugin_vdev", reason="opcore-plugin-vdev is not installed")
         env = {**os.environ, "OPCORE_VDEV": "1", "OMP_NUM_THREADS": "1"}
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "-x", __file__],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "--import-mode=importlib", "-x", __file__],
             env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

@@ -70,7 +70,8 @@ def test_set_priority_before_any_dispatch_knows_the_platform_provider(site):
         x, w = torch.zeros(2, 4), torch.ones(4)
         out = ops.rms_norm(x, w, 1e-6)
     from opcore.platforms import current_platform
-    print(json.dumps({"platform": current_platform.name, "priority": priority, "out": out.tolist()}))
+    data = {"platform": current_platform.name, "priority": priority, "out": out.tolist()}
+    print(json.dumps(data))
     """
     data = _last_json(run_python(code, site=site, timeout=120))
     assert data == {"platform": "zvendor", "priority": ["zvfast"], "out": [[1.0] * 4] * 2}

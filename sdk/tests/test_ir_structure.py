@@ -227,7 +227,8 @@ def test_no_module_reaches_into_a_private_name_of_ir_or_compile():
 def test_importing_platforms_and_plugins_leaves_config_and_ir_unloaded():
     code = (
         "import sys, opcore.platforms, opcore.plugins, opcore.platforms.kernels;"
-        "print(sorted(m for m in ('opcore.config', 'opcore.ir', 'opcore.attention') if m in sys.modules))"
+        "print(sorted(m for m in ('opcore.config', 'opcore.ir', 'opcore.attention')"
+        " if m in sys.modules))"
     )
     proc = run_python(code, timeout=120)
     assert proc.returncode == 0, proc.stderr

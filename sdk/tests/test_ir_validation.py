@@ -195,7 +195,8 @@ for layout, (q, k) in {
     assert impl.supports_args(*args) is True, layout
     with ops.rotary_embedding.set_priority(["triton"]):
         assert ops.rotary_embedding.dispatch(*args).provider == "triton"
-        outs = [ops.rotary_embedding(*args), impl.functional(*args), impl.impl_fn(pos, q.clone(), k, 64, cache, True)]
+        outs = [ops.rotary_embedding(*args), impl.functional(*args),
+                impl.impl_fn(pos, q.clone(), k, 64, cache, True)]
     results[layout] = [[list(o.shape) if o is not None else None for o in out] for out in outs]
 print(json.dumps(results))
 """

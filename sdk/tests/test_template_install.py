@@ -123,8 +123,9 @@ print(json.dumps({"provider": ops.rms_norm.dispatch(x, w, 1e-6).provider}))
 from opcore.layers import RMSNorm
 layer = RMSNorm(64)
 out = layer(x)
+native = ops.rms_norm.native(x, layer.weight, 1e-6)
 print(json.dumps({"layer": type(layer).__name__, "method": layer.bound_method,
-                  "matches_native": bool(torch.allclose(out, ops.rms_norm.native(x, layer.weight, 1e-6)))}))
+                  "matches_native": bool(torch.allclose(out, native))}))
 """
     )
     proc = run_python(code, site=site, env={STANDIN: "1"})
@@ -204,8 +205,8 @@ def test_its_own_tests_pass(installed):
         in proc.stdout
     )
     assert (
-        "PASSED tests/test_acme_attention.py::test_backend_is_registered_selected_and_matches_the_reference"
-        in proc.stdout
+        "PASSED tests/test_acme_attention.py::"
+        "test_backend_is_registered_selected_and_matches_the_reference" in proc.stdout
     )
     assert " skipped" not in proc.stdout.splitlines()[-1]
 

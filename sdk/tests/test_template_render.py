@@ -247,7 +247,8 @@ def test_hook_refuses_a_bad_name_without_the_cli(tmp_path, capfd):
         line for line in capfd.readouterr().err.splitlines() if line.startswith("ERROR: ")
     ]
     assert hook_lines == [
-        "ERROR: plugin name 'cuda' is taken by opcore-plugin-cuda; name the plugin after your product or device"
+        "ERROR: plugin name 'cuda' is taken by opcore-plugin-cuda; name the plugin after your "
+        "product or device"
     ]
     assert not out.exists() or list(out.iterdir()) == []
 

@@ -37,7 +37,8 @@ def test_tensors_keep_layout_share_storage_and_round_trip():
         base = host.clone(); base[1:, ::2] *= -1
         print(json.dumps({
             "device": str(x.device), "type": type(x).__name__,
-            "view": [list(view.stride()), view.storage_offset(), view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()],
+            "view": [list(view.stride()), view.storage_offset(),
+                     view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()],
             "t_stride": list(t.stride()),
             "values": torch.equal(x.cpu(), base),
             "y_device": str(y.device), "y": torch.equal(y.cpu(), (base.t() * 2 + 1).sum(dim=0)),
@@ -131,9 +132,9 @@ def test_devices_are_separate_and_results_stay_on_their_device():
             missing = None
         except RuntimeError as exc:
             missing = str(exc)
-        print(json.dumps({"count": torch.vdev.device_count(), "b": str(b.device), "c": str(c.device),
-                          "current": torch.vdev.current_device(), "to0": str(b.to("vdev:0").device),
-                          "mixed": mixed, "missing": missing}))
+        print(json.dumps({"count": torch.vdev.device_count(), "b": str(b.device),
+                          "c": str(c.device), "current": torch.vdev.current_device(),
+                          "to0": str(b.to("vdev:0").device), "mixed": mixed, "missing": missing}))
         """
     )
     assert out["count"] == 2 and out["b"] == "vdev:1" and out["c"] == "vdev:1"
@@ -155,7 +156,8 @@ def test_second_install_under_another_name_names_both():
                 vdev.install(**kwargs)
             except vdev.VirtualDeviceError as exc:
                 errors.append(str(exc))
-        print(json.dumps({"again": again, "errors": errors, "name": torch._C._get_privateuse1_backend_name()}))
+        name = torch._C._get_privateuse1_backend_name()
+        print(json.dumps({"again": again, "errors": errors, "name": name}))
         """
     )
     assert out["again"] and out["name"] == "nimbus"
@@ -234,7 +236,8 @@ def test_resize_out_set_and_cross_device_copies():
         print(json.dumps({
             "grown": [list(grown.shape), grown.reshape(-1)[:3].cpu().tolist()],
             "out": [res is out, list(out.shape), out.cpu().tolist()],
-            "set": [t.untyped_storage().data_ptr() == a.untyped_storage().data_ptr(), a.cpu().tolist()],
+            "set": [t.untyped_storage().data_ptr() == a.untyped_storage().data_ptr(),
+                    a.cpu().tolist()],
             "copy": [str(on1.device), str(back.device), back.cpu().tolist()],
         }))
         """

@@ -51,7 +51,8 @@ def test_installed_but_off_it_stays_out_of_the_way():
         import json, torch
         from opcore.platforms import current_platform, explain
         vdev = next(c for c in explain().candidates if c.name == "vdev")
-        print(json.dumps({"platform": current_platform.name, "vdev": vdev.reason if hasattr(vdev, "reason") else str(vdev),
+        reason = vdev.reason if hasattr(vdev, "reason") else str(vdev)
+        print(json.dumps({"platform": current_platform.name, "vdev": reason,
                           "pu1": torch._C._get_privateuse1_backend_name()}))
         """,
         env={},
@@ -80,10 +81,12 @@ def test_platform_provider_and_attention_on_two_devices():
             y = ops.rms_norm(x, w, 1e-6)
             ref = ops.rms_norm.impls["native"].impl_fn(x.cpu(), w.cpu(), 1e-6)
             g = ops.silu_and_mul(torch.randn(3, 16).to(p.device(index)))
-            results[f"dev{index}_run"] = [choice.provider, str(y.device), torch.allclose(y.cpu(), ref, atol=1e-5),
+            results[f"dev{index}_run"] = [choice.provider, str(y.device),
+                                          torch.allclose(y.cpu(), ref, atol=1e-5),
                                           str(g.device), rsqrt() - before]
-        cfg = selector.AttentionSelectorConfig(head_size=64, num_heads=8, num_kv_heads=2, dtype=torch.float16,
-                                               block_size=16, device_type="vdev")
+        cfg = selector.AttentionSelectorConfig(head_size=64, num_heads=8, num_kv_heads=2,
+                                               dtype=torch.float16, block_size=16,
+                                               device_type="vdev")
         results["attn"] = selector.get_attn_backend(cfg).name
         print(json.dumps(results))
         """,
