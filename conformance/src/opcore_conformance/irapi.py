@@ -79,6 +79,13 @@ def impl_supported(impl: Any) -> bool:
     return bool(impl.supported)
 
 
+def provider_properties(impl: Any) -> frozenset[str]:
+    """The properties a provider declares (docs/properties.md); none for an opcore that
+    predates them."""
+    declared = getattr(impl, "properties", None)
+    return frozenset(declared.names()) if declared is not None else frozenset()
+
+
 def op_dtypes(op: Any) -> list[str]:
     """Dtypes an op is checked in (fp32, fp16, bf16 unless it says; docs/design.md#op-semantics)."""
     names = getattr(op, "dtypes", None)

@@ -141,7 +141,9 @@ def run_body(case: Case, ctx: Context, tolerance) -> Outcome:
     except Exception as exc:  # the harness, not the code under test (that is CheckFailed)
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         return Outcome(S.ERROR, f"{type(exc).__name__}: {exc}", {"traceback": "".join(tb[-6:])})
-    return Outcome(S.PASS, "", dict(metrics or {}))
+    metrics = dict(metrics or {})
+    # a passing check may still have something to say (properties: "could claim")
+    return Outcome(S.PASS, str(metrics.pop("message", "")), metrics)
 
 
 class ConformanceSession:

@@ -12,6 +12,7 @@ from opcore_conformance.checks import (
     layers,
     numerics,
     platform_contract,
+    properties,
 )
 
 # (module, the check names its cases use)
@@ -20,6 +21,7 @@ CHECK_MODULES = (
     (numerics, ("numerics",)),
     (functional, ("functional", "maybe_inplace")),
     (determinism, ("determinism",)),
+    (properties, properties.CHECKS),
     (fake, ("supports_args", "opcheck")),
     (layers, ("layers",)),
     (attention, ("attention",)),

@@ -1,15 +1,21 @@
 """``determinism[op-provider-dtype-sample]``: the same inputs give bitwise the same
-outputs twice (two fresh device copies of one sample, the provider forced)."""
+outputs on repeated runs (three fresh device copies of one sample, the provider forced).
+
+The property ``deterministic`` (docs/properties.md): a provider that declares it fails when
+the bits differ; one that does not is ``unsupported`` then, and passes with "could claim"
+in its message when they agree (see `opcore_conformance.checks.properties.verdict`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from opcore_conformance.case import CheckFailed
+from opcore_conformance import irapi
 from opcore_conformance.checks._op_grid import call, device_sample, forced, grid
+from opcore_conformance.checks.properties import verdict
 from opcore_conformance.tensors import bitwise_equal, iter_tensors
 
 CHECK = "determinism"
+RUNS = 3
 
 
 def collect(ctx) -> list:
@@ -19,22 +25,28 @@ def collect(ctx) -> list:
 def _body(op_name: str, provider: str, dtype: str, sample_name: str):
     def body(ctx, _tol) -> dict[str, Any]:
         outs = []
-        for _ in range(2):
+        for _ in range(RUNS):
             op, _, args, kwargs = device_sample(ctx, op_name, dtype, sample_name)
             with forced(op, provider, args, kwargs):
                 outs.append(call(f"{op_name} with provider {provider!r}", op, *args, **kwargs))
         ctx.platform.synchronize()
-        diffs = [
-            p
-            for (p, x), (_, y) in zip(iter_tensors(outs[0]), iter_tensors(outs[1]), strict=False)
-            if (x is None) != (y is None)
-            or (x is not None and y is not None and not bitwise_equal(x, y))
-        ]
-        if diffs:
-            raise CheckFailed(
-                f"{op_name} with provider {provider!r} gave different bits on two "
-                f"runs of the same inputs in {', '.join(diffs)}"
-            )
-        return {}
+        diffs = sorted(
+            {
+                p
+                for other in outs[1:]
+                for (p, x), (_, y) in zip(iter_tensors(outs[0]), iter_tensors(other), strict=False)
+                if (x is None) != (y is None)
+                or (x is not None and y is not None and not bitwise_equal(x, y))
+            }
+        )
+        op = irapi.get_op(op_name)
+        return verdict(
+            "deterministic" in irapi.provider_properties(irapi.impls(op)[provider]),
+            "deterministic",
+            not diffs,
+            f"{op_name} with provider {provider!r}",
+            f"{RUNS} runs of the same inputs gave different bits in {', '.join(diffs)}",
+            {"runs": RUNS},
+        )
 
     return body

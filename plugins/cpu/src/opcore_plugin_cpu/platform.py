@@ -54,6 +54,22 @@ def native_dtypes() -> tuple[str, ...]:
     return tuple(out)
 
 
+# What the native functions have on the CPU (docs/properties.md), as `opcore conformance
+# --checks batch_invariance,determinism` measured it (2026-12-01, torch 2.13 on 2 cores; the widest sample of each op).
+# gelu_and_mul is not batch-invariant in float32: torch's vectorised erf and its scalar
+# loop for the last few elements of a buffer round differently, so a row's bits depend on
+# where in the batch it lands. No graphs here, so nothing is declared capture-safe.
+_INVARIANT = frozenset({"batch_invariant", "deterministic"})
+NATIVE_PROPERTIES = {
+    "rms_norm": _INVARIANT,
+    "fused_add_rms_norm": _INVARIANT,
+    "silu_and_mul": _INVARIANT,
+    "gelu_and_mul": frozenset({"deterministic"}),
+    "rotary_embedding": _INVARIANT,
+    "split_qkv_rmsnorm_rope": _INVARIANT,
+}
+
+
 class CpuPlatform(Platform):
     """The host CPU as one device. Every floating dtype of the ops is computed here:
     fp32 natively, bf16 and fp16 natively where the CPU has the instructions
@@ -82,7 +98,11 @@ class CpuPlatform(Platform):
 
     def import_ir_kernels(self) -> None:
         # The IPEX provider registers itself only when intel-extension-for-pytorch imports.
+        from opcore.ir import get_op
         from opcore_plugin_cpu import ipex_provider  # noqa: F401
+
+        for op, properties in NATIVE_PROPERTIES.items():
+            get_op(op).declare_native_properties(properties)
 
     def get_default_ir_op_priority(self, config) -> dict[str, list[str]]:
         # IPEX's kernels first for the ops it covers, where IPEX imported (its

@@ -52,6 +52,23 @@ def fp8_for_capability(cap: tuple[int, int] | None) -> torch.dtype | None:
 _CAP = nvml_min_capability()
 
 
+# What the native functions have on this device (docs/properties.md), checked by
+# `opcore conformance --checks properties` on an H200 (bench/gpu/properties.sh). Torch's
+# elementwise kernels compute each element alone; its row reductions (the norms) choose
+# how many threads share a row from the tensor's shape, so a row's sum may be added up in
+# another order in a larger batch: deterministic, but not batch-invariant.
+_ALL = frozenset({"batch_invariant", "deterministic", "capture_safe"})
+_REDUCING = frozenset({"deterministic", "capture_safe"})
+NATIVE_PROPERTIES = {
+    "rms_norm": _REDUCING,
+    "fused_add_rms_norm": _REDUCING,
+    "silu_and_mul": _ALL,
+    "gelu_and_mul": _ALL,
+    "rotary_embedding": _ALL,
+    "split_qkv_rmsnorm_rope": _REDUCING,
+}
+
+
 class CudaPlatform(TorchDevicePlatform):
     """NVIDIA GPUs. Kernels: the portable Triton providers (`opcore.kernels.triton`),
     preferred to native for the six ops (reached by the layers' ``forward_native``);
@@ -76,9 +93,23 @@ class CudaPlatform(TorchDevicePlatform):
 
     def import_ir_kernels(self) -> None:
         import opcore.kernels.triton  # noqa: F401  (registers provider "triton")
+        import opcore.kernels.triton.batch_invariant  # noqa: F401  (its row-count-free variant)
+        from opcore.ir import get_op
+
+        for op, properties in NATIVE_PROPERTIES.items():
+            get_op(op).declare_native_properties(properties)
 
     def get_default_ir_op_priority(self, config: Any) -> dict[str, list[str]]:
-        return {op: ["triton", "native"] for op in TRITON_OPS}
+        # triton_batch_invariant after triton: it runs where a config requires
+        # batch_invariant, which triton's norms do not declare (docs/properties.md).
+        from opcore.kernels.triton import batch_invariant
+
+        return {
+            op: ["triton", batch_invariant.PROVIDER, "native"]
+            if op in batch_invariant.OPS
+            else ["triton", "native"]
+            for op in TRITON_OPS
+        }
 
     def get_device_communicator_cls(self) -> str | None:
         return "opcore_plugin_cuda.communicator.CudaCommunicator"

@@ -420,7 +420,13 @@ class IrOp:
         decision, log = entry[2], entry[3]
         # A tuning table that measured another provider order for some buckets of this op
         # (docs/tuning.md); None, at no cost per call, when it has none.
-        router = tuning_runtime.router_for(self.name, decision, self.impls)
+        # Not when rows must not depend on the batch: a provider chosen by the token count
+        # would compute a row alone and the same row in a batch differently.
+        router = (
+            None
+            if "batch_invariant" in decision.required
+            else tuning_runtime.router_for(self.name, decision, self.impls)
+        )
         # The first provider takes every argument and nothing is logged: no loop needed.
         first = decision.chain[0]
         fast = first if first.supports_args is None and not log and router is None else None
