@@ -158,7 +158,8 @@ def sweep_one(batch: int, ctx: int, log) -> list[dict]:
     best = max(rows, key=lambda r: r["tbps"], default=None)
     if best:
         log(
-            f"sweep best B={batch} ctx={ctx}: {best['config']} {best['us']:.1f} us {best['tbps']:.2f} TB/s"
+            f"sweep best B={batch} ctx={ctx}: {best['config']} {best['us']:.1f} us "
+            f"{best['tbps']:.2f} TB/s"
         )
     return rows
 

@@ -39,7 +39,8 @@ def main(argv=None) -> int:
 
     device = get_current_platform().device()
     print(
-        f"triton provider: interpreted={kt.INTERPRETED} devices={sorted(kt.DEVICE_TYPES)} on {device}"
+        f"triton provider: interpreted={kt.INTERPRETED} devices={sorted(kt.DEVICE_TYPES)} "
+        f"on {device}"
     )
     failures, total, worst = [], 0, {}
     for name in (
@@ -77,7 +78,8 @@ def main(argv=None) -> int:
                         if r is None:
                             if g is not None:
                                 failures.append(
-                                    f"{name}/{dtype}/{sample.name}/{label}: output {i} should be None"
+                                    f"{name}/{dtype}/{sample.name}/{label}: "
+                                    f"output {i} should be None"
                                 )
                             continue
                         g64 = g.detach().cpu().double()

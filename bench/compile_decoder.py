@@ -30,7 +30,10 @@ variant the table also says whether Inductor skipped CUDA graphs (its
 
 On a small CPU set OMP_NUM_THREADS=1 (Inductor OpenMP kernels and matmul threads contend).
 
-Usage: python bench/compile_decoder.py --out DIR [--small] [--decode 1,8,32,128] [--prefill 512,2048]
+Usage:
+    python bench/compile_decoder.py --out DIR [--small] [--decode 1,8,32,128]
+        [--prefill 512,2048]
+
 Writes DIR/compile_decoder.json and DIR/compile_decoder.md and prints the table.
 """
 
@@ -195,7 +198,8 @@ def failures(rows: list[dict]) -> list[str]:
                     "wrote its inputs"
                     if r[f"{v} inputs_mutated"]
                     else (
-                        f"max abs diff {r[f'{v} max_abs_diff']:.3g} > tolerance {r['tolerance']:.3g}"
+                        f"max abs diff {r[f'{v} max_abs_diff']:.3g} > "
+                        f"tolerance {r['tolerance']:.3g}"
                     )
                 )
                 out.append(f"{v} at {r['kind']} {r['tokens']} tokens: {why} (vs eager native)")
@@ -221,17 +225,20 @@ def markdown(env: dict, rows: list[dict], shape, dtype, cudagraphs: bool) -> str
         f"{env['date']}; device {env.get('gpu', env['device'])}; platform `{env['platform']}`; "
         f"torch {env['torch']}; triton {env['triton']}; opcore {env['opcore']}",
         "",
-        f"Decoder: {shape.layers} layers, hidden {shape.hidden}, heads {shape.heads}/{shape.kv_heads} "
-        f"x {shape.head_size}, MLP {shape.intermediate}; {str(dtype).removeprefix('torch.')}; "
-        f"CUDA graphs {'on' if cudagraphs else 'off'}. Median ms per forward; speedup vs torch.compile.",
+        f"Decoder: {shape.layers} layers, hidden {shape.hidden}, "
+        f"heads {shape.heads}/{shape.kv_heads} x {shape.head_size}, MLP {shape.intermediate}; "
+        f"{str(dtype).removeprefix('torch.')}; CUDA graphs {'on' if cudagraphs else 'off'}. "
+        "Median ms per forward; speedup vs torch.compile.",
         "",
-        "| shape | tokens | torch.compile ms | opcore ms | opcore+fusion ms | opcore speedup | +fusion speedup |",
+        "| shape | tokens | torch.compile ms | opcore ms | opcore+fusion ms | opcore speedup "
+        "| +fusion speedup |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['kind']} | {r['tokens']} | {r['torch.compile ms']:.4f} | {r['opcore ms']:.4f} | "
-            f"{r['opcore+fusion ms']:.4f} | {r['opcore speedup']:.3f}x | {r['opcore+fusion speedup']:.3f}x |"
+            f"{r['opcore+fusion ms']:.4f} | {r['opcore speedup']:.3f}x | "
+            f"{r['opcore+fusion speedup']:.3f}x |"
         )
     lines += [
         "",
@@ -239,7 +246,8 @@ def markdown(env: dict, rows: list[dict], shape, dtype, cudagraphs: bool) -> str
         f"tolerance {REL_TOLERANCE[dtype]:g} x max(1, max|eager|). CUDA graphs skipped: Inductor's "
         "`cudagraph_skips` counter moved while the variant compiled and ran.",
         "",
-        "| shape | tokens | max abs eager | tolerance | torch.compile | opcore | opcore+fusion | CUDA graphs skipped |",
+        "| shape | tokens | max abs eager | tolerance | torch.compile | opcore | opcore+fusion "
+        "| CUDA graphs skipped |",
         "|---|---:|---:|---:|---|---|---|---|",
     ]
     for r in rows:

@@ -131,8 +131,9 @@ def to_markdown(
     lines = ["# Compiled-graph staleness guard, per call", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
     lines += [
-        f"- method: `python bench/compile_guard.py --number {number} --repeat {repeat}`; best of the "
-        f"rounds, thread CPU time; graphs compiled during the run: {records} (1 = no recompilation)",
+        f"- method: `python bench/compile_guard.py --number {number} --repeat {repeat}`; "
+        "best of the rounds, thread CPU time; graphs compiled during the run: "
+        f"{records} (1 = no recompilation)",
         "",
     ]
     lines += [

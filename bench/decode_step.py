@@ -252,15 +252,16 @@ def main(argv=None) -> int:
         "",
         "attention: SDPA stand-in over a fixed KV context (identical in both runs)",
         "",
-        "| batch | native eager µs | providers eager µs | × eager | native graph µs | providers graph µs "
-        "| × graph | providers graph vs native eager | rel. diff |",
+        "| batch | native eager µs | providers eager µs | × eager | native graph µs "
+        "| providers graph µs | × graph | providers graph vs native eager | rel. diff |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         g = r["native_graph_us"] is not None
         lines.append(
             f"| {r['batch']} | {r['native_eager_us']:.1f} | {r['providers_eager_us']:.1f} | "
-            f"{r['speedup_eager']:.2f} | {r['native_graph_us']:.1f} | {r['providers_graph_us']:.1f} | "
+            f"{r['speedup_eager']:.2f} | {r['native_graph_us']:.1f} | "
+            f"{r['providers_graph_us']:.1f} | "
             f"{r['speedup_graph']:.2f} | {r['speedup_providers_graph_vs_native_eager']:.2f} | "
             f"{r['rel_diff_providers_vs_native']:.1e} |"
             if g

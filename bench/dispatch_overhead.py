@@ -195,7 +195,8 @@ def to_markdown(rows: list[dict], env: dict[str, str], number: int, repeat: int)
             lines.append(f"| {r['case']} | {r['op_us']:.3f} | | |")
         else:
             lines.append(
-                f"| {r['case']} | {r['op_us']:.3f} | {r['direct_us']:.3f} | {r['op_us'] - r['direct_us']:.3f} |"
+                f"| {r['case']} | {r['op_us']:.3f} | {r['direct_us']:.3f} | "
+                f"{r['op_us'] - r['direct_us']:.3f} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -12,8 +12,8 @@ times it with ``triton.testing.do_bench`` next to that native function in eager 
 the GPU (the unfused chain). "first call"
 is the first launch including Triton's compilation (heads are unrolled, so it grows with
 the head count). Prints a Markdown table line by line (and writes it to
-``$OUT/ascend_triton_gpu.md`` when ``OUT`` is set); exits 1 on any mismatch. Timings are informative only: the kernel is tiled for an NPU, not tuned for
-this GPU.
+``$OUT/ascend_triton_gpu.md`` when ``OUT`` is set); exits 1 on any mismatch. Timings are
+informative only: the kernel is tiled for an NPU, not tuned for this GPU.
 """
 
 from __future__ import annotations
@@ -61,10 +61,12 @@ def main() -> int:
     dev = torch.device("cuda")
     programs = triton_qkv.vector_core_count(dev)
     lines = [
-        f"Device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, triton {triton.__version__}; "
-        f"grid = {programs} programs (multiprocessors), unified-buffer budget {triton_qkv.DEFAULT_UB_BYTES} B",
+        f"Device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, "
+        f"triton {triton.__version__}; grid = {programs} programs (multiprocessors), "
+        f"unified-buffer budget {triton_qkv.DEFAULT_UB_BYTES} B",
         "",
-        "| tokens | heads q/kv | head | rot | style | dtype | rows/chunk | max err q | max err k | v exact | verdict | first call s | tiled us | native eager us |",
+        "| tokens | heads q/kv | head | rot | style | dtype | rows/chunk | max err q | max err k "
+        "| v exact | verdict | first call s | tiled us | native eager us |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     out_dir = os.environ.get("OUT")
@@ -117,7 +119,8 @@ def main() -> int:
             )
             emit(
                 f"| {tokens} | {nh}/{nkv} | {d} | {rot} | {'neox' if neox else 'gptj'} | "
-                f"{str(dtype).removeprefix('torch.')} | {rows} | {err_q:.2e} | {err_k:.2e} | {v_ok} | "
+                f"{str(dtype).removeprefix('torch.')} | {rows} | {err_q:.2e} | {err_k:.2e} | "
+                f"{v_ok} | "
                 f"{'ok' if ok else 'FAIL'} | {first_call_s:.1f} | {t_tiled:.1f} | {t_native:.1f} |"
             )
     emit("")

@@ -69,7 +69,8 @@ def check_kernel_interpret() -> list[str]:
             ok = out.dtype == xj.dtype and err <= tol
             failures += not ok
             rows_out.append(
-                f"| {rows}x{hidden} | {var_size} | {weight} | {dname} | {block} | {err:.2e} | {'ok' if ok else 'FAIL'} |"
+                f"| {rows}x{hidden} | {var_size} | {weight} | {dname} | {block} | {err:.2e} | "
+                f"{'ok' if ok else 'FAIL'} |"
             )
     print("### 1. Pallas rms_norm kernel in the interpreter (JAX CPU)\n")
     print("| shape | variance_size | weight | dtype | block_rows | max err/(1+|ref|) | verdict |")
@@ -103,7 +104,8 @@ def check_tpu_lowering() -> list[str]:
         if not ok:
             failures.append("lowering")
         print(
-            f"- {rows}x{hidden} {jnp.dtype(dtype).name}, block_rows {block}: {'ok' if ok else 'FAIL'} ({detail})"
+            f"- {rows}x{hidden} {jnp.dtype(dtype).name}, block_rows {block}: "
+            f"{'ok' if ok else 'FAIL'} ({detail})"
         )
     print()
     return failures

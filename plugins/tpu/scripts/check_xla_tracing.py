@@ -7,7 +7,8 @@ For every op and a few of its samples (already on the device): one warm-up step 
 ``torch_xla.sync()``), then the metrics are cleared and one measured step calls the op
 three times, feeding each output back in where shapes allow, and syncs once. Expected:
 
-* ``ExecuteTime`` 1 sample (read after ``wait_device_ops``: execution is asynchronous): the three calls are one graph (no graph break);
+* ``ExecuteTime`` 1 sample (read after ``wait_device_ops``: execution is asynchronous):
+  the three calls are one graph (no graph break);
 * ``CompileTime`` 0 samples: the graph of a repeated step is a cache hit;
 * ``TransferFromDeviceTime`` 0 samples: nothing read back to the host during the step;
 * no ``aten::*`` counter: no op fell back to the CPU.
@@ -80,7 +81,8 @@ def main() -> int:
     )
     print()
     print(
-        "| op | sample | provider | graphs executed | compiles | device->host transfers | CPU fallbacks | verdict |"
+        "| op | sample | provider | graphs executed | compiles | device->host transfers "
+        "| CPU fallbacks | verdict |"
     )
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
