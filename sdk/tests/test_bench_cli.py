@@ -107,7 +107,7 @@ def test_bench_rejects_unknown_provider_names(tmp_path, capsys):
                "--providers", "native,tritn", "--out", str(tmp_path)])  # fmt: skip
     assert rc == 2
     err = capsys.readouterr().err
-    assert "argument --providers: unknown provider 'tritn' for op(s) rms_norm" in err
+    assert "argument --providers: unknown provider 'tritn' for op(s) rms_norm on platform" in err
     assert "'native'" in err and "'compile'" in err and "'F.rms_norm'" in err  # the valid ones
     assert "'native,'" not in err and not (tmp_path / "bench.json").exists()
 
@@ -117,7 +117,7 @@ def test_bench_rejects_a_peer_that_applies_to_none_of_the_ops(tmp_path, capsys):
                "--providers", "F.rms_norm", "--out", str(tmp_path)])  # fmt: skip
     assert rc == 2
     err = capsys.readouterr().err
-    assert "unknown provider 'F.rms_norm' for op(s) silu_and_mul" in err
+    assert "unknown provider 'F.rms_norm' for op(s) silu_and_mul on platform" in err
     assert "'F.rms_norm'" not in err.split("choose from")[1]
 
 

@@ -97,8 +97,11 @@ def environment(device: torch.device, platform: Any | None = None) -> dict[str, 
     return env
 
 
-def check_selection(op_names: tuple[str, ...], providers: set[str] | None) -> None:
-    """Refuse names `run` would silently time nothing for.
+def check_selection(
+    op_names: tuple[str, ...], providers: set[str] | None, platform_name: str = ""
+) -> None:
+    """Refuse names `run` would silently time nothing for (``platform_name``, when given,
+    is named in the message: which providers are registered depends on the platform).
 
     Raises:
         UnknownNameError: an op that is not one of `cases.OPS`, or a provider that is
@@ -112,7 +115,8 @@ def check_selection(op_names: tuple[str, ...], providers: set[str] | None) -> No
         valid = baselines.known_names(op_names)
         bad = sorted(p for p in providers if p not in valid)
         if bad:
-            raise UnknownNameError("--providers", "provider", bad, valid, op_names)
+            where = f" on platform {platform_name}" if platform_name else ""
+            raise UnknownNameError("--providers", "provider", bad, valid, op_names, where)
 
 
 class UnknownNameError(ValueError):
@@ -125,9 +129,10 @@ class UnknownNameError(ValueError):
         names: list[str],
         valid: list[str],
         op_names: tuple[str, ...] = (),
+        where: str = "",
     ) -> None:
         self.flag, self.names, self.valid = flag, names, valid
-        scope = f" for op(s) {', '.join(op_names)}" if op_names else ""
+        scope = (f" for op(s) {', '.join(op_names)}" if op_names else "") + where
         plural = "s" if len(names) > 1 else ""
         super().__init__(
             f"unknown {what}{plural} {', '.join(map(repr, names))}{scope} "
@@ -176,9 +181,9 @@ def run(opts: Options, log=print, platform: Any | None = None) -> dict[str, Any]
     Raises:
         UnknownNameError: see `check_selection`.
     """
-    check_selection(opts.ops, opts.providers)
     if platform is None:
         platform = _current()
+    check_selection(opts.ops, opts.providers, platform.name)
     threads, why = _threads(opts, bench_device(platform, opts.device))
     if threads is None:
         result = _run(opts, log, platform, why)

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
     ensure_kernels_loaded()
     try:  # a typo must not pass for "nothing to time" (an empty table and exit 0)
-        runner.check_selection(tuple(args.ops), set(args.providers or ()))
+        runner.check_selection(tuple(args.ops), set(args.providers or ()), platform.name)
     except runner.UnknownNameError as exc:
         print(f"opcore bench: error: argument {exc.flag}: {exc}", file=sys.stderr)
         return 2
