@@ -115,6 +115,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bar on stderr"
     )
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the collective checks instead, across N local processes (one device "
+        "each, the platform's torch.distributed backend; 127.0.0.1 only): collective ops "
+        "against a float64 reference, bitwise agreement across ranks, declared "
+        "properties, and a killed rank that must make the others fail, not hang",
+    )
+    parser.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="with --world-size: the bound on every collective wait, in seconds (default 60)",
+    )
 
 
 def options_from_args(args: argparse.Namespace):
@@ -184,6 +201,12 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 2
+            if args.world_size is not None:
+                from opcore_conformance.world import run_world
+
+                return run_world(
+                    options, args.world_size, collective_timeout_s=args.collective_timeout
+                )
             from opcore_conformance.runner import run as run_session
 
             status = run_session(options, list_only=args.list_only, interruptions=interruptions)

@@ -89,26 +89,23 @@ def _rank_main(
 ) -> None:
     os.environ.update(env)
     start = time.monotonic()
+    shutdown = None
     try:
         import torch
 
         torch.set_num_threads(threads)
         from opcore.distributed.groups import init_distributed, shutdown
 
-        try:
-            comm = init_distributed(
-                rank,
-                world_size,
-                init_method=f"tcp://127.0.0.1:{port}",
-                timeout_s=comm_timeout_s,
-            )
-            value = fn(comm, *args)
-        finally:
-            try:
-                shutdown()
-            except Exception:  # a group broken by a dead peer may not tear down cleanly
-                pass
-        # pickled here so no tensor travels through shared memory that dies with us
+        comm = init_distributed(
+            rank,
+            world_size,
+            init_method=f"tcp://127.0.0.1:{port}",
+            timeout_s=comm_timeout_s,
+        )
+        value = fn(comm, *args)
+        # Reported before the teardown, which can block when a peer is gone: the parent
+        # has the result either way. Pickled here so no tensor travels through shared
+        # memory that dies with this process.
         results.put((rank, "ok", pickle.dumps(value), "", "", time.monotonic() - start))
     except BaseException as exc:  # everything is reported; the parent decides
         text = f"{type(exc).__name__}: {exc}".strip().splitlines()
@@ -122,6 +119,12 @@ def _rank_main(
                 time.monotonic() - start,
             )
         )
+    finally:
+        if shutdown is not None:
+            try:
+                shutdown()
+            except Exception:  # a group broken by a dead peer may not tear down cleanly
+                pass
 
 
 def run_ranks(
