@@ -20,10 +20,10 @@ from opcore.attention import (
     selection_info,
 )
 from opcore.attention.backends.torch_native import TorchNativeBackend
-from opcore.attention.registry import backend_class_path, unregister_backend
-from opcore.attention.selector import clear_selection_records
+from opcore.attention.registry import backend_class_path
 from opcore.config import create_config
 from opcore.platforms import Platform
+from opcore.testing.attention import clear_selection_records, unregister_backend
 
 
 class ListedPlatform(Platform):
@@ -252,3 +252,25 @@ def test_probe_selection_reports_a_failure_as_data():
         platform=ListedPlatform(["TORCH_NATIVE"]), config=create_config(platform, env={})
     )
     assert ok["selected"] == "TORCH_NATIVE" and ok["config"]["num_kv_heads"] == 8
+
+
+def test_test_helpers_live_in_opcore_testing_only():
+    """Forgetting a name and the selection history is for tests: `opcore.testing.attention`
+    offers it, and no public attention module does."""
+    import opcore.attention
+    import opcore.attention.registry
+    import opcore.attention.selector
+
+    for module in (opcore.attention, opcore.attention.registry, opcore.attention.selector):
+        assert not hasattr(module, "unregister_backend"), module.__name__
+        assert not hasattr(module, "clear_selection_records"), module.__name__
+
+    register_backend("MY_ATTN", path(MyNative))
+    assert select(ListedPlatform(["MY_ATTN"])).backend_cls is MyNative
+    assert selection_info()["selections"]
+    unregister_backend("MY_ATTN")
+    assert "MY_ATTN" not in selection_info()["registry"]
+    with pytest.raises(UnknownBackendError):
+        backend_class_path("MY_ATTN")
+    clear_selection_records()
+    assert selection_info()["selections"] == []

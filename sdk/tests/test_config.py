@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opcore.attention.registry import register_backend, unregister_backend
+from opcore.attention.registry import register_backend
 from opcore.config import (
     SWITCH_VARIABLES,
     ConfigError,
@@ -19,6 +19,7 @@ from opcore.config import (
 from opcore.platforms import Platform
 from opcore.plugins import PLATFORM_PLUGINS_GROUP
 from opcore.testing import make_distribution, run_python
+from opcore.testing.attention import unregister_backend
 
 
 class RecordingPlatform(Platform):

@@ -125,7 +125,8 @@ def test_ascend_platform_identity_and_defaults():
 
 def test_ascend_attention_backend_registered_by_name_and_explains_absence():
     from opcore.attention import AttentionSelectorConfig, UnknownBackendError, backend_class_path
-    from opcore.attention.registry import load_backend_class, unregister_backend
+    from opcore.attention.registry import load_backend_class
+    from opcore.testing.attention import unregister_backend
 
     p = AscendPlatform()
     assert not hasattr(p, "get_attn_backend_cls")  # removed in plugin API 2.0: the registry maps

@@ -200,8 +200,9 @@ def test_tpu_platform_identity_and_hooks_without_a_tpu(fake_torch_xla):
 
 def test_tpu_pallas_backend_is_registered_by_name_and_unavailable_here(fake_torch_xla):
     from opcore.attention import UnknownBackendError, backend_class_path
-    from opcore.attention.registry import load_backend_class, unregister_backend
+    from opcore.attention.registry import load_backend_class
     from opcore.attention.selector_config import AttentionSelectorConfig
+    from opcore.testing.attention import unregister_backend
 
     fake_torch_xla()  # constructing the platform imports torch_xla (simulated here)
     p = TpuPlatform()

@@ -93,8 +93,9 @@ def register_backend(name: str, class_path: str | None = None) -> Any:
 
     Examples:
         >>> from opcore.attention import known_names, register_backend
-        >>> from opcore.attention.registry import unregister_backend
-        >>> register_backend("doc_paged", "opcore.attention.backends.torch_native.TorchNativeBackend")
+        >>> from opcore.testing.attention import unregister_backend
+        >>> path = "opcore.attention.backends.torch_native.TorchNativeBackend"
+        >>> register_backend("doc_paged", path)
         >>> "DOC_PAGED" in known_names()
         True
         >>> unregister_backend("DOC_PAGED")  # undo the example
@@ -143,9 +144,11 @@ def register_backend(name: str, class_path: str | None = None) -> Any:
     return decorator
 
 
-def unregister_backend(name: str) -> None:
-    """Forget a plugin's registration of ``name`` (tests that register temporary names).
-    A core name cannot be removed; an unknown name is ignored."""
+def _unregister_backend(name: str) -> None:
+    """Forget a plugin's registration of ``name``; a core name cannot be removed, an unknown
+    name is ignored. Outside tests a name, once registered, stays for the process (configs
+    were checked against it, layers hold the class it selected), so this is not API: tests
+    call it as `opcore.testing.attention.unregister_backend`."""
     global _generation
     key = normalize_name(name)
     if key in CORE_BACKENDS:

@@ -309,8 +309,10 @@ def selection_info() -> dict[str, Any]:
     return {"registry": registry.registered_backends(), "selections": selections}
 
 
-def clear_selection_records() -> None:
-    """Forget recorded selections and cached results (tests; configuration changes)."""
+def _clear_selection_records() -> None:
+    """Forget recorded selections and cached results. The cache is keyed by everything a
+    selection depends on and the records are the process's history for `opcore info`, so
+    only tests reset them, as `opcore.testing.attention.clear_selection_records`."""
     with _lock:
         _records.clear()
         _cache.clear()
