@@ -141,7 +141,8 @@ def run_killed_rank(
         env=env,
     )
     victim = outcomes[-1]
-    problems, notes = [], []
+    problems: list[str] = []
+    notes: list[str] = []
     if victim.status != "died":
         problems.append(f"rank {victim.rank} (killed) reported {victim.status}: {victim.error}")
     for o in outcomes[:-1]:

@@ -48,6 +48,14 @@ def _draw(shape: tuple[int, ...], strided: bool, seed: int, dtype: torch.dtype) 
     return torch.randn(shape, generator=g).to(dtype)
 
 
+def _sum64(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The float64 sum of the ranks' tensors, in rank order."""
+    total = torch.zeros(tensors[0].shape, dtype=torch.float64)
+    for t in tensors:
+        total += t.double()
+    return total
+
+
 def _digest(*tensors: torch.Tensor) -> str:
     h = hashlib.sha256()
     for t in tensors:
@@ -119,7 +127,7 @@ def _cases(comm: Any, cfg: dict[str, Any]) -> Iterator[tuple[str, Callable[[Case
     ]
     yield "collective.communicator", lambda case: _communicator(comm, communicator_class())
     for dt in dtypes:
-        yield f"collective.primitives[{dt}]", lambda case, dt=dt: _primitives(comm, case, dt)
+        yield f"collective.primitives[{dt}]", _bind_primitives(comm, dt)
     for name, op in collective_ops().items():
         if cfg.get("ops") and name not in cfg["ops"]:
             continue
@@ -135,6 +143,10 @@ def _cases(comm: Any, cfg: dict[str, Any]) -> Iterator[tuple[str, Callable[[Case
                     cid = f"collective.{name}[{provider}-{dt}-{sample}]"
                     yield cid, _bind(comm, op, provider, dt, sample, shape, strided)
     yield "collective.capture", lambda case: _capture(comm, platform, case)
+
+
+def _bind_primitives(comm: Any, dt: str) -> Callable[[Case], str | None]:
+    return lambda case: _primitives(comm, case, dt)
 
 
 def _bind(comm, op, provider, dt, sample, shape, strided) -> Callable[[Case], str | None]:
@@ -184,7 +196,7 @@ def _primitives(comm: Any, case: Case, dt: str) -> str:
             problems.append(f"broadcast(src={src}) differs from rank {src}'s tensor")
     # reduce_scatter gives each rank its own chunk: no digest to compare across ranks
     got = comm.reduce_scatter(mine, dim=0).cpu()
-    ref = sum(x.double() for x in xs).chunk(n, dim=0)[comm.rank]
+    ref = _sum64(xs).chunk(n, dim=0)[comm.rank]
     from opcore.ir import ops
 
     atol, rtol = ops.all_reduce.tolerance(dtype)
@@ -212,7 +224,7 @@ def _all_reduce_case(comm, case, op, provider, dt, sample, shape, strided) -> st
     with op.set_priority([provider]):
         got = op(x, "world")
     case.digests.append(_digest(got))
-    ref = sum(t.double() for t in xs)
+    ref = _sum64(xs)
     atol, rtol = op.tolerance(dtype)
     # each of the n - 1 additions may round once in the input dtype
     ok, err = _close(got, ref, atol * max(1, n - 1), rtol * max(1, n - 1))
@@ -244,7 +256,7 @@ def _fused_case(comm, case, op, provider, dt, sample, shape, strided) -> str:
         out, h = op(x, r, w, eps, "world")
     unfused_out, unfused_h = ops.fused_add_rms_norm(comm.all_reduce(x), r, w, eps)
     case.digests.append(_digest(out, h))
-    h_ref = sum(t.double() for t in xs) + residual.double()
+    h_ref = _sum64(xs) + residual.double()
     out_ref = _rms_ref(h_ref, weight, eps)
     atol, rtol = op.tolerance(dtype)
     scale = max(1, n - 1)
@@ -301,7 +313,7 @@ def _capture(comm: Any, platform: Any, case: Case) -> str:
     platform.synchronize()
     got = holder["out"].cpu()
     case.digests.append(_digest(got))
-    ref = sum(t.double() for t in second)
+    ref = _sum64(second)
     ok, err = _close(got, ref, 1e-5 * max(1, n - 1), 1.3e-6 * max(1, n - 1))
     comm.barrier()
     if not ok:

@@ -89,12 +89,14 @@ def _rank_main(
 ) -> None:
     os.environ.update(env)
     start = time.monotonic()
-    shutdown = None
+    teardown: Callable[[], None] | None = None
     try:
         import torch
 
         torch.set_num_threads(threads)
         from opcore.distributed.groups import init_distributed, shutdown
+
+        teardown = shutdown
 
         comm = init_distributed(
             rank,
@@ -120,9 +122,9 @@ def _rank_main(
             )
         )
     finally:
-        if shutdown is not None:
+        if teardown is not None:
             try:
-                shutdown()
+                teardown()
             except Exception:  # a group broken by a dead peer may not tear down cleanly
                 pass
 
