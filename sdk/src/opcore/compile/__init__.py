@@ -26,6 +26,7 @@ from opcore.compile.backend import MODES, CompiledGraph, CompileError, OpcoreBac
 from opcore.compile.cache_key import cache_key, key_material
 from opcore.compile.passes import (
     FUSION_PASSES,
+    QUANT_FUSION_PASSES,
     DonationError,
     LoweringError,
     register_fusion_pass,
@@ -110,6 +111,7 @@ def info(config: Any = None) -> dict[str, Any]:
 __all__ = [
     "FUSION_PASSES",
     "MODES",
+    "QUANT_FUSION_PASSES",
     "CompileError",
     "CompileRecord",
     "CompiledGraph",

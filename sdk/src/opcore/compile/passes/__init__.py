@@ -41,6 +41,8 @@ FUSION_PASSES: dict[str, FusionPass] = {
     "fuse_add_rms_norm": fuse_add_rms_norm,
     **QUANT_PASSES,
 }
+# the FP8 quantization fusions among them (norm or activation + quant -> one op)
+QUANT_FUSION_PASSES: tuple[str, ...] = tuple(QUANT_PASSES)
 
 
 def select_fusion_passes(fusion: bool | Iterable[str]) -> list[str]:
@@ -104,6 +106,7 @@ def run_post_aot(graph: fx.Graph, record: CompileRecord, config) -> None:
 
 __all__ = [
     "FUSION_PASSES",
+    "QUANT_FUSION_PASSES",
     "DonationError",
     "LoweringError",
     "eliminate_clones",

@@ -39,10 +39,9 @@ and the reason is noted in the compile record (`CompileRecord.fusion_misses`):
 - no place in the graph comes after all the fused op's inputs and before every use of what
   it replaces.
 
-Numerics: the fused op quantizes the normalized (or activated) value in fp32, while the
-unfused pair rounds it to the input dtype first; the quantized outputs may therefore differ
-by one e4m3 step where that rounding moved a value across a rounding boundary (and the
-dynamic scales by the rounding of the row maximum). The fused ops' tolerances state this.
+Numerics: each fused op is defined as its unfused chain (the intermediate rounded to the
+input dtype, then quantized), so the rewrite keeps the result: bit for bit with ``native``,
+within the fused op's fp8 tolerance (`opcore.ir.tolerances.fp8_tolerance`) with a kernel.
 """
 
 from __future__ import annotations
