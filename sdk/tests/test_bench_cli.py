@@ -92,7 +92,7 @@ def test_bench_quick_records_spread_metadata_and_plots(tmp_path, capsys):
     md = (tmp_path / "bench.md").read_text()
     assert "- torch threads: 1 (pinned by --threads)" in md
     assert "opcore-plugin-cpu" in md and "load average (1, 5, 15 min):" in md
-    assert f"| rms_norm | native | `{native_id[:16]}` |" in md
+    assert f"  - rms_norm: native `{native_id[:16]}`" in md.split("| op |")[0]  # the header
     assert "| host µs (p25–p75) | min µs | reps |" in md
     assert "![time](bench.png)" in md
     lines = (tmp_path / "bench.jsonl").read_text().splitlines()

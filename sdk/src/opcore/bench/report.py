@@ -85,6 +85,13 @@ def header(result: dict[str, Any]) -> list[str]:
         f"the ratio of medians with the range from both IQRs, not given where either IQR/"
         f"median is over {env.get('spread_unusable', 0):.0%}",
     ]
+    identity = env.get("provider_identity") or {}
+    if identity:
+        lines.append("- provider identity (source hash, first 16 hex digits):")
+        lines += [
+            f"  - {op}: " + ", ".join(f"{p} `{h[:16]}`" for p, h in ids.items())
+            for op, ids in identity.items()
+        ]
     return lines
 
 
@@ -137,12 +144,6 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{_speedup(r, 'speedup_vs_native_cpu')} | "
                 f"{_speedup(r, 'speedup_vs_compile_cpu')} |"
             )
-    identity = env.get("provider_identity") or {}
-    if identity:
-        lines += ["", "## Provider identity", ""]
-        lines += ["| op | provider | identity (source hash) |", "|---|---|---|"]
-        for op, ids in identity.items():
-            lines += [f"| {op} | {p} | `{h[:16]}` |" for p, h in ids.items()]
     warnings = result.get("warnings") or []
     if warnings:
         lines += ["", f"## Warnings ({len(warnings)})", ""]
