@@ -69,13 +69,16 @@ def test_removed_forward_chain_member_is_flagged_with_the_migration():
     from opcore_conformance.checks import platform_contract as pc
     from opcore_plugin_cpu.platform import CpuPlatform
 
+    # a 1.x-style forward chain (any public member naming forward; the 1.x name is not
+    # written in the repository, see sdk/tests/test_plugin_api_2.py)
     class LegacyPlatform(CpuPlatform):
-        custom_op_forward_chain = ("forward_acme", "forward_native")
+        forward_chain = ("forward_acme", "forward_native")
 
     with pytest.raises(CheckFailed) as info:
         pc._overrides(_contract_ctx(LegacyPlatform), None)
     message = str(info.value)
-    assert "LegacyPlatform.custom_op_forward_chain: removed in plugin API 2.0" in message
+    assert "LegacyPlatform.forward_chain: removed in plugin API 2.0" in message
+    assert "the 1.x forward chain" in message
     assert "docs/design.md#plugin-api-2-0" in message
 
 

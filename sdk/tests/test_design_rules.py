@@ -11,6 +11,11 @@
   docs/design.md has.
 - The doc covers what it promises: every built-in op, the resolution rules with the numbers
   the resolver's docstring and docs/platforms.md use.
+- The core names no vendor in code (docs/design.md#layers-and-imports): no ``torch.cuda``
+  and no ``.type == "cuda"`` branch in sdk/src/opcore outside the Triton kernels' own
+  device checks; device work goes through the current platform.
+- Plugin API 1.x's forward route is gone from sdk, conformance, plugins and docs: none
+  names the vendor forward methods or the 1.x platform forward chain (issue #14).
 """
 
 from __future__ import annotations
@@ -152,9 +157,9 @@ def test_the_conformance_suite_imports_no_plugin():
     assert not bad, "\n".join(bad)
 
 
-def _project_text_files():
+def _project_text_files(top: Path = ROOT):
     # os.walk, pruning as it goes: the environments and build folders are large.
-    for folder, dirs, files in os.walk(ROOT):
+    for folder, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
         for name in sorted(files):
             path = Path(folder) / name
@@ -174,6 +179,78 @@ def test_no_citation_of_a_design_document_outside_the_repository():
             if old in line
         ]
     assert not bad, f"cite docs/design.md#<anchor> instead of {old}N: {bad}"
+
+
+# The Triton kernels may check the device they were handed (Triton drives torch's "cuda"
+# device type on NVIDIA and AMD); everything else in the core asks the current platform.
+_TRITON_KERNELS = (
+    CORE / "kernels" / "triton",
+    CORE / "attention" / "backends" / "_triton_kernels.py",
+    CORE / "attention" / "backends" / "triton_paged.py",
+)
+_VENDOR_BRANCHES = re.compile(
+    r"\btorch\.cuda\b"  # torch.cuda.synchronize(), import torch.cuda
+    r"|\bfrom\s+torch\s+import\s+[^\n]*\bcuda\b"
+    r"|\.type\s*[!=]=\s*['\"]cuda['\"]"  # device.type == "cuda"
+    r"|\.is_cuda\b"
+)
+
+
+def _vendor_branches(files: list[Path]) -> list[str]:
+    out = []
+    for path in files:
+        if any(path.is_relative_to(allowed) for allowed in _TRITON_KERNELS):
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _VENDOR_BRANCHES.search(line):
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                out.append(f"{where}:{n}: {line.strip()}")
+    return out
+
+
+def test_the_vendor_branch_scan_sees_each_form(tmp_path):
+    lines = [
+        "torch.cuda.synchronize()",
+        "import torch.cuda",
+        "from torch import cuda, nn",
+        'if x.device.type == "cuda":',
+        "if t.device.type != 'cuda':",
+        "if t.is_cuda:",
+    ]
+    for i, line in enumerate(lines):
+        (tmp_path / f"m{i}.py").write_text(line + "\n", encoding="utf-8")
+    (tmp_path / "clean.py").write_text('device_type = "cuda"  # a name, not a branch\n')
+    found = _vendor_branches(sorted(tmp_path.glob("*.py")))
+    assert len(found) == len(lines) and not any("clean.py" in f for f in found)
+
+
+def test_the_core_has_no_cuda_branch_outside_the_triton_kernels():
+    files = _python_files(CORE, exclude=TEMPLATE_TREE)
+    bad = _vendor_branches(files)
+    assert not bad, (
+        "the core names no vendor: use the current platform (synchronize, empty_cache, "
+        "device queries) instead (docs/design.md#layers-and-imports):\n" + "\n".join(bad)
+    )
+
+
+def test_no_source_or_doc_names_the_1x_forward_route():
+    # Spelled in parts so this file does not match itself.
+    retired = [
+        "forward_" + "cuda",
+        "forward_" + "hip",
+        "forward_" + "xpu",
+        "custom_op_" + "forward_chain",
+    ]
+    bad = []
+    for top in ("sdk", "conformance", "plugins", "docs"):
+        for path in _project_text_files(ROOT / top):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for n, line in enumerate(text.splitlines(), 1):
+                bad += [f"{path.relative_to(ROOT)}:{n}: {name}" for name in retired if name in line]
+    assert not bad, (
+        "plugin API 2.0 has one kernel route (docs/design.md#plugin-api-2-0); describe the 1.x "
+        "route without its names:\n" + "\n".join(bad)
+    )
 
 
 def _slug(heading: str) -> str:

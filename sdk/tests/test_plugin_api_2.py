@@ -1,12 +1,17 @@
 """Plugin API 2.0 at resolution: real installed plugins (`make_distribution`), each run in a
 fresh interpreter with a timeout.
 
-* a plugin written for 1.x (declares ``plugin_api = ("1.0", "2.0")`` and the 1.x forward
-  chain, as a plugin made from the 1.x template did) is refused with a reason naming the
+* a plugin written for 1.x (declares ``plugin_api = ("1.0", "2.0")`` and a forward chain,
+  as a plugin made from the 1.x template did) is refused with a reason naming the
   migration;
 * a 1.x plugin that declared no range (the 1.x base class gave it ``("1.0", "2.0")``) is
   recognised by the member 2.0 removed and refused the same way;
 * a plugin declaring the 2.0 range is accepted and wins.
+
+The 1.x chain's own member name is not written in this repository (issue #14 retired it
+from the sources); the rule that refuses it is "a public platform member whose name
+mentions forward" (`removed_member_note`), so these plugins spell their chains with other
+names of that shape, and `test_which_members_count_as_the_1x_forward_chain` pins the rule.
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ from opcore.plugins import PLATFORM_PLUGINS_GROUP
 from opcore.testing import make_distribution, run_python
 
 MIGRATION = (
-    "written for plugin API 1.x; API 2.0 removed forward_<vendor> methods and "
-    "custom_op_forward_chain: move kernels to opcore.ir providers "
-    "(docs/design.md#plugin-api-2-0)"
+    "written for plugin API 1.x; API 2.0 removed the layers' forward_<vendor> methods and "
+    "the platform member that chose among them (the 1.x forward chain): move kernels to "
+    "opcore.ir providers (docs/design.md#plugin-api-2-0)"
 )
 
 PLUGIN = """
@@ -42,9 +47,9 @@ class {cls}(Platform):
 
 # What a 1.x plugin made from the 1.x template declared.
 LEGACY = """    plugin_api = ("1.0", "2.0")
-    custom_op_forward_chain = ("forward_oot", "forward_native")"""
+    forward_chain = ("forward_oot", "forward_native")"""
 # A 1.x plugin that relied on the 1.x base class's range.
-UNDECLARED = """    custom_op_forward_chain = ("forward_acme", "forward_native")"""
+UNDECLARED = """    layer_forward_order = ("forward_acme", "forward_native")"""
 MODERN = """    plugin_api = ("2.0", "3.0")"""
 
 RESOLVE = """
@@ -96,7 +101,8 @@ def test_1x_plugins_are_refused_naming_the_migration_and_a_2x_plugin_wins(site):
 
     undeclared = cands["undeclared"]
     assert not undeclared["activated"]
-    assert "defines custom_op_forward_chain, removed in plugin API 2.0" in undeclared["error"]
+    assert "defines layer_forward_order, removed in plugin API 2.0" in undeclared["error"]
+    assert "the 1.x forward chain" in undeclared["error"]
     assert "docs/design.md#plugin-api-2-0" in undeclared["error"]
     # refused aloud: each is warned about, not dropped in silence
     assert MIGRATION in proc.stderr and "undeclared" in proc.stderr
@@ -107,3 +113,31 @@ def test_a_1x_plugin_chosen_explicitly_fails_with_the_migration(site):
     assert proc.returncode != 0
     assert MIGRATION in proc.stderr
     assert "Traceback" not in proc.stderr.splitlines()[-1]  # the last line is the reason
+
+
+@pytest.mark.parametrize(
+    "name, removed",
+    [
+        ("forward_chain", True),
+        ("layer_forward_order", True),
+        ("forward_methods", True),
+        ("get_attn_backend_cls", True),  # the other member 2.0 removed, by its name
+        ("_forward_helper", False),  # a private helper is the plugin's own business
+        ("get_device_name", False),
+        ("fast_path", False),
+    ],
+)
+def test_which_members_count_as_the_1x_forward_chain(name, removed):
+    from opcore.platforms import Platform
+    from opcore.platforms.api_version import removed_member_note, removed_members_reason
+
+    assert (removed_member_note(name) is not None) is removed
+    cls = type("Candidate", (Platform,), {name: ("forward_acme", "forward_native")})
+    reason = removed_members_reason("pkg.Candidate", cls)
+    if not removed:
+        assert reason is None
+    else:
+        assert reason is not None and reason.startswith(f"pkg.Candidate defines {name}, ")
+        assert "removed in plugin API 2.0" in reason and "docs/design.md#plugin-api-2-0" in reason
+    # the 2.0 base class defines none of them
+    assert removed_members_reason("pkg.Platform", Platform) is None

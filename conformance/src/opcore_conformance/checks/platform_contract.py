@@ -57,11 +57,11 @@ STALE_MEMBERS = {
 }
 
 
-def _removed() -> dict[str, str]:
-    """Members a plugin-API version removed, each with what replaces it."""
-    from opcore.platforms.api_version import REMOVED_MEMBERS
+def _removed_note(name: str) -> str | None:
+    """What replaces member ``name`` if a plugin-API version removed it, else None."""
+    from opcore.platforms.api_version import removed_member_note
 
-    return dict(REMOVED_MEMBERS)
+    return removed_member_note(name)
 
 
 def _declared() -> dict[str, str]:
@@ -223,14 +223,15 @@ def _signature_body(name: str):
 
 
 def _overrides(ctx, _tol) -> dict[str, Any]:
-    declared, removed = _declared(), _removed()
+    declared = _declared()
     problems, extras = [], []
     for name, (klass, _value) in sorted(_own_members(type(ctx.platform)).items()):
         if name in declared:
             continue
         where = f"{klass.__qualname__}.{name}"
-        if name in removed:
-            problems.append(f"{where}: {removed[name]}")
+        removed = _removed_note(name)
+        if removed is not None:
+            problems.append(f"{where}: {removed}")
             continue
         if name in STALE_MEMBERS:
             problems.append(f"{where}: the core never calls it ({STALE_MEMBERS[name]})")
