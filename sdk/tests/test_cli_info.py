@@ -97,7 +97,7 @@ TOP_LEVEL_FIELDS = {
     "platform", "rule", "reason", "error", "error_kind", "candidates", "overridden",
     "unmatched_allow_list", "environment", "resolution_ms",
     "devices", "general_plugins", "config", "ops", "layers", "attention", "compile",
-    "certificates",
+    "certificates", "tuning",
 }  # fmt: skip
 
 

@@ -255,3 +255,30 @@ def test_stale_entries_are_ignored_with_one_warning(tuned):
     assert len(out["stale_warnings"]) == 1, out["stale_warnings"]
     assert "identity changed" in out["stale_warnings"][0]
     assert out["stale_provider"] == "sleepy"
+
+
+def _write_other_device_table(path):
+    doc = _doc(environment={**runtime.environment(), "device": "another device"})
+    path.write_text(json.dumps(doc))
+
+
+def test_a_found_table_for_another_device_is_skipped_without_a_warning(
+    monkeypatch, tmp_path, recwarn
+):
+    monkeypatch.delenv(runtime.ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "opcore" / "tuning").mkdir(parents=True)
+    _write_other_device_table(tmp_path / "opcore" / "tuning" / "other.json")
+    state = runtime.reload()
+    assert state.used == [] and len(state.elsewhere) == 1 and state.stale == []
+    assert not [w for w in recwarn if w.category is runtime.TuningWarning]
+
+
+def test_a_named_table_for_another_device_is_stale_with_one_warning(monkeypatch, tmp_path):
+    _write_other_device_table(tmp_path / "other.json")
+    monkeypatch.setenv(runtime.ENV, str(tmp_path / "other.json"))
+    with pytest.warns(runtime.TuningWarning, match="environment differs") as caught:
+        runtime.reload()
+    assert len([w for w in caught if w.category is runtime.TuningWarning]) == 1
+    monkeypatch.setenv(runtime.ENV, "off")
+    runtime.reload()

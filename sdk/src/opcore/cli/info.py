@@ -50,6 +50,7 @@ SECTIONS = (
     "attention",
     "compile",
     "certificates",
+    "tuning",
 )
 
 
@@ -182,7 +183,7 @@ def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[st
 
 def _sections():
     """The subsystem sections: each a name and a zero-argument function returning data."""
-    from opcore import attention, certificates, ir, layers
+    from opcore import attention, certificates, ir, layers, tuning
     from opcore import compile as opcore_compile
     from opcore.config import get_current_config
 
@@ -193,6 +194,8 @@ def _sections():
     yield "compile", opcore_compile.info
     # Per provider in use: whether a shipped conformance certificate covers it here.
     yield "certificates", lambda: certificates.info(config=get_current_config())
+    # The tuning tables in use and what they cover (docs/tuning.md).
+    yield "tuning", tuning.info
 
 
 def run(args: argparse.Namespace) -> int:
@@ -292,6 +295,7 @@ def render(data: dict[str, Any]) -> str:
     out += _render_attention(data.get("attention"))
     out += _render_compile(data.get("compile"))
     out += _render_certificates(data.get("certificates"))
+    out += _render_tuning(data.get("tuning"))
     return "\n".join(out) + "\n"
 
 
@@ -391,4 +395,27 @@ def _render_certificates(data: Any) -> list[str]:
             rows.append([op, provider, cov["identity"], status])
     out += _table(rows)
     out += [f"  warning: {e}" for e in data.get("errors") or []]
+    return out + [""]
+
+
+def _render_tuning(data: Any) -> list[str]:
+    early = _error_section("Tuning", data)
+    if early is not None:
+        return early
+    used = data["used"]
+    out = [f"Tuning (OPCORE_TUNING: {data['setting']}; identity {data['identity']}):"]
+    out.append(f"  in use: {', '.join(used) if used else 'none (providers use their heuristics)'}")
+    searched = [s for s in data["searched"] if s not in used]
+    if searched:
+        out.append(f"  also found: {', '.join(searched)}")
+    rows = [["OP", "DTYPES", "SHAPES", "TUNED BUCKETS"]]
+    for op, cov in data["coverage"].items():
+        rows.append([op, ", ".join(cov["dtypes"]), " ".join(cov["shapes"]), str(cov["buckets"])])
+    if len(rows) > 1:
+        out += _table(rows)
+    if data["other_devices"]:
+        out.append(f"  for other devices (not used here): {len(data['other_devices'])}")
+    if data["stale"]:
+        out.append(f"  ignored (stale or invalid): {len(data['stale'])}")
+        out += [f"    {s}" for s in data["stale"][:10]]
     return out + [""]

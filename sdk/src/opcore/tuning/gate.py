@@ -53,23 +53,38 @@ def _ulp_of(magnitude: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(magnitude >= info.smallest_normal, spacing, torch.full_like(magnitude, tiny))
 
 
+CHUNK = 1 << 25  # elements per pass: bounds the float64 temporaries on large outputs
+
+
 def peak_ulp(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> float:
-    """Peak ``|out - ref|`` in ULPs of ``dtype`` (inf where non-finite values disagree)."""
-    o = out.detach().to(torch.float64).reshape(-1)
-    r = ref.detach().to(device=o.device, dtype=torch.float64).reshape(-1)
-    if o.numel() != r.numel():
+    """Peak ``|out - ref|`` in ULPs of ``dtype`` (inf where non-finite values disagree),
+    computed in chunks of `CHUNK` elements."""
+    o_all, r_all = out.detach().reshape(-1), ref.detach().reshape(-1)
+    if o_all.numel() != r_all.numel():
         return math.inf
-    if o.numel() == 0:
+    if o_all.numel() == 0:
         return 0.0
-    finite = torch.isfinite(o) & torch.isfinite(r)
-    agree = (torch.isnan(o) & torch.isnan(r)) | (torch.isinf(o) & (o == r))
-    if not bool((finite | agree).all()):
-        return math.inf
-    fr = torch.where(finite, r, torch.zeros_like(r))
-    rms = float(fr.pow(2).mean().sqrt())
-    at = fr.abs().clamp_min(MAGNITUDE_FLOOR * rms)
-    err = torch.where(finite, (o - r).abs(), torch.zeros_like(r)) / _ulp_of(at, dtype)
-    return float(err.max())
+    n = o_all.numel()
+    squares, count = 0.0, 0
+    for i in range(0, n, CHUNK):
+        r = r_all[i : i + CHUNK].to(torch.float64)
+        fr = torch.where(torch.isfinite(r), r, torch.zeros_like(r))
+        squares += float(fr.pow(2).sum())
+        count += r.numel()
+    rms = math.sqrt(squares / count)
+    peak = 0.0
+    for i in range(0, n, CHUNK):
+        o = o_all[i : i + CHUNK].to(torch.float64)
+        r = r_all[i : i + CHUNK].to(device=o.device, dtype=torch.float64)
+        finite = torch.isfinite(o) & torch.isfinite(r)
+        agree = (torch.isnan(o) & torch.isnan(r)) | (torch.isinf(o) & (o == r))
+        if not bool((finite | agree).all()):
+            return math.inf
+        fr = torch.where(finite, r, torch.zeros_like(r))
+        at = fr.abs().clamp_min(MAGNITUDE_FLOOR * rms)
+        err = torch.where(finite, (o - r).abs(), torch.zeros_like(r)) / _ulp_of(at, dtype)
+        peak = max(peak, float(err.max()))
+    return peak
 
 
 def outputs(value: Any) -> list[torch.Tensor | None]:
@@ -127,7 +142,7 @@ def check(reference_: Reference, value: Any) -> Verdict:
     allowed = reference_.allowed()
     if len(outs) != len(reference_.ref):
         return Verdict(False, [], allowed, f"{len(outs)} outputs, expected {len(allowed)}")
-    peaks = []
+    peaks: list[float] = []
     for i, (o, r) in enumerate(zip(outs, reference_.ref, strict=True)):
         if (o is None) != (r is None):
             return Verdict(False, peaks, allowed, f"output {i} is None on one side only")

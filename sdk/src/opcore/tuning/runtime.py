@@ -10,8 +10,9 @@ Search order (``OPCORE_TUNING``):
   ``opcore.tuning_tables`` group names a package whose ``*.json`` resources are tables.
   Where two tables cover one op x dtype x bucket, the earlier one wins.
 
-A table (or one provider's part of it) that does not match this process is stale: the
-environment differs (platform, device, capability, torch, Triton), a provider's identity
+A table measured on another device (platform, device name or capability differ) does not
+apply here and is skipped quietly (`info` lists it). A table for this device that does not
+match this process is stale: the torch or Triton version differs, a provider's identity
 hash changed, or a configuration fails its launch space's check. Stale parts are left out,
 with one warning per load listing them all.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata as md
 import importlib.resources
@@ -61,6 +63,7 @@ class State:
     searched: list[str] = dataclasses.field(default_factory=list)
     used: list[str] = dataclasses.field(default_factory=list)
     stale: list[str] = dataclasses.field(default_factory=list)
+    elsewhere: list[str] = dataclasses.field(default_factory=list)  # other devices' tables
     coverage: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     identity: str = "none"
     required: tuple[str, ...] = ()
@@ -138,7 +141,7 @@ def _candidates() -> tuple[str, list[tuple[str, Callable[[], _table.Table]]]]:
     cache = user_cache_dir()
     if cache.is_dir():
         for p in sorted(cache.glob("*.json")):
-            found.append((str(p), lambda p=p: _table.load(p)))
+            found.append((str(p), functools.partial(_table.load, p)))
     for ep in sorted(md.entry_points(group=GROUP), key=lambda e: (e.name, e.value)):
         try:
             root = importlib.resources.files(ep.value)
@@ -155,12 +158,14 @@ def _candidates() -> tuple[str, list[tuple[str, Callable[[], _table.Table]]]]:
             found.append(
                 (
                     label,
-                    lambda r=root, n=n, lb=label: _table.loads(
-                        r.joinpath(n).read_bytes(), source=lb
-                    ),
+                    functools.partial(_load_resource, root.joinpath(n), label),
                 )
             )
     return "search", found
+
+
+def _load_resource(resource: Any, label: str) -> _table.Table:
+    return _table.loads(resource.read_bytes(), source=label)
 
 
 # --------------------------------------------------------------------------- loading
@@ -210,6 +215,13 @@ def _load(required: tuple[str, ...]) -> None:
             for k in _table.ENVIRONMENT_KEYS
             if table.environment.get(k) != here.get(k)
         ]
+        if mode != "env" and any(
+            table.environment.get(k) != here.get(k) for k in _table.DEVICE_KEYS
+        ):
+            # A table found for another device is not stale, just not this machine's: no
+            # warning (one named by OPCORE_TUNING is, below).
+            state.elsewhere.append(f"{label}: {'; '.join(diff)}")
+            continue
         if diff:
             state.stale.append(f"{label}: environment differs ({'; '.join(diff)})")
             continue
@@ -230,8 +242,8 @@ def _load(required: tuple[str, ...]) -> None:
             for prov in e.order:
                 impl = op.impls.get(prov)
                 if impl is None or ids.get(prov) != impl.identity_hash():
-                    why = "not registered" if impl is None else "identity changed"
-                    state.stale.append(f"{label}: {e.op}/{prov} ({why})")
+                    gone = "not registered" if impl is None else "identity changed"
+                    state.stale.append(f"{label}: {e.op}/{prov} ({gone})")
                     continue
                 fresh.append(prov)
             if fresh:
@@ -241,7 +253,9 @@ def _load(required: tuple[str, ...]) -> None:
                 if impl is None or ids.get(prov) != impl.identity_hash():
                     continue  # reported with the order above
                 space = space_for(e.op, prov)
-                why = "no launch space declared" if space is None else space.validate(cfg, e.shape)
+                why: str | None = (
+                    "no launch space declared" if space is None else space.validate(cfg, e.shape)
+                )
                 if why is not None:
                     state.stale.append(f"{label}: {e.op}/{prov} config {dict(cfg)}: {why}")
                     continue
@@ -467,6 +481,7 @@ def info() -> dict[str, Any]:
         "searched": list(s.searched),
         "used": list(s.used),
         "stale": list(s.stale),
+        "other_devices": list(s.elsewhere),
         "identity": s.identity,
         "required_properties": list(s.required),
         "coverage": {

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import statistics
 import time
@@ -119,7 +120,7 @@ class Timer:
     def measure(self, fn: Callable[[], object], tokens: int) -> Timing:
         if not self.events:
             fn()
-            samples = []
+            samples: list[float] = []
             deadline = time.perf_counter() + self.rep_ms / 1e3
             while len(samples) < 5 or (time.perf_counter() < deadline and len(samples) < 200):
                 t0 = time.perf_counter()
@@ -183,7 +184,8 @@ def tune_bucket(
         space = space_for(op.name, prov)
         configs: list[Any] = [None]
         if space is not None:
-            configs += list(space.candidates(tokens, shape))
+            default = dict(space.default(tokens, shape))
+            configs += [c for c in space.candidates(tokens, shape) if dict(c) != default]
         rows = measured.setdefault(prov, {})
         for cfg in configs:
             if cfg is not None and time.perf_counter() > deadline:
@@ -206,7 +208,13 @@ def tune_bucket(
                 if not verdict.ok:
                     rejected.append({"provider": prov, "config": cfg, "reason": verdict.reason})
                     continue
-                t = timer.measure(lambda fn=fn: fn(*args), tokens)
+                try:
+                    t = timer.measure(functools.partial(fn, *args), tokens)
+                except Exception as exc:  # capture or replay refused this candidate
+                    rejected.append(
+                        {"provider": prov, "config": cfg, "reason": f"timing failed: {exc}"}
+                    )
+                    continue
             rows[_config_key(cfg)] = {
                 **t.to_dict(),
                 "peak_ulp": [round(p, 3) for p in verdict.peaks],
@@ -328,7 +336,7 @@ def run(opts: Options) -> dict[str, Any]:
         op = get_op(e["op"])
         for prov in {*e["order"], *e["configs"]}:
             idents.setdefault(e["op"], {})[prov] = op.impls[prov].identity_hash()
-    doc = {
+    doc: dict[str, Any] = {
         "format": table.FORMAT,
         "version": table.VERSION,
         "environment": runtime.environment(),

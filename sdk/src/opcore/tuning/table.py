@@ -19,9 +19,10 @@ Format (``format`` and ``version`` are checked first; docs/tuning.md is the refe
     }
 
 An entry applies to the token bucket of its ``tokens`` (`opcore.tuning.buckets`) at its
-exact ``shape``. ``environment`` must match the running process entirely, and a
-provider's entry only while its identity hash (`opcore.ir.Impl.identity_hash`) is the one
-recorded: anything else is stale.
+exact ``shape``. A table applies on the device its ``environment`` names (platform,
+device, capability); there, torch and Triton versions must match too, and a provider's
+part only while its identity hash (`opcore.ir.Impl.identity_hash`) is the one recorded:
+anything else is stale.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 FORMAT = "opcore-tuning-table"
 VERSION = 1
 ENVIRONMENT_KEYS = ("platform", "device", "capability", "torch", "triton")
+DEVICE_KEYS = ("platform", "device", "capability")  # which machine a table is for
 
 
 class TuningTableError(ValueError):
