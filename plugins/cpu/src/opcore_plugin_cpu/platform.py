@@ -55,7 +55,8 @@ def native_dtypes() -> tuple[str, ...]:
 
 
 # What the native functions have on the CPU (docs/properties.md), as `opcore conformance
-# --checks batch_invariance,determinism` measured it (2026-12-01, torch 2.13 on 2 cores; the widest sample of each op).
+# --checks batch_invariance,determinism` measured it (2026-12-01, torch 2.13 on 2 cores;
+# the widest sample of each op).
 # gelu_and_mul is not batch-invariant in float32: torch's vectorised erf and its scalar
 # loop for the last few elements of a buffer round differently, so a row's bits depend on
 # where in the batch it lands. No graphs here, so nothing is declared capture-safe.

@@ -10,8 +10,9 @@ from opcore.platforms.kernels import ensure_kernels_loaded, kernel_load_errors
 
 def info(config: Any = None) -> dict[str, Any]:
     """Per op: its schema, registered providers (supported here, in place, accepts every
-    argument, identity hash, declared properties), the providers supported here, the effective priority under
-    ``config`` (default: the current config) and why the others are left out.
+    argument, identity hash, declared properties), the providers supported here, the
+    effective priority under ``config`` (default: the current config) and why the others
+    are left out.
 
     Also ``kernel_load_errors``: failures of the platform's kernel hooks."""
     ensure_kernels_loaded()

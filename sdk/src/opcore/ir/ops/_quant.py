@@ -36,8 +36,9 @@ not writing the intermediate to memory.
 **Math.** fp32 (fp64 for fp64 inputs): ``x`` and the scale are upcast, ``x / scale`` is
 computed there, then saturated and rounded once to fp8.
 
-**Tolerances** (`opcore.ir.tolerances.fp8_tolerance`): a provider's fp8 output may differ from the float64
-reference by at most one fp8 ULP (one code) on at most the declared fraction of elements.
+**Tolerances** (`opcore.ir.tolerances.fp8_tolerance`): a provider's fp8 output may differ
+from the float64 reference by at most one fp8 ULP (one code) on at most the declared
+fraction of elements.
 Why any at all: a kernel that multiplies by the reciprocal of the scale, or whose scale
 differs from the reference's by a float32 ULP, moves values that sit on a rounding tie
 by one code; and the reference does not round the intermediate to the input dtype, which
