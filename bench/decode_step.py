@@ -17,6 +17,16 @@ not written. It stands for the attention backend, which this benchmark does not 
 
 Run: ``python bench/decode_step.py [--batch 1,8,32] [--out DIR]`` on the platform's device.
 Prints a table and writes ``decode_step.json`` / ``decode_step.md``.
+
+Batch invariance (docs/properties.md): ``OPCORE_BATCH_INVARIANT=1 python
+bench/decode_step.py --batch-invariance 32 [--out DIR]`` decodes a batch of 32 sequences
+(each its own token and KV context) and each of 4 of them alone, and checks that every
+sequence's output is bitwise the same both ways; it writes ``batch_invariance.json`` /
+``.md`` with the step's cost in that mode relative to the default mode. The stand-ins
+(the projections and the SDPA attention) are not opcore's: cuBLAS and SDPA choose their
+kernels from the batch size, so in this mode both run at a fixed 32 rows (zero rows
+added, results sliced back), which makes them batch-invariant; the table separates that
+cost from the cost of opcore's batch-invariant providers.
 """
 
 from __future__ import annotations
@@ -35,7 +45,13 @@ OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding")
 
 
 class Decoder:
-    """The decoder's weights and one decode step over ``batch`` new tokens."""
+    """The decoder's weights and one decode step over ``batch`` new tokens.
+
+    ``pad_rows``: run the projections and the attention stand-in at that many rows
+    (zero rows added, results sliced back), so that the kernels torch picks for them do
+    not change with the batch size (the batch-invariance check)."""
+
+    pad_rows: int | None = None
 
     def __init__(
         self,
@@ -92,24 +108,70 @@ class Decoder:
         ).to(device)
         self.act = SiluAndMul()
 
+    def sequences(self, rows: list[int], pad_rows: int | None = None) -> Decoder:
+        """A decoder over sequences ``rows`` of this one (same weights, their tokens, KV
+        contexts and positions), with ``pad_rows``."""
+        other = object.__new__(Decoder)
+        other.__dict__.update(self.__dict__)
+        other.pad_rows = pad_rows
+        index = torch.tensor(rows, device=self.x.device)
+        other.x = self.x.index_select(0, index)
+        other.positions = self.positions.index_select(0, index)
+        other.batch = len(rows)
+        other.layers = [
+            {
+                **p,
+                "k_ctx": p["k_ctx"].index_select(0, index),
+                "v_ctx": p["v_ctx"].index_select(0, index),
+            }
+            for p in self.layers
+        ]
+        other._pad_ctx()
+        return other
+
+    def _pad_ctx(self) -> None:
+        """With ``pad_rows``: the KV contexts padded with zero sequences, once."""
+        if self.pad_rows is None:
+            return
+        for p in self.layers:
+            for name in ("k_ctx", "v_ctx"):
+                t = p[name][: self.batch]
+                padded = t.new_zeros((self.pad_rows, *t.shape[1:]))
+                padded[: self.batch] = t
+                p[name] = padded
+
+    def _mm(self, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self.pad_rows is None:
+            return h @ w
+        padded = h.new_zeros((self.pad_rows, h.shape[1]))
+        padded[: h.shape[0]] = h
+        return (padded @ w)[: h.shape[0]]
+
+    def _attention(self, q: torch.Tensor, p: dict) -> torch.Tensor:
+        b = q.shape[0]
+        rows = self.pad_rows or b
+        qh = q.new_zeros((rows, HEADS * HEAD)) if self.pad_rows else q
+        if self.pad_rows:
+            qh[:b] = q
+        attn = F.scaled_dot_product_attention(
+            qh.reshape(rows, HEADS, 1, HEAD), p["k_ctx"], p["v_ctx"], enable_gqa=True
+        )
+        return attn.reshape(rows, HEADS * HEAD)[:b]
+
     def step(self) -> torch.Tensor:
         return self.step_layers() if self.use_layers else self.step_ops()
 
     def step_layers(self) -> torch.Tensor:
-        b = self.batch
         h = self.x.clone()
         residual = torch.zeros_like(h)
         for p in self.layers:
             h, residual = p["in_norm_layer"](h, residual)
-            qkv = h @ p["qkv"]
+            qkv = self._mm(h, p["qkv"])
             q, k = qkv[:, : HEADS * HEAD], qkv[:, HEADS * HEAD : (HEADS + KV_HEADS) * HEAD]
             q, k = self.rope(self.positions, q, k)
-            attn = F.scaled_dot_product_attention(
-                q.reshape(b, HEADS, 1, HEAD), p["k_ctx"], p["v_ctx"], enable_gqa=True
-            )
-            h = attn.reshape(b, HEADS * HEAD) @ p["o"]
+            h = self._mm(self._attention(q, p), p["o"])
             h, residual = p["post_norm_layer"](h, residual)
-            h = self.act(h @ p["gate_up"]) @ p["down"]
+            h = self._mm(self.act(self._mm(h, p["gate_up"])), p["down"])
         out, _ = self.final_norm_layer(h, residual)
         return out
 
@@ -186,6 +248,114 @@ def time_graph(fn, device) -> float | None:
     )
 
 
+PROBE_SEQUENCES = (0, 7, 19, 31)  # sequences of the batch also decoded alone
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return a.shape == b.shape and torch.equal(a.view(view), b.view(view))
+
+
+def _time(fn, device) -> float:
+    """Graph replay on CUDA (launch gaps removed), else the eager median (µs)."""
+    t = time_graph(fn, device)
+    return t if t is not None else time_eager(fn, device)
+
+
+def batch_invariance(args, platform, device) -> int:
+    """``--batch-invariance N``: see the module docstring. Returns the exit status (1 when
+    a sequence's bits differ between alone and in the batch)."""
+    from opcore.config import create_config, get_current_config, set_current_config
+
+    n = args.batch_invariance
+    from_env = "batch_invariant" in get_current_config().kernel.required_properties
+    bi_config = create_config(
+        required_properties=sorted(
+            set(get_current_config().kernel.required_properties) | {"batch_invariant"}
+        )
+    )
+    default_config = create_config(required_properties=[])
+    model = Decoder(n, args.context, device, use_layers=not args.direct_ops)
+    padded = model.sequences(list(range(n)), pad_rows=n)
+    probes = [j for j in PROBE_SEQUENCES if j < n]
+    results: dict[str, dict] = {}
+    for mode, config in (("batch_invariant", bi_config), ("default", default_config)):
+        with set_current_config(config):
+            full = padded.step()
+            again = padded.step()
+            differ = [
+                j
+                for j in probes
+                if not _bits_equal(full[j], padded.sequences([j], pad_rows=n).step()[0])
+            ]
+            results[mode] = {
+                "providers": providers_used(),
+                "sequences_checked": probes,
+                "differ_alone_vs_batch": differ,
+                "repeat_bitwise_equal": _bits_equal(full, again),
+                f"padded_batch{n}_us": _time(padded.step, device),
+                "padded_batch1_us": _time(padded.sequences([0], pad_rows=n).step, device),
+            }
+            if mode == "default":
+                results[mode][f"plain_batch{n}_us"] = _time(model.step, device)
+                results[mode]["plain_batch1_us"] = _time(model.sequences([0]).step, device)
+    bi, df = results["batch_invariant"], results["default"]
+    ok = not bi["differ_alone_vs_batch"] and bi["repeat_bitwise_equal"]
+    timer = "CUDA-graph replay" if device.type == "cuda" else "eager median"
+    lines = [
+        f"# decode step batch invariance: one sequence alone vs inside a batch of {n}",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, platform {platform.name}, "
+        f"device {device}, torch {torch.__version__}, dims hidden {HIDDEN} x {LAYERS} layers, "
+        f"{'opcore.layers' if not args.direct_ops else 'ops'}; times: {timer}",
+        "",
+        f"- OPCORE_BATCH_INVARIANT set in the environment: {from_env} "
+        f"(the batch-invariant mode is entered through the config either way)",
+        f"- batch-invariant mode: sequences {probes} decoded alone "
+        + (
+            "are bitwise identical to the same sequences in the batch"
+            if not bi["differ_alone_vs_batch"]
+            else f"DIFFER for sequences {bi['differ_alone_vs_batch']}"
+        )
+        + f"; repeat runs bitwise equal: {bi['repeat_bitwise_equal']}",
+        f"- default mode (for comparison): sequences differing alone vs batch: "
+        f"{df['differ_alone_vs_batch'] or 'none'}",
+        f"- providers, batch-invariant mode: {json.dumps(bi['providers'])}",
+        f"- providers, default mode: {json.dumps(df['providers'])}",
+        "",
+        "| step | batch 1 µs | batch " + str(n) + " µs |",
+        "|---|---:|---:|",
+        f"| default providers, plain stand-ins (the usual step) | {df['plain_batch1_us']:.1f} "
+        f"| {df[f'plain_batch{n}_us']:.1f} |",
+        f"| default providers, stand-ins at {n} rows | {df['padded_batch1_us']:.1f} "
+        f"| {df[f'padded_batch{n}_us']:.1f} |",
+        f"| batch-invariant providers, stand-ins at {n} rows | {bi['padded_batch1_us']:.1f} "
+        f"| {bi[f'padded_batch{n}_us']:.1f} |",
+        "",
+        "opcore's cost of the mode: row 3 / row 2 "
+        f"(batch 1: {bi['padded_batch1_us'] / df['padded_batch1_us']:.3f}x, batch {n}: "
+        f"{bi[f'padded_batch{n}_us'] / df[f'padded_batch{n}_us']:.3f}x); the whole mode "
+        f"against the usual step: row 3 / row 1 (batch 1: "
+        f"{bi['padded_batch1_us'] / df['plain_batch1_us']:.3f}x, batch {n}: "
+        f"{bi[f'padded_batch{n}_us'] / df[f'plain_batch{n}_us']:.3f}x)",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "batch_invariance.json"), "w") as f:
+            json.dump({"ok": ok, "batch": n, "from_env": from_env, **results}, f, indent=1)
+        with open(os.path.join(args.out, "batch_invariance.md"), "w") as f:
+            f.write(text)
+    return 0 if ok else 1
+
+
+def _tiny() -> None:
+    """Small dimensions, for a dry run of the plumbing on the CPU."""
+    global HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD, INTER
+    HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD, INTER = 256, 2, 4, 2, 64, 512
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", default="1,8,32", help="decode batch sizes (new tokens per step)")
@@ -199,7 +369,18 @@ def main(argv=None) -> int:
         action="store_true",
         help="call the ops with maybe_inplace instead of the opcore.layers modules",
     )
+    ap.add_argument(
+        "--batch-invariance",
+        type=int,
+        default=None,
+        metavar="N",
+        help="check that sequences decoded alone and in a batch of N give the same bits "
+        "(in batch-invariant mode) and record the mode's cost; see the module docstring",
+    )
+    ap.add_argument("--tiny", action="store_true", help="small dimensions (a CPU dry run)")
     args = ap.parse_args(argv)
+    if args.tiny:
+        _tiny()
 
     from opcore.ir import ensure_kernels_loaded
     from opcore.platforms import get_current_platform
@@ -207,6 +388,9 @@ def main(argv=None) -> int:
     platform = get_current_platform()
     device = torch.device(args.device) if args.device else platform.device()
     ensure_kernels_loaded()
+    if args.batch_invariance is not None:
+        with torch.inference_mode():
+            return batch_invariance(args, platform, device)
     rows = []
     with torch.inference_mode():
         for batch in [int(b) for b in args.batch.split(",")]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from opcore_conformance.checks import (
     attention,
+    attention_properties,
     compile,
     determinism,
     fake,
@@ -25,6 +26,7 @@ CHECK_MODULES = (
     (fake, ("supports_args", "opcheck")),
     (layers, ("layers",)),
     (attention, ("attention",)),
+    (attention_properties, attention_properties.CHECKS),
     (compile, ("compile",)),
 )
 CHECK_NAMES = tuple(name for _, names in CHECK_MODULES for name in names)

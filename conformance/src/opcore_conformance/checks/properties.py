@@ -2,9 +2,9 @@
 dtype on the device:
 
 ``batch_invariance[op-provider-dtype]``
-    Rows drawn from a pool of 1000 are computed alone, then placed at different positions
-    among different neighbours in batches of 3, 64 and 1000 (two batches of each size);
-    each row of each batch must be bitwise equal to the row computed alone.
+    32 rows drawn from a pool of 1000 are computed alone, then placed at random positions
+    among random neighbours from the pool in batches of 3, 64 and 1000 (two batches of
+    each size); each of them must be bitwise equal to the row computed alone.
 ``capture_safety[op-provider-dtype]``
     After warm-up, one call is captured with the platform's graph mechanism
     (``Platform.capture_graph``), new values are written into every input buffer, the graph
@@ -43,7 +43,7 @@ CHECKS = (BATCH, CAPTURE)
 
 POOL_ROWS = 1000
 BATCH_SIZES = (3, 64, 1000)
-PROBES = 3  # rows followed through every batch
+PROBES = 32  # rows computed alone and followed through the batches
 SEED = 0x5EED
 
 
@@ -162,37 +162,26 @@ def _outputs(out: Any) -> list[tuple[str, torch.Tensor | None]]:
     return list(iter_tensors(out))
 
 
-def _row_of(t: torch.Tensor | None, i: int) -> torch.Tensor | None:
-    return None if t is None else t[i]
-
-
 # --------------------------------------------------------------------------- batch invariance
-def _positions(batch: int, generator: torch.Generator) -> list[int]:
-    """Distinct positions for the probes in a batch of ``batch`` (first, last, random)."""
-    if batch <= PROBES:
-        perm = torch.randperm(batch, generator=generator).tolist()
-        return perm[:PROBES]
-    picks = {0, batch - 1}
-    while len(picks) < PROBES:
-        picks.add(int(torch.randint(1, batch - 1, (1,), generator=generator)))
-    order = sorted(picks)
-    return [order[i] for i in torch.randperm(PROBES, generator=generator).tolist()]
+def batch_layouts(generator: torch.Generator) -> Iterator[tuple[int, list[int], list[int]]]:
+    """``(batch size, probe rows, their positions)``: two batches of each size, each
+    holding as many of the `PROBES` probe rows as fit, at random distinct positions,
+    the other positions filled with random rows of the pool."""
+    probes = torch.randperm(POOL_ROWS, generator=generator)[:PROBES].tolist()
+    for batch in BATCH_SIZES:
+        for turn in range(2):
+            k = min(batch, PROBES)
+            start = (turn * k) % PROBES
+            chosen = [probes[(start + i) % PROBES] for i in range(k)]
+            where = torch.randperm(batch, generator=generator)[:k].tolist()
+            yield batch, chosen, where
 
 
 def _batch_indices(batch: int, probes: list[int], where: list[int], g) -> torch.Tensor:
     index = torch.randint(0, POOL_ROWS, (batch,), generator=g)
-    for row, pos in zip(probes, where, strict=False):
+    for row, pos in zip(probes, where, strict=True):
         index[pos] = row
     return index
-
-
-def batch_layouts(generator: torch.Generator) -> Iterator[tuple[int, list[int], list[int]]]:
-    """``(batch size, probe rows, their positions)``: two batches of each size."""
-    probes = torch.randperm(POOL_ROWS, generator=generator)[:PROBES].tolist()
-    for batch in BATCH_SIZES:
-        for _ in range(2):
-            where = _positions(batch, generator)
-            yield batch, probes[: len(where)], where
 
 
 def _batch_body(op_name: str, provider: str, dtype: str, sample_name: str):

@@ -19,6 +19,12 @@ Declarations (class attributes; the defaults are the conservative ones):
   ``supports_sliding_window``, ``supports_causal``, ``supports_non_causal``,
   ``supports_logits_soft_cap``.
 
+Provider properties (docs/properties.md), for decode batches (one new token per
+sequence; "a row" is a sequence): ``properties`` (class attribute, names from
+`opcore.properties.PROPERTY_NAMES`), `declared_properties` (an instance's, which may depend
+on its settings) and `property_variants` (the settings under which they differ, each
+checked by the conformance suite).
+
 Hooks a backend may override: `unavailable_reason` (a missing dependency or driver),
 `supports_combination` (a free-form veto for combinations the flags cannot express),
 `get_kv_cache_shape`.
@@ -84,6 +90,21 @@ class AttentionBackend:
     supports_causal: ClassVar[bool] = True
     supports_non_causal: ClassVar[bool] = False
     supports_logits_soft_cap: ClassVar[bool] = False
+    properties: ClassVar[frozenset[str]] = frozenset()
+
+    # ------------------------------------------------------------------ properties
+    def declared_properties(self) -> frozenset[str]:
+        """The properties this instance has (docs/properties.md). Default: the class's
+        ``properties``; a backend whose properties follow a setting answers per
+        instance."""
+        return frozenset(self.properties)
+
+    @classmethod
+    def property_variants(cls) -> dict[str, dict[str, object]]:
+        """``{variant name: {instance attribute: value}}``: the settings under which this
+        backend's properties differ; the conformance suite checks each variant. Default:
+        one, ``default``, with no setting changed."""
+        return {"default": {}}
 
     # ------------------------------------------------------------------ capabilities
     @classmethod

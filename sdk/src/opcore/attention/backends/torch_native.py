@@ -27,6 +27,8 @@ class TorchNativeBackend(AttentionBackend):
     supports_causal = True
     supports_non_causal = True
     supports_logits_soft_cap = True
+    # docs/properties.md: each sequence is computed by itself, in a fixed order.
+    properties = frozenset({"batch_invariant", "deterministic"})
 
     def write_kv(self, key, value, kv_cache, slot_mapping) -> None:
         key_cache, value_cache = self.check_write_kv(key, value, kv_cache, slot_mapping)

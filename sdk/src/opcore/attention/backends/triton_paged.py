@@ -79,9 +79,38 @@ class TritonPagedBackend(AttentionBackend):
     prefill_num_stages = 2
     # None: choose from the device's multiprocessor count; an int forces it.
     num_splits: int | None = None
+    # docs/properties.md. No atomics, no host synchronization in forward (the metadata's
+    # host copies are made when it is built). Batch-invariant only with a fixed split
+    # count: chosen from the number of sequences, a sequence's keys are split (and the
+    # partial results merged) differently alone than in a larger batch.
+    properties = frozenset({"deterministic", "capture_safe"})
+    # The fixed split count used where a config requires batch_invariant.
+    batch_invariant_splits = 4
     # Aim for this many decode programs per multiprocessor (several resident programs
     # per SM hide memory latency and shorten the tail of the last wave).
     decode_programs_per_sm = 4
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.num_splits is None:
+            from opcore.config import get_current_config
+
+            # A config requiring batch_invariant (OPCORE_BATCH_INVARIANT=1) gets the
+            # fixed split count, decided once here rather than per forward.
+            if "batch_invariant" in get_current_config().kernel.required_properties:
+                self.num_splits = self.batch_invariant_splits
+
+    def declared_properties(self) -> frozenset[str]:
+        if self.num_splits is not None:
+            return self.properties | {"batch_invariant"}
+        return self.properties
+
+    @classmethod
+    def property_variants(cls) -> dict[str, dict[str, object]]:
+        return {
+            "splits_auto": {"num_splits": None},
+            f"splits_{cls.batch_invariant_splits}": {"num_splits": cls.batch_invariant_splits},
+        }
 
     @classmethod
     def unavailable_reason(cls, device_type: str | None) -> str | None:

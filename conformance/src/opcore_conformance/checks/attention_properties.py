@@ -1,0 +1,257 @@
+"""Provider properties of attention backends (docs/properties.md), on decode batches (one
+new token per sequence; a "row" is a sequence):
+
+``attention.batch_invariance[<backend>-<variant>-<dtype>]``
+    64 sequences of different context lengths share one paged KV cache; 8 of them are
+    decoded alone, then inside batches of 3, 32 and 64 (at other positions, among other
+    sequences); each output must be bitwise equal to the one decoded alone.
+``attention.determinism[...]``
+    the full batch three times, bitwise equal.
+``attention.capture_safety[...]``
+    after warm-up, the forward of the full batch is captured (``Platform.capture_graph``),
+    new query and cache values are written into the captured buffers and the graph is
+    replayed; its output is compared with an eager forward on the new values (bitwise when
+    the backend declares ``deterministic``). ``not_applicable`` without graphs.
+
+The backends are the platform's candidates for the decode configuration; each is checked
+in every variant of `AttentionBackend.property_variants` (``TRITON_PAGED``: automatic and
+fixed KV split counts) against what that variant's `declared_properties` says, with the
+same verdicts as the op checks (`opcore_conformance.checks.properties.verdict`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from opcore_conformance import status as S
+from opcore_conformance.case import Case, CheckFailed, NotApplicable, Unsupported, case_id
+from opcore_conformance.checks.properties import verdict
+from opcore_conformance.tensors import bitwise_equal, compare
+
+OP = "attention"
+BATCH = "attention.batch_invariance"
+DETERMINISM = "attention.determinism"
+CAPTURE = "attention.capture_safety"
+CHECKS = (BATCH, DETERMINISM, CAPTURE)
+
+SEQUENCES = 64
+PROBES = 8
+BATCH_SIZES = (3, 32, 64)
+HEADS, KV_HEADS, HEAD, BLOCK = 8, 2, 128, 16
+SEED = 0xA77
+
+
+def collect(ctx) -> list[Case]:
+    wanted = [c for c in CHECKS if ctx.wants(check=c)]
+    if not wanted or not ctx.wants(op=OP):
+        return []
+    try:
+        from opcore.attention.selector import backend_class
+        from opcore.attention.selector_config import AttentionSelectorConfig
+    except ImportError as exc:
+        return [
+            Case(
+                case_id(c),
+                c,
+                op=OP,
+                preset=S.NOT_APPLICABLE,
+                preset_reason=f"opcore.attention is not importable: {exc}",
+            )
+            for c in wanted
+        ]
+    claimed = [d for d in (torch.bfloat16, torch.float16) if d in ctx.platform.supported_dtypes]
+    out: list[Case] = []
+    for dtype in claimed[:1]:
+        cfg = AttentionSelectorConfig(
+            head_size=HEAD,
+            num_heads=HEADS,
+            num_kv_heads=KV_HEADS,
+            dtype=dtype,
+            block_size=BLOCK,
+            device_type=ctx.platform.device_type,
+        )
+        for name in ctx.platform.get_attn_backend_candidates(cfg):
+            try:
+                cls = backend_class(name)
+                reasons = list(cls.validate_configuration(cfg))
+                variants = cls.property_variants()
+            except Exception as exc:
+                reasons, variants = [f"{type(exc).__name__}: {exc}"], {"default": {}}
+                cls = None
+            dname = str(dtype).removeprefix("torch.")
+            for variant, settings in variants.items():
+                for check in wanted:
+                    c = Case(
+                        case_id(check, name, variant, dname),
+                        check,
+                        op=OP,
+                        provider=name,
+                        dtype=dname,
+                        sample=variant,
+                        body=_body(check, cls, name, variant, settings, dtype),
+                    )
+                    if reasons:
+                        c.preset = S.UNSUPPORTED
+                        c.preset_reason = f"{name} declines the decode case: {'; '.join(reasons)}"
+                    out.append(c)
+    return out
+
+
+class _Batch:
+    """A shared paged cache holding `SEQUENCES` sequences, and decode batches over it."""
+
+    def __init__(self, impl: Any, cls: Any, dtype: torch.dtype, device: Any) -> None:
+        g = torch.Generator().manual_seed(SEED)
+        self.impl, self.device, self.dtype = impl, device, dtype
+        self.lens = torch.randint(1, 700, (SEQUENCES,), generator=g)
+        need = [(int(n) + BLOCK - 1) // BLOCK for n in self.lens]
+        width = max(need)
+        perm = torch.randperm(sum(need), generator=g)
+        table = torch.zeros((SEQUENCES, width), dtype=torch.int32)
+        used = 0
+        for i, n in enumerate(need):
+            table[i, :n] = perm[used : used + n]
+            used += n
+        self.table = table.to(device)
+        self.cache = cls.allocate_kv_cache(sum(need), BLOCK, KV_HEADS, HEAD, dtype, device)
+        self.cache.copy_(torch.randn(self.cache.shape, generator=g).to(dtype))
+        self.query = torch.randn((SEQUENCES, HEADS, HEAD), generator=g).to(dtype).to(device)
+        self.generator = g
+
+    def metadata(self, rows: list[int]) -> Any:
+        from opcore.attention.paged import PagedAttentionMetadata
+
+        index = torch.tensor(rows)
+        return PagedAttentionMetadata.build(
+            torch.arange(len(rows) + 1, dtype=torch.int32).to(self.device),
+            self.lens.index_select(0, index).to(torch.int32).to(self.device),
+            self.table.index_select(0, index.to(self.device)),
+        )
+
+    def run(self, rows: list[int], meta: Any = None, query: Any = None) -> torch.Tensor:
+        index = torch.tensor(rows, device=self.device)
+        q = self.query.index_select(0, index) if query is None else query
+        return self.impl.forward(q, self.cache, meta if meta is not None else self.metadata(rows))
+
+
+def _body(check: str, cls: Any, name: str, variant: str, settings: dict, dtype: torch.dtype):
+    def body(ctx, _tol) -> dict[str, Any]:
+        if cls is None:
+            raise Unsupported(f"{name} did not load")
+        impl = cls(HEADS, HEAD, KV_HEADS, HEAD**-0.5)
+        for attr, value in settings.items():
+            setattr(impl, attr, value)
+        declared = frozenset(impl.declared_properties())
+        who = f"attention backend {name} ({variant})"
+        data = _Batch(impl, cls, dtype, ctx.device)
+        try:
+            if check == BATCH:
+                return _batch_invariance(ctx, data, declared, who)
+            if check == DETERMINISM:
+                return _determinism(ctx, data, declared, who)
+            return _capture(ctx, data, declared, who)
+        except (CheckFailed, NotApplicable, Unsupported):
+            raise
+        except Exception as exc:
+            raise CheckFailed(f"{who} raised {type(exc).__name__}: {exc}") from None
+
+    return body
+
+
+def _batch_invariance(ctx, data: _Batch, declared, who: str) -> dict[str, Any]:
+    g = data.generator
+    probes = torch.randperm(SEQUENCES, generator=g)[:PROBES].tolist()
+    alone = {p: data.run([p]) for p in probes}
+    bad, checked = [], 0
+    for batch in BATCH_SIZES:
+        k = min(batch, PROBES)
+        rest = [s for s in torch.randperm(SEQUENCES, generator=g).tolist() if s not in probes]
+        rows = rest[: batch - k]
+        where = sorted(torch.randperm(batch, generator=g)[:k].tolist())
+        for pos, p in zip(where, probes[:k], strict=True):
+            rows.insert(pos, p)
+        out = data.run(rows)
+        for pos, p in zip(where, probes[:k], strict=True):
+            checked += 1
+            if not bitwise_equal(out[pos], alone[p][0]):
+                bad.append(f"sequence {p} (context {int(data.lens[p])}) in a batch of {batch}")
+    ctx.platform.synchronize()
+    return verdict(
+        "batch_invariant" in declared,
+        "batch_invariant",
+        not bad,
+        who,
+        f"{len(bad)} of {checked} decoded sequences differ from the sequence decoded alone, "
+        f"e.g. {'; '.join(bad[:3])}",
+        {"sequences_checked": checked, "mismatched": len(bad)},
+    )
+
+
+def _determinism(ctx, data: _Batch, declared, who: str) -> dict[str, Any]:
+    rows = list(range(SEQUENCES))
+    meta = data.metadata(rows)
+    outs = [data.run(rows, meta).clone() for _ in range(3)]
+    ctx.platform.synchronize()
+    same = all(bitwise_equal(outs[0], o) for o in outs[1:])
+    return verdict(
+        "deterministic" in declared,
+        "deterministic",
+        same,
+        who,
+        "three runs of the same batch gave different bits",
+        {"runs": 3},
+    )
+
+
+def _capture(ctx, data: _Batch, declared, who: str) -> dict[str, Any]:
+    rows = list(range(SEQUENCES))
+    meta = data.metadata(rows)
+    query = data.query.clone()
+    holder: dict[str, Any] = {}
+
+    def step() -> None:
+        holder["out"] = data.run(rows, meta, query)
+
+    try:
+        replay = ctx.platform.capture_graph(step)
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        return verdict(
+            "capture_safe" in declared,
+            "capture_safe",
+            False,
+            who,
+            f"capturing its forward raised {type(exc).__name__}: {text[0] if text else ''}",
+            {},
+        )
+    if replay is None:
+        raise NotApplicable(
+            f"platform {ctx.platform.name!r} has no graphs (Platform.capture_graph returned "
+            f"None): capture safety cannot be checked here"
+        )
+    g = data.generator
+    query.copy_(torch.randn(query.shape, generator=g).to(query.dtype))
+    data.cache.copy_(torch.randn(data.cache.shape, generator=g).to(data.cache.dtype))
+    replay()
+    ctx.platform.synchronize()
+    replayed = holder["out"].clone()
+    eager = data.run(rows, meta, query)
+    ctx.platform.synchronize()
+    exact = "deterministic" in declared
+    if exact:
+        holds = bitwise_equal(replayed, eager)
+        metrics: dict[str, Any] = {"compared": "bitwise"}
+    else:
+        m = compare(replayed, eager, 1e-2, 1e-2)
+        holds = not m["mismatched"]
+        metrics = {"compared": "atol=rtol=1e-2", "max_ratio": m["max_ratio"]}
+    return verdict(
+        "capture_safe" in declared,
+        "capture_safe",
+        holds,
+        who,
+        f"the replayed forward differs from an eager one on the new values ({metrics['compared']})",
+        metrics,
+    )
