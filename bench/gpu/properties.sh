@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Provider properties on the device (issue 18, docs/properties.md). About 2 minutes.
+# Provider properties on the device (issue 18, docs/properties.md). About 2 minutes; every
+# step bounded (60 + 100 + 30 s at most): run with LIMIT_properties=200.
 #
-# 1. `opcore conformance --platform cuda` property checks (batch_invariance, determinism,
+# 1. bench/decode_step.py --batch-invariance 32 with OPCORE_BATCH_INVARIANT=1: a sequence
+#    decoded alone and inside a batch of 32, bitwise; the mode's cost (batch_invariance.md).
+# 2. `opcore conformance --platform cuda` property checks (batch_invariance, determinism,
 #    capture_safety) of every first-party provider, with the attention backends' property
 #    checks; summary table in properties.md.
-# 2. The planted defects: a provider declaring batch_invariant that picks its block size
+# 3. The planted defects: a provider declaring batch_invariant that picks its block size
 #    from the row count, one declaring capture_safe that calls .item(); both must fail
 #    (planted.md says whether they did).
-# 3. bench/decode_step.py --batch-invariance 32 with OPCORE_BATCH_INVARIANT=1: a sequence
-#    decoded alone and inside a batch of 32, bitwise; the mode's cost (batch_invariance.md).
 #
 # Started from the repo root after bench/gpu/run_all.sh's install lines (PYTHONPATH=/tmp/site);
 # writes under "$OUT/properties/". DRY=1: the same steps on the CPU (platform cpu, small
@@ -25,8 +26,13 @@ OPCORE="import sys; from opcore.cli import main; sys.exit(main())"
 CHECKS=batch_invariance,capture_safety,determinism
 CHECKS=$CHECKS,attention.batch_invariance,attention.capture_safety,attention.determinism
 
+echo "== properties: decode step, alone vs in a batch of 32 $(date -u +%T)"
+timeout "${PROPS_DECODE_TIMEOUT:-60}" env OPCORE_BATCH_INVARIANT=1 python3 bench/decode_step.py \
+  --batch-invariance 32 --out "$DIR" $DECODE_ARGS > "$DIR/decode.log" 2>&1
+echo "decode rc=$? (0: bitwise identical)"
+cat "$DIR/batch_invariance.md" 2>/dev/null || tail -20 "$DIR/decode.log"
 echo "== properties: conformance property checks on $PLATFORM $(date -u +%T)"
-timeout "${PROPS_CONF_TIMEOUT:-110}" python3 -c "$OPCORE" conformance --platform "$PLATFORM" \
+timeout "${PROPS_CONF_TIMEOUT:-100}" python3 -c "$OPCORE" conformance --platform "$PLATFORM" \
   --checks "$CHECKS" --expectations none --no-progress \
   --report-dir "$DIR/conformance" --overwrite > "$DIR/conformance.log" 2>&1
 echo "conformance rc=$?"
@@ -35,7 +41,7 @@ python3 bench/properties_summary.py "$DIR/conformance/conformance.jsonl" \
   --out "$DIR/properties.md" > /dev/null && sed -n '/## Declared but failing/,$p' "$DIR/properties.md"
 
 echo "== properties: planted defects $(date -u +%T)"
-timeout "${PROPS_PLANTED_TIMEOUT:-60}" env PYTHONPATH="$PLANTED_PATH" python3 -c "$OPCORE" \
+timeout "${PROPS_PLANTED_TIMEOUT:-30}" env PYTHONPATH="$PLANTED_PATH" python3 -c "$OPCORE" \
   conformance --platform "$PLATFORM" --import planted_properties --ops rms_norm \
   --providers planted_rowblock,planted_item --dtypes float32 \
   --checks batch_invariance,capture_safety --expectations none --no-progress \
@@ -59,9 +65,4 @@ open(f"{d}/planted.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
 
-echo "== properties: decode step, alone vs in a batch of 32 $(date -u +%T)"
-timeout "${PROPS_DECODE_TIMEOUT:-90}" env OPCORE_BATCH_INVARIANT=1 python3 bench/decode_step.py \
-  --batch-invariance 32 --out "$DIR" $DECODE_ARGS > "$DIR/decode.log" 2>&1
-echo "decode rc=$? (0: bitwise identical)"
-cat "$DIR/batch_invariance.md" 2>/dev/null || tail -20 "$DIR/decode.log"
 date -u
