@@ -62,9 +62,20 @@ def fused_stale_residual(x, x_residual, weight, epsilon, variance_size=None):
     return _rms((x + x_residual).contiguous(), weight, epsilon, variance_size), x_residual.clone()
 
 
+def quant_scales_x2(x, weight, epsilon, residual=None, scale_ub=None):
+    # DEFECT: the per-token scales are twice the ones it quantized with (the codes are
+    # right): a GEMM reading them doubles its output. Only a fused graph runs it.
+    native = ops.rms_norm_dynamic_per_token_quant.native
+    q, scales, res = native(x, weight, epsilon, residual, scale_ub)
+    return q, scales * 2, res
+
+
 def register():
     if "compile_good" in ops.rms_norm.impls:
         return
+    ops.rms_norm_dynamic_per_token_quant.register_impl("compile_quant_scales_x2")(
+        quant_scales_x2
+    )
     ops.rms_norm.register_impl("compile_good")(good)
     ops.rms_norm.register_impl("compile_fake_differs")(fake_differs)
     ops.rms_norm.register_impl("compile_untraceable")(untraceable)
@@ -232,6 +243,35 @@ def test_wrong_fused_provider_fails_fusion_only_where_fusion_fires(
         rec
     )
     assert proc.returncode == 1
+
+
+def test_quant_fusion_passes_and_a_wrong_fused_kernel_fails_it(
+    compile_site, tmp_path, run_suite, read_statuses
+):
+    case = "compile.quant_fusion[eager]"
+    for priority, status in (
+        (None, "pass"),
+        ("rms_norm_dynamic_per_token_quant=compile_quant_scales_x2", "fail"),
+    ):
+        report_dir = tmp_path / status
+        proc = run_suite(
+            ["--platform", "cpu", "--expectations", "none", "--no-progress", "--case", case],
+            site=compile_site,
+            report_dir=report_dir,
+            env={"OPCORE_IR_OP_PRIORITY": priority} if priority else {},
+        )
+        rec = read_statuses(report_dir)[case]
+        assert rec["status"] == status, rec
+        assert rec["dtype"] == "bfloat16"
+        if status == "pass":
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            assert set(rec["details"]["fusions"].values()) == {1}, rec
+            assert len(rec["details"]["fusions"]) == 6, rec
+        else:
+            # the unfused graph never calls the fused op: only the fusion exposes the defect
+            assert proc.returncode == 1
+            assert "rms_norm_dynamic_per_token_quant" in rec["message"], rec
+            assert "fused vs unfused" in rec["message"], rec
 
 
 def test_full_mode_adds_inductor_cases(compile_site, tmp_path, run_suite):

@@ -16,6 +16,11 @@ runs at several batch sizes with one compiled graph, matching the uncompiled mod
 ``compile.fusion[mode]``: on the small decoder the fusion passes fire (once per layer for
 the QKV fusion, twice per layer for add + RMSNorm) and leave its output unchanged.
 
+``compile.quant_fusion[mode]``: each FP8 quantization fusion (norm or activation, then a
+quantization) fires once in a graph written with the unfused ops, in bfloat16, and the
+fused ops, on the providers lowering picks here, give the unfused graph's outputs within
+their fp8 tolerance.
+
 Modes and cost: ``torch.compile`` is slow, Inductor most of all, so ``--quick`` compiles
 with the ``eager`` backend mode (Dynamo, AOTAutograd, the opcore passes; the lowered FX
 graph runs as Python, no code generation) on the first two samples per op, provider and
@@ -54,10 +59,12 @@ MATCHES_EAGER = "compile.matches_eager"
 LOWERING = "compile.lowering"
 DYNAMIC_BATCH = "compile.dynamic_batch"
 FUSION = "compile.fusion"
-CHECKS = (MATCHES_EAGER, LOWERING, DYNAMIC_BATCH, FUSION)
+QUANT_FUSION = "compile.quant_fusion"
+CHECKS = (MATCHES_EAGER, LOWERING, DYNAMIC_BATCH, FUSION, QUANT_FUSION)
 
 QUICK_SAMPLES = 2  # per op x provider x dtype, as opcheck: every compile costs
 DECODER_DTYPE = "float32"  # the small decoder of opcore.compile.decoder computes in float32
+QUANT_DTYPE = "bfloat16"  # the quantization fusions' inputs: as FP8 models run them
 
 
 def _testing() -> Any:
@@ -107,7 +114,23 @@ def collect(ctx) -> list[Case]:
         for check, body in ((DYNAMIC_BATCH, _dynamic_batch_body), (FUSION, _fusion_body)):
             if check in wanted and ctx.wants(dtype=DECODER_DTYPE):
                 out.append(_decoder_case(ctx, check, mode, body))
+        if QUANT_FUSION in wanted and ctx.wants(dtype=QUANT_DTYPE):
+            out.append(_quant_case(ctx, mode))
     return out
+
+
+def _quant_case(ctx, mode: str) -> Case:
+    case = Case(
+        case_id(QUANT_FUSION, mode),
+        QUANT_FUSION,
+        dtype=QUANT_DTYPE,
+        body=_quant_fusion_body(mode),
+        info={"mode": mode},
+    )
+    if QUANT_DTYPE not in _claimed(ctx):
+        case.preset = S.UNSUPPORTED
+        case.preset_reason = f"platform {ctx.platform.name!r} does not claim {QUANT_DTYPE}"
+    return case
 
 
 def _claimed(ctx) -> set[str]:
@@ -479,6 +502,25 @@ def _dynamic_batch_body(mode: str):
                 **_device_kwargs(ctx, fn),
             )
         return {"max_abs": m.get("max_abs_err"), "mode": mode, "graphs": m.get("graphs")}
+
+    return body
+
+
+def _quant_fusion_body(mode: str):
+    def body(ctx, _tol) -> dict[str, Any]:
+        fn = getattr(_testing(), "quant_fusions_fire", None)
+        if fn is None:
+            raise NotApplicable("this opcore has no quantization fusions to check")
+        with _compiling(ctx, mode):
+            m = _run(
+                f"the FP8 quantization fusions ({mode})",
+                fn,
+                mode=mode,
+                dtype=torch.bfloat16,
+                culprit=lambda: _lower_op_by_op(ctx, mode),
+                **_device_kwargs(ctx, fn),
+            )
+        return {"mode": mode, "fusions": m.get("fusions"), "providers": m.get("providers")}
 
     return body
 

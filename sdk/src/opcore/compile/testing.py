@@ -253,6 +253,121 @@ def fusion_fires_on_small_decoder(
     return {"fusions": fired, "max_abs_err": err}
 
 
+def _fp8_codes(q: torch.Tensor) -> torch.Tensor:
+    """fp8 values as integers on a line: adjacent representable values differ by 1 (both
+    e4m3 flavours are sign-magnitude bytes)."""
+    bits = q.view(torch.uint8).to(torch.int32)
+    mag = bits & 0x7F
+    return torch.where(bits >= 0x80, -mag, mag)
+
+
+def _quant_patterns(x, res, w, scale, group_size: int):
+    """Each quantization fusion's pattern once, written with the unfused ops."""
+    eps = 1e-6
+    q1 = _ops.scaled_fp8_quant(_ops.rms_norm(x, w, eps), scale)
+    y2, r2 = _ops.fused_add_rms_norm(x, res, w, eps)
+    q2 = _ops.scaled_fp8_quant(y2, scale)
+    q3, s3 = _ops.dynamic_per_token_scaled_fp8_quant(_ops.rms_norm(res, w, eps))
+    y4, r4 = _ops.fused_add_rms_norm(res, x, w, eps)
+    q4, s4 = _ops.dynamic_per_token_scaled_fp8_quant(y4)
+    gated = torch.cat([x, res], dim=-1)
+    q5 = _ops.scaled_fp8_quant(_ops.silu_and_mul(gated), scale)
+    q6, s6 = _ops.per_token_group_quant_fp8(_ops.silu_and_mul(gated * 0.5), group_size)
+    return q1, q2, r2, q3, s3, q4, s4, r4, q5, q6, s6
+
+
+# output index of _quant_patterns -> the fused op whose tolerance judges it
+_QUANT_OUTPUT_OPS = (
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "silu_and_mul_fp8_quant",
+    "silu_and_mul_per_token_group_fp8_quant",
+    "silu_and_mul_per_token_group_fp8_quant",
+)
+
+
+def quant_fusions_fire(
+    *,
+    mode: str = "eager",
+    dtype: torch.dtype = torch.bfloat16,
+    tokens: int = 7,
+    hidden: int = 256,
+    group_size: int = 128,
+    device="cpu",
+) -> dict[str, Any]:
+    """Compile one function holding each FP8 quantization pattern (norm or activation,
+    then a quantization, written with the unfused ops) on ``device`` with and without
+    fusion under the current config: every pass of `QUANT_FUSION_PASSES` fires once, no
+    unfused op is left, and each output equals the unfused compiled graph's within the
+    fused op's fp8 tolerance (`opcore.ir.tolerances.fp8_tolerance`; residuals and scales
+    within float32 rounding). The fused ops run on the providers lowering picks, so this
+    checks the platform's fused kernels inside a compiled graph."""
+    import opcore.compile as oc
+    from opcore.ir.op import all_ops
+    from opcore.ir.tolerances import fp8_tolerance
+
+    missing = [n for n in set(_QUANT_OUTPUT_OPS) if n not in all_ops()]
+    if missing:
+        raise ProviderNotApplicable(f"ops {sorted(missing)} are not registered")
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(tokens, hidden, generator=g) * 2).to(device, dtype)
+    res = torch.randn(tokens, hidden, generator=g).to(device, dtype)
+    w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(device, dtype)
+    scale = torch.tensor(8.0 / 448.0, device=device)
+    outs = {}
+    records = {}
+    for fusion in (False, True):
+        be = oc.backend(mode=mode, fusion=fusion)
+        fn = torch.compile(_quant_patterns, backend=be, fullgraph=True)
+        with torch.no_grad():
+            outs[fusion] = fn(x, res, w, scale, group_size)
+        torch._dynamo.reset()
+        if be.last_record is None:
+            raise CompileCheckFailed("the backend recorded no compiled graph")
+        records[fusion] = be.last_record
+    record = records[True]
+    expected = dict.fromkeys(oc.QUANT_FUSION_PASSES, 1)
+    fired = {k: record.fusions.get(k, 0) for k in expected}
+    if fired != expected:
+        raise CompileCheckFailed(
+            f"quantization fusions fired {fired}, expected {expected}; "
+            f"misses: {record.fusion_misses}"
+        )
+    unfused = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "scaled_fp8_quant"}
+    unfused |= {"dynamic_per_token_scaled_fp8_quant", "per_token_group_quant_fp8"}
+    left = sorted(set(record.by_op()) & unfused)
+    if left:
+        raise CompileCheckFailed(f"unfused ops left after the quantization fusions: {left}")
+    worst: dict[str, Any] = {}
+    for i, (got, want) in enumerate(zip(outs[True], outs[False], strict=True)):
+        what = f"output {i} ({_QUANT_OUTPUT_OPS[i]}, {mode}) fused vs unfused"
+        if got.dtype != want.dtype or got.shape != want.shape:
+            raise CompileCheckFailed(
+                f"{what}: {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {want.dtype}"
+            )
+        if got.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
+            max_ulps, fraction = fp8_tolerance(_QUANT_OUTPUT_OPS[i], dtype)
+            steps = (_fp8_codes(got.cpu()) - _fp8_codes(want.cpu())).abs()
+            off = float((steps > 0).float().mean()) if steps.numel() else 0.0
+            if steps.numel() and (int(steps.max()) > max_ulps or off > fraction):
+                raise CompileCheckFailed(
+                    f"{what}: up to {int(steps.max())} fp8 codes apart on {off:.2%} of elements "
+                    f"(tolerance {max_ulps} code(s) on {fraction:.2%})"
+                )
+            worst[f"output {i} codes off"] = off
+        else:
+            rtol = 1e-5 if got.dtype == torch.float32 else 0.0  # scales; residual sums exact
+            worst[f"output {i} max_abs_err"] = _compare(what, got, want, 0.0, rtol)
+    providers = {op: p for op, p in record.by_op().items()}
+    return {"fusions": fired, "providers": providers, **worst}
+
+
 __all__ = [
     "CompileCheckFailed",
     "ProviderNotApplicable",
@@ -260,4 +375,5 @@ __all__ = [
     "fusion_fires_on_small_decoder",
     "lowering_matches_dispatch",
     "no_recompile_on_dynamic_batch",
+    "quant_fusions_fire",
 ]
