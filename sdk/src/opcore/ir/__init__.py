@@ -45,8 +45,11 @@ Contracts:
 - Tests register throw-away providers/ops with `opcore.testing.ir`.
 """
 
-from opcore.ir import ops  # noqa: E402  (registers the built-in ops)
-from opcore.ir import collective  # noqa: E402, F401  (registers the collective ops)
+# Importing these registers the ops: the built-in ones and the collective ones.
+from opcore.ir import (
+    collective,  # noqa: F401
+    ops,
+)
 from opcore.ir.info import info  # noqa: E402
 from opcore.ir.op import (
     RESERVED_PROVIDERS,
