@@ -6,9 +6,9 @@ fp8 value, ties to even (subnormals included); ``sat`` clamps to ``±fp8_max`` (
 ``float8_e4m3fn``, 240 for ``float8_e4m3fnuz``), so a finite input never becomes NaN or
 infinity. NaN stays NaN.
 
-**Output dtype.** ``q`` is `fp8_dtype()`: the current platform's declared ``fp8_dtype``
-(the ROCm plugin declares ``float8_e4m3fnuz`` on MI300), ``float8_e4m3fn`` where the
-platform declares none. Scales are float32.
+**Output dtype.** ``q`` is `opcore.ir.quant.fp8_dtype()`: the current platform's declared
+``fp8_dtype`` (the ROCm plugin declares ``float8_e4m3fnuz`` on MI300), ``float8_e4m3fn``
+where the platform declares none. Scales are float32.
 
 **Scales.**
 
@@ -54,14 +54,9 @@ from opcore.ir.op import register_op
 from opcore.ir.ops import _checks as c
 from opcore.ir.ops._activation import silu_and_mul
 from opcore.ir.ops._norm import fused_add_rms_norm, rms_norm
+from opcore.ir.quant import MIN_SCALE, fp8_dtype, fp8_max
 from opcore.ir.samples import SampleInput, randn
 from opcore.ir.tolerances import declare_fp8_tolerance
-
-# The smallest scale a dynamic quantization returns (the smallest normal float32).
-MIN_SCALE = torch.finfo(torch.float32).tiny
-# The fp8 dtypes the ops produce (a platform declaring another one is refused by name).
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
-DEFAULT_FP8_DTYPE = torch.float8_e4m3fn
 
 # {input dtype: (max fp8 ULPs, fraction of elements that may be off)}: see the module
 # docstring. The bf16/fp16 fractions cover the intermediate's rounding (about 1.6 % and
@@ -73,27 +68,6 @@ FP8_TOLERANCES = {
     torch.float32: (1, 0.01),
     torch.float64: (1, 0.01),
 }
-
-
-def fp8_dtype() -> torch.dtype:
-    """The fp8 dtype the quantized ops produce on the current platform: its declared
-    ``fp8_dtype``, or ``float8_e4m3fn`` where it declares none."""
-    from opcore.platforms import get_current_platform
-
-    declared = get_current_platform().fp8_dtype
-    if declared is None:
-        return DEFAULT_FP8_DTYPE
-    if declared not in FP8_DTYPES:
-        raise ValueError(
-            f"opcore.ir.ops: the platform's fp8_dtype is {declared}; the quantized ops produce "
-            f"float8_e4m3fn or float8_e4m3fnuz"
-        )
-    return declared
-
-
-def fp8_max(dtype: torch.dtype) -> float:
-    """The largest finite value of ``dtype`` (448.0 for e4m3fn, 240.0 for e4m3fnuz)."""
-    return float(torch.finfo(dtype).max)
 
 
 def _acc(dtype: torch.dtype) -> torch.dtype:

@@ -25,7 +25,7 @@ from opcore.kernels.triton._support import (
 
 INTERPRETED: bool  # the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1)
 if HAS_TRITON:
-    from opcore.kernels.triton import activation, norm, qk_norm_rope, rotary, spaces
+    from opcore.kernels.triton import activation, norm, qk_norm_rope, quant, rotary, spaces
 
     INTERPRETED = type(norm._rms_norm_kernel).__name__ == "InterpretedFunction"
 else:
@@ -182,6 +182,109 @@ def supports_split_qkv_rmsnorm_rope(
     )
 
 
+# --------------------------------------------------------------------------- fp8 quantization
+# The kernels write fp8 codes computed in integer arithmetic (`quant._encode_fp8`), so
+# they need no fp8 support from the device or the Triton backend: either fp8 dtype of
+# `opcore.ir.quant.fp8_dtype` runs wherever the other kernels run.
+def _scale_ok(s) -> bool:
+    return isinstance(s, _Tensor) and s.dtype == torch.float32 and s.numel() == 1
+
+
+def _rows_ok(x, n_even: bool = False) -> bool:
+    lay = row_layout(x)
+    return lay is not None and lay[0] > 0 and (not n_even or lay[0] % 2 == 0)
+
+
+def supports_scaled_fp8_quant(x, scale) -> bool:
+    return bool(_float(x) and _scale_ok(scale) and _on_device(x, scale) and _rows_ok(x))
+
+
+def supports_dynamic_per_token_scaled_fp8_quant(x, scale_ub=None) -> bool:
+    return bool(
+        _float(x)
+        and (scale_ub is None or _scale_ok(scale_ub))
+        and _on_device(x, scale_ub)
+        and _rows_ok(x)
+    )
+
+
+def _group_ok(group_size, width) -> bool:
+    return _pos_int(group_size) and width % group_size == 0
+
+
+def supports_per_token_group_quant_fp8(x, group_size=128, column_major_scales=False) -> bool:
+    return bool(
+        _float(x)
+        and isinstance(column_major_scales, bool)
+        and _on_device(x)
+        and _rows_ok(x)
+        and _group_ok(group_size, x.shape[-1])
+    )
+
+
+def _norm_ok(x, weight, epsilon, residual=None) -> bool:
+    if not (_float(x) and _scalar(epsilon) and _rows_ok(x)):
+        return False
+    if residual is not None and not (
+        _float(residual)
+        and residual.dtype == x.dtype
+        and residual.shape == x.shape
+        and row_layout(residual) is not None
+    ):
+        return False
+    return _weight_ok(weight, x.shape[-1])
+
+
+def supports_rms_norm_static_fp8_quant(x, weight, epsilon, scale) -> bool:
+    return bool(_norm_ok(x, weight, epsilon) and _scale_ok(scale) and _on_device(x, weight, scale))
+
+
+def supports_fused_add_rms_norm_static_fp8_quant(x, residual, weight, epsilon, scale) -> bool:
+    return bool(
+        _norm_ok(x, weight, epsilon, residual)
+        and _scale_ok(scale)
+        and _on_device(x, residual, weight, scale)
+    )
+
+
+def supports_rms_norm_dynamic_per_token_quant(
+    x, weight, epsilon, residual=None, scale_ub=None
+) -> bool:
+    return bool(
+        _norm_ok(x, weight, epsilon, residual)
+        and (scale_ub is None or _scale_ok(scale_ub))
+        and _on_device(x, residual, weight, scale_ub)
+    )
+
+
+def supports_silu_and_mul_fp8_quant(x, scale) -> bool:
+    return bool(
+        _float(x) and _scale_ok(scale) and _on_device(x, scale) and _rows_ok(x, n_even=True)
+    )
+
+
+def supports_silu_and_mul_per_token_group_fp8_quant(x, group_size=128) -> bool:
+    return bool(
+        _float(x)
+        and _on_device(x)
+        and _rows_ok(x, n_even=True)
+        and _group_ok(group_size, x.shape[-1] // 2)
+    )
+
+
+# The fp8 ops and their kernels (`quant`), by op name; each op's ``supports_<op>`` above.
+QUANT_OPS = (
+    "scaled_fp8_quant",
+    "dynamic_per_token_scaled_fp8_quant",
+    "per_token_group_quant_fp8",
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "silu_and_mul_fp8_quant",
+    "silu_and_mul_per_token_group_fp8_quant",
+)
+
+
 # --------------------------------------------------------------------------- registration
 def _unavailable(op_name: str):
     def fail(*args, **kwargs):
@@ -209,6 +312,16 @@ PROPERTIES = {
     "gelu_and_mul": _ELEMENTWISE,
     "rotary_embedding": _ELEMENTWISE,
     "split_qkv_rmsnorm_rope": _REDUCING,
+    # fp8: a max is exact in any order, so per-token and per-group scales are
+    # batch-invariant; the norms' sums are not (as above).
+    "scaled_fp8_quant": _ELEMENTWISE,
+    "dynamic_per_token_scaled_fp8_quant": _ELEMENTWISE,
+    "per_token_group_quant_fp8": _ELEMENTWISE,
+    "rms_norm_static_fp8_quant": _REDUCING,
+    "fused_add_rms_norm_static_fp8_quant": _REDUCING,
+    "rms_norm_dynamic_per_token_quant": _REDUCING,
+    "silu_and_mul_fp8_quant": _ELEMENTWISE,
+    "silu_and_mul_per_token_group_fp8_quant": _ELEMENTWISE,
 }
 
 
@@ -256,6 +369,8 @@ def register_all() -> None:
         qk_norm_rope.split_qkv_rmsnorm_rope if k else None,
         supports_split_qkv_rmsnorm_rope,
     )
+    for name in QUANT_OPS:
+        _register(name, getattr(quant, name) if k else None, globals()[f"supports_{name}"])
 
 
 register_all()

@@ -1,0 +1,517 @@
+"""FP8 quantization, alone and fused into RMSNorm or SiLU-and-mul: the eight quant ops.
+
+Each fused kernel reads its activation once (and the residual once) and writes only the
+fp8 codes, the scales and, where the op returns one, the residual sum: the norm or
+activation output never goes to memory.
+
+Numerics (the ops' contract, `opcore.ir.ops.scaled_fp8_quant` and siblings): math in fp32;
+the norm or activation output is rounded to ``x``'s dtype first (the fused op is the
+unfused chain); dynamic scales are ``max(min(amax, scale_ub) / fp8_max, MIN_SCALE)``
+divided correctly rounded (``div_rn``); then ``q = round_fp8(sat(y * (1 / scale)))``.
+Multiplying by the reciprocal instead of dividing moves a value sitting on an fp8 rounding
+tie by one code, at most (the ops' fp8 tolerance). ``round_fp8`` rounds to nearest, ties to
+even, and is encoded in integer arithmetic (`_encode_fp8`), the same on every backend.
+
+Layouts: rows are addressed by a row stride (column slices of a wider buffer need no
+copy); the last dim is contiguous; the outputs are new contiguous tensors. The kernels
+write fp8 codes through a uint8 view of the output (`_encode_fp8`), so no Triton fp8 type
+is involved and ``float8_e4m3fnuz`` runs wherever ``float8_e4m3fn`` does, the interpreter
+included.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from opcore.ir.quant import MIN_SCALE as _MIN_SCALE
+from opcore.ir.quant import fp8_dtype
+from opcore.kernels.triton import _launch
+from opcore.kernels.triton._support import require_row_stride
+
+# The smallest dynamic scale (`opcore.ir.quant.MIN_SCALE`), a plain float for constexpr.
+MIN_SCALE = float(_MIN_SCALE)
+
+
+@functools.lru_cache(maxsize=8)
+def fp8_format(dtype: torch.dtype) -> dict[str, float | int | bool]:
+    """The constexpr arguments describing an fp8 dtype to `_round_fp8`: ``FP8_MAX`` (its
+    largest finite value), ``MIN_EXP`` (the float32 biased exponent of its smallest normal
+    value), ``MANT`` (mantissa bits), ``NEG_ZERO`` (whether it has a negative zero: the
+    ``fnuz`` formats spend that code on NaN)."""
+    info = torch.finfo(dtype)
+    return {
+        "FP8_MAX": float(info.max),
+        "MIN_EXP": round(math.log2(info.smallest_normal)) + 127,
+        "MANT": round(-math.log2(info.eps)),
+        "NEG_ZERO": "fnuz" not in str(dtype),
+    }
+
+
+@triton.jit
+def _encode_fp8(
+    y, FP8_MAX: tl.constexpr, MIN_EXP: tl.constexpr, MANT: tl.constexpr, NEG_ZERO: tl.constexpr
+):
+    """The fp8 code (uint8) of ``y`` (fp32) saturated to ``±FP8_MAX`` and rounded to the
+    nearest fp8 value, ties to even.
+
+    With ``E = max(e, MIN_EXP)`` (``e``: the float32 biased exponent of ``|y|``; below the
+    smallest normal, the subnormal spacing), ``k = round(|y| / 2 ** (E - 127 - MANT))`` is
+    an integer in ``[0, 2 ** (MANT + 1)]``, rounded by adding and subtracting 2**23 (nearest
+    even in fp32), and the code's magnitude is ``(E - MIN_EXP) << MANT + k`` (a ``k`` that
+    rounded up into the next binade lands on its first code). Then the sign bit (not on
+    zero in a format without a negative zero), and NaN's code. Encoding here rather than
+    converting keeps the result the same on every backend: Triton's interpreter rounds
+    fp32 -> fp8 conversions otherwise (ties away, subnormals truncated, NaN to a number)
+    and has no e4m3fnuz at all."""
+    a = tl.minimum(tl.abs(y), FP8_MAX)
+    big_e = tl.maximum(a.to(tl.int32, bitcast=True) >> 23, MIN_EXP)
+    inverse = ((254 - big_e + MANT) << 23).to(tl.float32, bitcast=True)  # 1 / spacing
+    k = ((a * inverse + 8388608.0) - 8388608.0).to(tl.int32)
+    code = ((big_e - MIN_EXP) << MANT) + k
+    negative = y.to(tl.int32, bitcast=True) < 0  # the sign bit, -0.0 included
+    if NEG_ZERO:
+        code = tl.where(negative, code | 128, code)
+        nan_code = 127
+    else:
+        code = tl.where(negative & (code != 0), code | 128, code)
+        nan_code = 128
+    code = tl.where(y != y, nan_code, code)
+    return code.to(tl.uint8)
+
+
+@triton.jit
+def _round_to(y, dtype):
+    """``y`` (fp32) rounded to ``dtype``, to nearest even. For bf16 the rounding is done on
+    the bits (add half an ulp minus one, plus the kept lowest bit, then drop 16 bits),
+    since Triton's interpreter truncates fp32 -> bf16 conversions; NaN stays NaN."""
+    if dtype == tl.bfloat16:
+        b = y.to(tl.uint32, bitcast=True)
+        b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+        r = tl.where(y != y, y, b.to(tl.float32, bitcast=True))
+        return r.to(dtype)
+    else:
+        return y.to(dtype)
+
+
+@triton.jit
+def _silu_mul(g, u, dtype):
+    """``silu(g) * u`` in fp32, rounded to ``dtype`` as `silu_and_mul` returns it."""
+    return _round_to(g * tl.sigmoid(g) * u, dtype).to(tl.float32)
+
+
+# --------------------------------------------------------------------------- static, elementwise
+@triton.jit
+def _static_kernel(
+    x_ptr,
+    x_stride,
+    scale_ptr,
+    q_ptr,
+    n_rows,
+    d,
+    GATED: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+    MIN_EXP: tl.constexpr,
+    MANT: tl.constexpr,
+    NEG_ZERO: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    """``q = round_fp8(y / scale)`` over a ``[ROWS, BLOCK_C]`` tile of the ``[rows, d]``
+    output; ``y = x`` or, GATED, ``silu(x[:, :d]) * x[:, d:]`` rounded to ``x``'s dtype."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows < n_rows)[:, None] & (cols < d)[None, :]
+    x_rows = x_ptr + rows[:, None] * x_stride + cols[None, :]
+    y = tl.load(x_rows, mask=mask, other=0.0).to(tl.float32)
+    if GATED:
+        u = tl.load(x_rows + d, mask=mask, other=0.0).to(tl.float32)
+        y = _silu_mul(y, u, x_ptr.dtype.element_ty)
+    inv = tl.math.div_rn(1.0, tl.load(scale_ptr).to(tl.float32))
+    q = _encode_fp8(y * inv, FP8_MAX, MIN_EXP, MANT, NEG_ZERO)
+    tl.store(q_ptr + rows[:, None] * d + cols[None, :], q, mask=mask)
+
+
+def _fp8_out(shape, device) -> tuple[torch.Tensor, dict[str, float | int | bool]]:
+    dtype = fp8_dtype()
+    return torch.empty(shape, dtype=dtype, device=device), fp8_format(dtype)
+
+
+def _static(x: torch.Tensor, scale: torch.Tensor, gated: bool, what: str) -> torch.Tensor:
+    d = x.shape[-1] // 2 if gated else x.shape[-1]
+    q, fmt = _fp8_out((*x.shape[:-1], d), x.device)
+    n_rows = q.numel() // d if d else 0
+    if n_rows == 0:
+        return q
+    stride = require_row_stride(x, what)
+    block_c, rows, warps = _launch.elementwise_params(n_rows, d)
+    grid = (_launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c))
+    _static_kernel[grid](
+        x,
+        stride,
+        scale,
+        q.view(torch.uint8),
+        n_rows,
+        d,
+        GATED=gated,
+        **fmt,
+        BLOCK_C=block_c,
+        ROWS=rows,
+        num_warps=warps,
+    )
+    return q
+
+
+def scaled_fp8_quant(x, scale):
+    """`scaled_fp8_quant` on a Triton device: ``round_fp8(x / scale)``, shaped like ``x``."""
+    return _static(x, scale, False, "scaled_fp8_quant: x")
+
+
+def silu_and_mul_fp8_quant(x, scale):
+    """`silu_and_mul_fp8_quant` on a Triton device, one pass over ``x``."""
+    return _static(x, scale, True, "silu_and_mul_fp8_quant: x")
+
+
+# --------------------------------------------------------------------------- rows: norm / per token
+@triton.jit
+def _row_values(
+    x_rows,
+    r_rows,
+    res_rows,
+    w_ptr,
+    cols,
+    mask,
+    n_cols,
+    rstd,
+    STORE_RES: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    NORM: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+):
+    """The values to quantize in a chunk, fp32: ``x`` (with a residual, ``x + r`` rounded
+    to the residual's dtype, stored when STORE_RES, else re-read from where it was
+    stored); NORM: ``x * rstd * weight`` rounded to ``x``'s dtype."""
+    if HAS_RESIDUAL:
+        if STORE_RES:
+            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(r_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            s = _round_to(x + r, res_rows.dtype.element_ty)
+            tl.store(res_rows + cols[None, :], s, mask=mask)
+            x = s.to(tl.float32)
+        else:
+            x = tl.load(res_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    else:
+        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if NORM:
+        y = x * rstd[:, None]
+        if HAS_WEIGHT:
+            w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+            y = y * w[None, :]
+        x = _round_to(y, x_rows.dtype.element_ty).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _row_quant_kernel(
+    x_ptr,
+    x_stride,
+    r_ptr,
+    r_stride,
+    w_ptr,
+    res_ptr,
+    scale_ptr,
+    q_ptr,
+    s_ptr,
+    n_rows,
+    n_cols,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    NORM: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    DYNAMIC: tl.constexpr,
+    HAS_UB: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+    MIN_EXP: tl.constexpr,
+    MANT: tl.constexpr,
+    NEG_ZERO: tl.constexpr,
+    MIN_SCALE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
+):
+    """``ROWS`` whole rows per program. NORM: ``y = rms_norm(x [+ r]) `` (``rstd =
+    rsqrt(mean(x**2) + eps)``), else ``y = x``. DYNAMIC: ``scale = max(min(amax(|y|), ub)
+    / FP8_MAX, MIN_SCALE)`` per row, stored; else the one static scale. ``q =
+    round_fp8(y / scale)``. A row that fits in ``BLOCK_N`` is read once; a longer one is
+    read in ``N_CHUNKS`` chunks once per pass (sum of squares, amax, quantize)."""
+    eps = tl.cast(eps, tl.float32)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    row_mask = row_ok[:, None]
+    x_rows = x_ptr + rows[:, None] * x_stride
+    r_rows = r_ptr + rows[:, None] * r_stride
+    res_rows = res_ptr + rows[:, None] * n_cols
+    q_rows = q_ptr + rows[:, None] * n_cols
+    inv_n = 1.0 / tl.cast(n_cols, tl.float32)
+    rstd = tl.zeros([ROWS], dtype=tl.float32)
+    if SINGLE_PASS:
+        cols = tl.arange(0, BLOCK_N)
+        mask = row_mask & (cols < n_cols)[None, :]
+        if NORM:
+            x = _row_values(
+                x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
+                True, HAS_RESIDUAL, False, False,
+            )  # fmt: skip
+            rstd = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
+            y = x * rstd[:, None]
+            if HAS_WEIGHT:
+                w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+                y = y * w[None, :]
+            y = _round_to(y, x_ptr.dtype.element_ty).to(tl.float32)
+        else:
+            y = _row_values(
+                x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
+                True, HAS_RESIDUAL, False, False,
+            )  # fmt: skip
+        if DYNAMIC:
+            amax = tl.max(tl.abs(y), axis=1)
+        else:
+            amax = tl.zeros([ROWS], dtype=tl.float32)
+    else:
+        # pass 1 (norm or residual): the sum of squares; the residual sum is stored here
+        if NORM or HAS_RESIDUAL:
+            acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+            for c in range(N_CHUNKS):
+                cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+                mask = row_mask & (cols < n_cols)[None, :]
+                x = _row_values(
+                    x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
+                    True, HAS_RESIDUAL, False, False,
+                )  # fmt: skip
+                acc += x * x
+            rstd = tl.rsqrt(tl.sum(acc, axis=1) * inv_n + eps)
+        # pass 2 (dynamic): the row's amax of the values to quantize
+        amax = tl.zeros([ROWS], dtype=tl.float32)
+        if DYNAMIC:
+            peak = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+            for c in range(N_CHUNKS):
+                cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+                mask = row_mask & (cols < n_cols)[None, :]
+                y = _row_values(
+                    x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
+                    False, HAS_RESIDUAL, NORM, HAS_WEIGHT,
+                )  # fmt: skip
+                peak = tl.maximum(peak, tl.abs(y))
+            amax = tl.max(peak, axis=1)
+    if DYNAMIC:
+        if HAS_UB:
+            amax = tl.minimum(amax, tl.load(scale_ptr).to(tl.float32))
+        scale = tl.maximum(tl.math.div_rn(amax, FP8_MAX), MIN_SCALE)
+        tl.store(s_ptr + rows, scale, mask=row_ok)
+        inv = tl.math.div_rn(tl.full([ROWS], 1.0, tl.float32), scale)
+    else:
+        inv = tl.math.div_rn(tl.full([ROWS], 1.0, tl.float32), tl.load(scale_ptr).to(tl.float32))
+    if SINGLE_PASS:
+        q = _encode_fp8(y * inv[:, None], FP8_MAX, MIN_EXP, MANT, NEG_ZERO)
+        tl.store(q_rows + cols[None, :], q, mask=mask)
+    else:
+        # pass 3: quantize
+        for c in range(N_CHUNKS):
+            cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask = row_mask & (cols < n_cols)[None, :]
+            y = _row_values(
+                x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
+                False, HAS_RESIDUAL, NORM, HAS_WEIGHT,
+            )  # fmt: skip
+            q = _encode_fp8(y * inv[:, None], FP8_MAX, MIN_EXP, MANT, NEG_ZERO)
+            tl.store(q_rows + cols[None, :], q, mask=mask)
+
+
+def _rows_quant(
+    x, residual, weight, epsilon, scale, *, norm: bool, dynamic: bool, what: str
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Launch `_row_quant_kernel`; returns ``(q, scales or None, residual sum or None)``.
+    ``scale``: the static scale, or with ``dynamic`` the optional ``scale_ub``."""
+    n_cols = x.shape[-1]
+    q, fmt = _fp8_out(x.shape, x.device)
+    scales = (
+        torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device) if dynamic else None
+    )
+    res = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n_rows = x.numel() // n_cols if n_cols else 0
+    if n_rows == 0:
+        return q, scales, res
+    sx = require_row_stride(x, f"{what}: x")
+    sr = 0 if residual is None else require_row_stride(residual, f"{what}: residual")
+    block_n, rows, single, warps = _launch.row_params(n_rows, n_cols)
+    _row_quant_kernel[(_launch.cdiv(n_rows, rows),)](
+        x,
+        sx,
+        x if residual is None else residual,
+        sr,
+        x if weight is None else weight,
+        x if res is None else res,
+        x if scale is None else scale,
+        q.view(torch.uint8),
+        x if scales is None else scales,
+        n_rows,
+        n_cols,
+        float(epsilon),
+        HAS_RESIDUAL=residual is not None,
+        NORM=norm,
+        HAS_WEIGHT=weight is not None,
+        DYNAMIC=dynamic,
+        HAS_UB=dynamic and scale is not None,
+        **fmt,
+        MIN_SCALE=MIN_SCALE,
+        BLOCK_N=block_n,
+        ROWS=rows,
+        SINGLE_PASS=single,
+        N_CHUNKS=1 if single else _launch.cdiv(n_cols, block_n),
+        num_warps=warps,
+    )
+    return q, scales, res
+
+
+def dynamic_per_token_scaled_fp8_quant(x, scale_ub=None):
+    """`dynamic_per_token_scaled_fp8_quant` on a Triton device: ``(q, scales)``."""
+    q, s, _ = _rows_quant(
+        x, None, None, 0.0, scale_ub, norm=False, dynamic=True, what="dynamic_per_token"
+    )
+    return q, s
+
+
+def rms_norm_static_fp8_quant(x, weight, epsilon, scale):
+    """`rms_norm_static_fp8_quant` on a Triton device: one read of ``x``."""
+    q, _, _ = _rows_quant(
+        x, None, weight, epsilon, scale, norm=True, dynamic=False, what="rms_norm_static"
+    )
+    return q
+
+
+def fused_add_rms_norm_static_fp8_quant(x, residual, weight, epsilon, scale):
+    """`fused_add_rms_norm_static_fp8_quant` on a Triton device: ``(q, x + residual)``."""
+    q, _, res = _rows_quant(
+        x, residual, weight, epsilon, scale, norm=True, dynamic=False, what="fused_add_rms_norm"
+    )
+    return q, res
+
+
+def rms_norm_dynamic_per_token_quant(x, weight, epsilon, residual=None, scale_ub=None):
+    """`rms_norm_dynamic_per_token_quant` on a Triton device: ``(q, scales, residual)``."""
+    return _rows_quant(
+        x, residual, weight, epsilon, scale_ub, norm=True, dynamic=True, what="rms_norm_dynamic"
+    )
+
+
+# --------------------------------------------------------------------------- token groups
+@triton.jit
+def _group_quant_kernel(
+    x_ptr,
+    x_stride,
+    q_ptr,
+    s_ptr,
+    n_groups_total,
+    groups,
+    group_size,
+    d,
+    s_row_stride,
+    s_group_stride,
+    GATED: tl.constexpr,
+    FP8_MAX: tl.constexpr,
+    MIN_EXP: tl.constexpr,
+    MANT: tl.constexpr,
+    NEG_ZERO: tl.constexpr,
+    MIN_SCALE: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    GROUPS: tl.constexpr,
+):
+    """``GROUPS`` (row, group) pairs per program, one group of ``group_size`` columns each:
+    ``y`` (``x``, or GATED ``silu(gate) * up`` rounded to ``x``'s dtype), ``scale =
+    max(amax(|y|) / FP8_MAX, MIN_SCALE)`` stored at ``row * s_row_stride + group *
+    s_group_stride``, ``q = round_fp8(y / scale)``."""
+    gid = tl.program_id(0).to(tl.int64) * GROUPS + tl.arange(0, GROUPS)
+    ok = gid < n_groups_total
+    row = gid // groups
+    grp = gid % groups
+    j = tl.arange(0, BLOCK_S)
+    mask = ok[:, None] & (j < group_size)[None, :]
+    col = grp[:, None] * group_size + j[None, :]
+    x_at = x_ptr + row[:, None] * x_stride + col
+    y = tl.load(x_at, mask=mask, other=0.0).to(tl.float32)
+    if GATED:
+        u = tl.load(x_at + d, mask=mask, other=0.0).to(tl.float32)
+        y = _silu_mul(y, u, x_ptr.dtype.element_ty)
+    scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(y), axis=1), FP8_MAX), MIN_SCALE)
+    tl.store(s_ptr + row * s_row_stride + grp * s_group_stride, scale, mask=ok)
+    inv = tl.math.div_rn(tl.full([GROUPS], 1.0, tl.float32), scale)
+    q = _encode_fp8(y * inv[:, None], FP8_MAX, MIN_EXP, MANT, NEG_ZERO)
+    tl.store(q_ptr + row[:, None] * d + col, q, mask=mask)
+
+
+@functools.lru_cache(maxsize=1024)
+def group_params(n_groups: int, group_size: int) -> tuple[int, int, int]:
+    """``(BLOCK_S, GROUPS, num_warps)``: a program takes ``GROUPS`` groups of up to
+    ``BLOCK_S`` columns, about 4096 elements, fewer while that leaves fewer than
+    ``4 * MIN_PROGRAMS`` programs (as `_launch.elementwise_params` sizes its tiles)."""
+    block_s = _launch.next_pow2(group_size)
+    tile = max(4096, block_s)
+    while tile > max(512, block_s) and _launch.cdiv(n_groups * block_s, tile) < (
+        4 * _launch.MIN_PROGRAMS
+    ):
+        tile //= 2
+    groups = max(1, min(tile // block_s, _launch.next_pow2(n_groups)))
+    return block_s, groups, _launch.warps_for(block_s * groups, per_warp=256, cap=8)
+
+
+def _group(x, group_size, column_major, gated, what):
+    d = x.shape[-1] // 2 if gated else x.shape[-1]
+    lead = tuple(x.shape[:-1])
+    q, fmt = _fp8_out((*lead, d), x.device)
+    groups = d // group_size
+    n_rows = math.prod(lead)
+    if column_major:
+        scales = torch.empty((groups, *lead), dtype=torch.float32, device=x.device)
+        s_row, s_group = 1, n_rows
+    else:
+        scales = torch.empty((*lead, groups), dtype=torch.float32, device=x.device)
+        s_row, s_group = groups, 1
+    total = n_rows * groups
+    if total == 0:
+        return q, scales
+    stride = require_row_stride(x, what)
+    block_s, per_program, warps = group_params(total, group_size)
+    _group_quant_kernel[(_launch.cdiv(total, per_program),)](
+        x,
+        stride,
+        q.view(torch.uint8),
+        scales,
+        total,
+        groups,
+        group_size,
+        d,
+        s_row,
+        s_group,
+        GATED=gated,
+        **fmt,
+        MIN_SCALE=MIN_SCALE,
+        BLOCK_S=block_s,
+        GROUPS=per_program,
+        num_warps=warps,
+    )
+    return q, scales
+
+
+def per_token_group_quant_fp8(x, group_size=128, column_major_scales=False):
+    """`per_token_group_quant_fp8` on a Triton device: ``(q, scales)``."""
+    return _group(x, group_size, column_major_scales, False, "per_token_group_quant_fp8: x")
+
+
+def silu_and_mul_per_token_group_fp8_quant(x, group_size=128):
+    """`silu_and_mul_per_token_group_fp8_quant` on a Triton device, one pass over ``x``."""
+    return _group(x, group_size, False, True, "silu_and_mul_per_token_group_fp8_quant: x")

@@ -1,0 +1,159 @@
+"""The Triton fp8 kernels (`opcore.kernels.triton.quant`) under Triton's CPU interpreter.
+
+Each provider against the op's native function on every quick sample (fp32, fp16, bf16):
+at most one fp8 code apart on at most the op's declared fraction of elements, scales
+within float32 rounding, residual sums bit for bit; the fp32 -> fp8 rounding against
+torch's conversion over every fp8 value, every midpoint and random values in every
+binade; rows longer than one register tile (the three-pass path); the choice of provider.
+As in test_triton_kernels.py, the collected test re-runs this file in a child pytest with
+``TRITON_INTERPRET=1`` (the interpreter must be on before the kernels are decorated).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from opcore.testing.interpreter import UNDER_TRITON_INTERPRETER, rerun_under_triton_interpreter
+
+QUANT_OPS = (
+    "scaled_fp8_quant",
+    "dynamic_per_token_scaled_fp8_quant",
+    "per_token_group_quant_fp8",
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "silu_and_mul_fp8_quant",
+    "silu_and_mul_per_token_group_fp8_quant",
+)
+
+if not UNDER_TRITON_INTERPRETER:
+
+    def test_triton_quant_kernels_under_interpreter():
+        rerun_under_triton_interpreter(__file__)
+
+else:
+    pytest.importorskip("triton")
+    from opcore.ir import ops
+    from opcore.ir.tolerances import fp8_tolerance
+    from opcore.kernels.triton import quant
+    from opcore.kernels.triton._launch import MAX_FUSED_COLS
+    from opcore.platforms import get_current_platform
+
+    E4M3 = torch.float8_e4m3fn
+    RESIDUAL_AT_1 = {"fused_add_rms_norm_static_fp8_quant"}  # (q, residual); others (q, scales..)
+    DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+    def code_distance(a, b):
+        def ordinal(t):
+            bits = t.contiguous().view(torch.uint8).to(torch.int32)
+            mag = bits & 0x7F
+            return torch.where(bits >= 128, -mag, mag)
+
+        return (ordinal(a) - ordinal(b)).abs()
+
+    def compare(op_name, got, want, dtype, where, counts, fp8=E4M3):
+        got = got if isinstance(got, tuple) else (got,)
+        want = want if isinstance(want, tuple) else (want,)
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            if w is None:
+                assert g is None, where
+                continue
+            assert (g.shape, g.dtype) == (w.shape, w.dtype) and g.is_contiguous(), where
+            if g.dtype == fp8:
+                d = code_distance(g, w)
+                assert int(d.max()) <= 1, f"{where}: output {i} is {int(d.max())} codes off"
+                counts[0] += int((d > 0).sum())
+                counts[1] += d.numel()
+            elif i == 1 and op_name not in RESIDUAL_AT_1:
+                # scales: the same amax, divided correctly rounded (fp32 inputs: the norm's
+                # last bit may differ, moving the amax by a float32 ulp)
+                torch.testing.assert_close(g, w, atol=0, rtol=3e-7, msg=where)
+            else:
+                assert torch.equal(g, w), f"{where}: output {i} differs"
+
+    @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+    @pytest.mark.parametrize("op_name", QUANT_OPS)
+    def test_provider_matches_native(op_name, dtype):
+        op = getattr(ops, op_name)
+        counts = [0, 0]
+        for s in op.sample_inputs("cpu", dtype):
+            assert op.impls["triton"].supports_args(*s.args, **s.kwargs) is True, s.name
+            with op.set_priority(["triton", "native"]):
+                assert op.dispatch(*s.args, **s.kwargs).provider == "triton"
+                got = op(*s.args, **s.kwargs)
+            compare(op_name, got, op.native(*s.args, **s.kwargs), dtype, s.name, counts)
+        _, fraction = fp8_tolerance(op_name, dtype)
+        assert counts[1] and counts[0] <= fraction * counts[1], counts
+
+    def test_fp8_rounding_matches_torch_everywhere():
+        """Every fp8 value, every midpoint between neighbours (ties: to even), values a
+        float32 ulp either side of each midpoint, random values over every binade and
+        past the range, infinities and NaN: bit for bit torch's saturated conversion."""
+        grid = torch.arange(256, dtype=torch.uint8).view(E4M3).float()
+        grid = grid[torch.isfinite(grid)].unique()
+        mids = (grid[1:] + grid[:-1]) / 2
+        near = torch.cat([torch.nextafter(mids, mids + 1), torch.nextafter(mids, mids - 1)])
+        g = torch.Generator().manual_seed(0)
+        rand = torch.ldexp(torch.rand(20000, generator=g), torch.randint(-14, 12, (20000,)))
+        x = torch.cat([grid, mids, near, rand, -rand, torch.tensor([1e30, float("inf")])])
+        one = torch.ones(1)
+        got = quant.scaled_fp8_quant(x[None, :], one)[0]
+        want = x.clamp(-448, 448).to(E4M3)
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+        nan = quant.scaled_fp8_quant(torch.tensor([[float("nan"), 1.0]]), one)
+        assert torch.isnan(nan.float()[0, 0]) and nan.float()[0, 1] == 1.0
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+    def test_long_rows_take_the_chunked_path(dtype):
+        """Rows longer than MAX_FUSED_COLS are read once per pass (squares, amax, codes)."""
+        n = MAX_FUSED_COLS + 1000
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(3, n, generator=g).to(dtype)
+        x[1] *= 50.0
+        r = torch.randn(3, n, generator=g).to(dtype)
+        w = (1 + torch.randn(n, generator=g) / 4).to(dtype)
+        s, ub = torch.tensor([0.02]), torch.tensor([3.0])
+        counts = [0, 0]
+        for name, args in [
+            ("rms_norm_dynamic_per_token_quant", (x, w, 1e-6, r, ub)),
+            ("rms_norm_dynamic_per_token_quant", (x, None, 1e-6)),
+            ("rms_norm_static_fp8_quant", (x, w, 1e-6, s)),
+            ("fused_add_rms_norm_static_fp8_quant", (x, r, w, 1e-6, s)),
+            ("dynamic_per_token_scaled_fp8_quant", (x,)),
+        ]:
+            op = getattr(ops, name)
+            got = getattr(quant, name)(*args)
+            compare(name, got, op.native(*args), dtype, name, counts)
+        assert counts[0] <= 0.01 * counts[1], counts
+
+    @pytest.mark.parametrize("op_name", QUANT_OPS)
+    def test_a_platform_declaring_fnuz_gets_fnuz_codes(op_name, monkeypatch):
+        """The kernels encode the codes themselves, so ``float8_e4m3fnuz`` (which Triton's
+        interpreter cannot store as a type) runs here too: max 240, no negative zero."""
+        monkeypatch.setattr(type(get_current_platform()), "fp8_dtype", torch.float8_e4m3fnuz)
+        op = getattr(ops, op_name)
+        counts = [0, 0]
+        for s in op.sample_inputs("cpu", torch.bfloat16):
+            if not any(k in s.name for k in ("zero", "saturating", "tiny", "huge", "mixed")):
+                continue
+            with op.set_priority(["triton", "native"]):
+                got = op(*s.args, **s.kwargs)
+            want = op.native(*s.args, **s.kwargs)
+            first = want[0] if isinstance(want, tuple) else want
+            assert first.dtype == torch.float8_e4m3fnuz
+            compare(op_name, got, want, torch.bfloat16, s.name, counts, fp8=torch.float8_e4m3fnuz)
+        assert counts[1] and counts[0] <= 0.04 * counts[1], counts
+
+    def test_supports_args_refuses_what_the_kernels_do_not_take():
+        x, one = torch.randn(4, 64), torch.ones(1)
+        sup = {n: getattr(ops, n).impls["triton"].supports_args for n in QUANT_OPS}
+        assert sup["scaled_fp8_quant"](x.double(), one) is False  # fp64: native
+        assert sup["scaled_fp8_quant"](x.t(), one) is False  # last dim not contiguous
+        assert sup["per_token_group_quant_fp8"](x, 48) is False
+        assert sup["silu_and_mul_per_token_group_fp8_quant"](x, 64) is False
+        w = torch.ones(64)[::1]
+        assert sup["rms_norm_static_fp8_quant"](x, torch.ones(128)[::2], 1e-6, one) is False
+        assert sup["rms_norm_dynamic_per_token_quant"](x, w, 1e-6, x[:2]) is False
+        assert sup["fused_add_rms_norm_static_fp8_quant"](x, x.half(), w, 1e-6, one) is False
