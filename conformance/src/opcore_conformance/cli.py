@@ -123,7 +123,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the collective checks instead, across N local processes (one device "
         "each, the platform's torch.distributed backend; 127.0.0.1 only): collective ops "
         "against a float64 reference, bitwise agreement across ranks, declared "
-        "properties, and a killed rank that must make the others fail, not hang",
+        "properties, and a killed rank that must make the others fail, not hang "
+        "(--checks collectives or killed_rank runs one of the two phases)",
     )
     parser.add_argument(
         "--collective-timeout",

@@ -29,6 +29,8 @@ from typing import Any
 from opcore_conformance import status as S
 
 KILL_TIMEOUT_S = 15.0
+# The phases, by the names --checks selects them with.
+PHASES = ("collectives", "killed_rank")
 # Cases whose passing line is worth printing too (the others print only when not passing).
 _HEADLINE = (
     "collective.communicator",
@@ -216,10 +218,28 @@ def run_world(options: Any, world_size: int, *, collective_timeout_s: float = 60
     from opcore.platforms import get_current_platform
 
     platform = get_current_platform()
-    cfg = {"dtypes": options.dtypes, "ops": options.ops, "providers": options.providers}
+    phases = options.checks or list(PHASES)
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        print(
+            f"opcore conformance: with --world-size, --checks takes {', '.join(PHASES)}; "
+            f"unknown: {', '.join(unknown)}",
+            file=sys.stderr,
+        )
+        return 2
+    cfg = {
+        "dtypes": options.dtypes,
+        "ops": options.ops,
+        "providers": options.providers,
+        "imports": options.imports,
+    }
     start = time.monotonic()
-    records = run_collectives(world_size, cfg, collective_timeout_s=collective_timeout_s, env=env)
-    if world_size >= 2:
+    records = []
+    if "collectives" in phases:
+        records += run_collectives(
+            world_size, cfg, collective_timeout_s=collective_timeout_s, env=env
+        )
+    if world_size >= 2 and "killed_rank" in phases:
         records.append(
             run_killed_rank(
                 world_size, env=env, kill_timeout_s=min(KILL_TIMEOUT_S, collective_timeout_s)

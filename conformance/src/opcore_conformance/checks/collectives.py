@@ -92,6 +92,10 @@ class Failed(AssertionError):
 def run(comm: Any, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """Every collective case on this rank, in a fixed order. ``cfg``: ``dtypes``,
     ``ops``, ``providers`` (``None`` = all)."""
+    import importlib
+
+    for module in cfg.get("imports") or ():  # providers no plugin registers (--import)
+        importlib.import_module(module)
     records = []
     for case_id, body in _cases(comm, cfg):
         case = Case(case_id)
