@@ -311,10 +311,12 @@ def _render_ops(data: Any) -> list[str]:
     early = _error_section("Ops", data)
     if early is not None:
         return early
-    rows = [["OP", "EFFECTIVE PRIORITY", "PROVIDERS", "NOT USABLE HERE"]]
+    rows = [["OP", "EFFECTIVE PRIORITY", "PROVIDERS [PROPERTIES]", "NOT USABLE HERE"]]
     errors = []
+    required: list[str] = []
     for name, op in sorted(data["ops"].items()):
-        providers = ", ".join(p["name"] for p in op["providers"])
+        required = op.get("required_properties") or required
+        providers = ", ".join(_with_properties(p) for p in op["providers"])
         unusable = [p["name"] for p in op["providers"] if not p["supported"]]
         skipped = [f"{k}: {v}" for k, v in (op.get("skipped") or {}).items()]
         if op.get("error"):  # its priority could not be decided: no list to show
@@ -323,7 +325,25 @@ def _render_ops(data: Any) -> list[str]:
         else:
             priority = " > ".join(op["effective_priority"])
         rows.append([name, priority, providers, "; ".join(unusable + skipped)])
-    return ["Ops (providers tried in order; native always accepts):", *_table(rows), *errors, ""]
+    legend = (
+        "properties (docs/properties.md): B batch_invariant, D deterministic, C capture_safe"
+        + (f"; the config requires: {', '.join(required)}" if required else "")
+    )
+    return [
+        "Ops (providers tried in order; native always accepts):",
+        *_table(rows),
+        f"  {legend}",
+        *errors,
+        "",
+    ]
+
+
+_PROPERTY_CODES = {"batch_invariant": "B", "deterministic": "D", "capture_safe": "C"}
+
+
+def _with_properties(provider: dict[str, Any]) -> str:
+    codes = "".join(_PROPERTY_CODES.get(p, "?") for p in provider.get("properties") or ())
+    return f"{provider['name']} [{codes or '-'}]"
 
 
 def _render_layers(data: Any) -> list[str]:

@@ -30,6 +30,7 @@ import torch
 
 import opcore
 from opcore.ir.op import all_ops
+from opcore.ir.priority import MissingPropertyError
 from opcore.platforms.kernels import ensure_kernels_loaded
 from opcore.tuning import identity as tuning_identity
 
@@ -64,8 +65,14 @@ def key_material(config: Any, *, mode: str, fusion: bool | Iterable[str]) -> dic
     for name, op in all_ops().items():
         # The effective priority is what lowering follows; a set_priority list that leaves
         # it unchanged does not change the compiled code, so it is not part of the key.
+        try:
+            chain: list[str] | str = op.effective_priority(cfg)
+        except MissingPropertyError as exc:
+            # No provider has the required properties: lowering a call of this op fails
+            # loudly; a graph without one compiles as usual.
+            chain = f"missing properties: {exc}"
         ops[name] = {
-            "priority": op.effective_priority(cfg),
+            "priority": chain,
             "providers": {p: impl.identity_hash() for p, impl in sorted(op.impls.items())},
             "properties": {p: sorted(impl.properties.names()) for p, impl in op.impls.items()},
         }
