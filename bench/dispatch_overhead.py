@@ -8,6 +8,9 @@ Measures, on the CPU with tiny tensors:
 2. The same with a provider that returns its input at once, so the provider's own time
    (and its noise) does not hide the overhead.
 3. The parts: the tracing check, validation, ``dispatch()``.
+4. A no-op provider with a ``supports_args`` (the path of a GPU provider such as ``triton``),
+   and, where `opcore.tuning` exists, the same when a tuning table puts another provider
+   first for the bucket (the router dispatch adds for such an op; docs/tuning.md).
 
 Timing: ``timeit`` with the two callables interleaved, best of ``--repeat`` rounds of
 ``--number`` calls each, timed by the thread's CPU time (``time.thread_time``) so that
@@ -140,6 +143,106 @@ def _other_op_rows(number: int, repeat: int) -> list[dict]:
     return rows
 
 
+def _accepts(x, weight, epsilon, variance_size=None) -> bool:
+    return True
+
+
+def rms_norm_routed(x, weight, epsilon, variance_size=None):
+    """Another no-op provider: the one a tuning table puts first."""
+    return x
+
+
+def _supports_args_rows(number: int, repeat: int) -> list[dict]:
+    x, w, eps = torch.randn(4, 64), torch.rand(64) + 0.5, 1e-6
+    with (
+        temporary_impl(ops.rms_norm, "bench_noop", rms_norm, supports_args=_accepts),
+        ops.rms_norm.set_priority(["bench_noop"]),
+    ):
+        op_t, direct_t = _best_pair(
+            lambda: ops.rms_norm(x, w, eps), lambda: rms_norm(x, w, eps), number, repeat
+        )
+    return [
+        {
+            "case": "rms_norm [4, 64] fp32, no-op provider with supports_args",
+            "op_us": op_t * 1e6,
+            "direct_us": direct_t * 1e6,
+        }
+    ]
+
+
+def _tuning_rows(number: int, repeat: int) -> list[dict]:
+    """A table that reorders rms_norm's bucket: dispatch goes through the router. The
+    platform's default order is replaced for the measurement (a user list would switch
+    routing off: the user disposes)."""
+    try:
+        from opcore import tuning
+        from opcore.tuning import table
+    except ImportError:  # a tree without tuning
+        return []
+    import json
+    import os
+    import tempfile
+
+    from opcore.platforms import get_current_platform
+
+    x, w, eps = torch.randn(4, 64), torch.rand(64) + 0.5, 1e-6
+    cls = type(get_current_platform())
+    saved = cls.get_default_ir_op_priority
+    old_env = os.environ.get(tuning.ENV)
+    with (
+        temporary_impl(ops.rms_norm, "bench_noop", rms_norm, supports_args=_accepts),
+        temporary_impl(ops.rms_norm, "bench_routed", rms_norm_routed, supports_args=_accepts),
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        cls.get_default_ir_op_priority = lambda self, config: {
+            "rms_norm": ["bench_noop", "bench_routed"]
+        }
+        ids = {p: ops.rms_norm.identity_hash(p) for p in ("bench_noop", "bench_routed")}
+        doc = {
+            "format": table.FORMAT,
+            "version": table.VERSION,
+            "environment": tuning.environment(),
+            "providers": {"rms_norm": ids},
+            "entries": [
+                {
+                    "op": "rms_norm",
+                    "dtype": "float32",
+                    "tokens": 4,
+                    "shape": [64],
+                    "order": ["bench_routed", "bench_noop"],
+                    "configs": {},
+                }
+            ],
+        }
+        path = os.path.join(tmp, "table.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        os.environ[tuning.ENV] = path
+        try:
+            tuning.reload()
+            assert ops.rms_norm.dispatch(x, w, eps).provider == "bench_routed"
+            op_t, direct_t = _best_pair(
+                lambda: ops.rms_norm(x, w, eps),
+                lambda: rms_norm_routed(x, w, eps),
+                number,
+                repeat,
+            )
+        finally:
+            cls.get_default_ir_op_priority = saved
+            if old_env is None:
+                os.environ.pop(tuning.ENV, None)
+            else:
+                os.environ[tuning.ENV] = old_env
+            tuning.reload()
+    return [
+        {
+            "case": "rms_norm [4, 64] fp32, tuning table routes the bucket to a no-op provider",
+            "op_us": op_t * 1e6,
+            "direct_us": direct_t * 1e6,
+        }
+    ]
+
+
 def measure(number: int, repeat: int) -> list[dict]:
     torch.set_num_threads(1)
     rows = _rms_norm_rows((1, 8), number, repeat) + _rms_norm_rows((4, 64), number, repeat)
@@ -154,6 +257,7 @@ def measure(number: int, repeat: int) -> list[dict]:
     }
     for name, t in parts.items():
         rows.append({"case": f"part: {name}", "op_us": t * 1e6, "direct_us": None})
+    rows += _supports_args_rows(number, repeat) + _tuning_rows(number, repeat)
     return rows + _other_op_rows(number, repeat)
 
 
