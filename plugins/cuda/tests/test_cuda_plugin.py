@@ -114,7 +114,14 @@ def test_platform_identity():
     assert "plugin_api" in vars(type(p)) and p.plugin_api == ("2.0", "3.0")  # declared, API 2.0
     assert removed_members(type(p)) == {}  # nothing plugin API 2.0 removed
     assert p.get_attn_backend_candidates(None) == ["TRITON_PAGED", "TORCH_NATIVE"]
-    assert p.get_default_ir_op_priority(None) == {op: ["triton", "native"] for op in TRITON_OPS}
+    # the norms' batch-invariant variant after triton (docs/properties.md)
+    invariant = {"rms_norm", "fused_add_rms_norm", "split_qkv_rmsnorm_rope"}
+    assert p.get_default_ir_op_priority(None) == {
+        op: ["triton", "triton_batch_invariant", "native"]
+        if op in invariant
+        else ["triton", "native"]
+        for op in TRITON_OPS
+    }
     assert set(TRITON_OPS) == {
         "rms_norm",
         "fused_add_rms_norm",

@@ -77,9 +77,19 @@ class RocmPlatform(TorchDevicePlatform):
 
     def import_ir_kernels(self) -> None:
         import opcore.kernels.triton  # noqa: F401  (registers provider "triton")
+        import opcore.kernels.triton.batch_invariant  # noqa: F401  (its row-count-free variant)
 
     def get_default_ir_op_priority(self, config: Any) -> dict[str, list[str]]:
-        return {op: ["triton", "native"] for op in TRITON_OPS}
+        # triton_batch_invariant after triton: it runs where a config requires
+        # batch_invariant, which triton's norms do not declare (docs/properties.md).
+        from opcore.kernels.triton import batch_invariant
+
+        return {
+            op: ["triton", batch_invariant.PROVIDER, "native"]
+            if op in batch_invariant.OPS
+            else ["triton", "native"]
+            for op in TRITON_OPS
+        }
 
     def get_device_communicator_cls(self) -> str | None:
         return "opcore_plugin_rocm.communicator.RocmCommunicator"
