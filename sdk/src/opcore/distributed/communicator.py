@@ -127,11 +127,16 @@ class TorchCommunicator(Communicator):
     def _wait(self, work: Any, what: str, x: torch.Tensor) -> None:
         try:
             if x.device.type == "cpu":
-                work.wait(datetime.timedelta(seconds=self.timeout_s))
+                self._host_wait(work)
             else:
                 work.wait()
         except Exception as exc:  # the backends raise several types; one clear message
             raise _failure(self, what, exc) from exc
+
+    def _host_wait(self, work: Any) -> None:
+        # Some backends raise when the time is up, others return False: both end here.
+        if work.wait(datetime.timedelta(seconds=self.timeout_s)) is False:
+            raise TimeoutError(f"the work did not complete within {self.timeout_s:g} s")
 
     def _issue(self, what: str, call: Any) -> Any:
         try:
@@ -202,7 +207,7 @@ class TorchCommunicator(Communicator):
             lambda: dist.all_reduce(token, group=self.group, async_op=True),
         )
         try:
-            work.wait(datetime.timedelta(seconds=self.timeout_s))
+            self._host_wait(work)
         except Exception as exc:
             raise _failure(self, "barrier", exc) from exc
 
