@@ -390,6 +390,14 @@ def markdown(result: dict) -> str:
     variants = result["variants"]
     names = [v["variant"] for v in variants]
     base = next((v for v in variants if v["variant"] == "torch.compile"), None)
+    fused = next((v for v in variants if v["variant"] == "opcore+fusion"), None)
+    if base and fused:  # the headline: what the fusion passes give over plain compile
+        gains = [
+            f"batch {b} {base['batches'][b]['ms'] / fused['batches'][b]['ms']:.2f}x"
+            for b in result["batch"]
+            if b in base["batches"] and b in fused["batches"]
+        ]
+        lines += ["**opcore+fusion vs plain torch.compile:** " + ", ".join(gains), ""]
     head = "| batch | " + " | ".join(f"{n} ms" for n in names)
     head += "".join(f" | {n} vs torch.compile" for n in names if base and n != "torch.compile")
     lines += [head + " |", "|---:" * (1 + len(names) + (len(names) - 1 if base else 0)) + "|"]
