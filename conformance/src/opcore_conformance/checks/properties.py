@@ -307,7 +307,9 @@ def _capture_body(op_name: str, provider: str, dtype: str, sample_name: str):
                 worst = max(worst, float(m.get("max_ratio") or 0.0))
                 if m.get("mismatched"):
                     bad.append(path)
-        metrics = {"compared": "bitwise" if exact else f"atol={atol:g}, rtol={rtol:g}"}
+        metrics: dict[str, Any] = {
+            "compared": "bitwise" if exact else f"atol={atol:g}, rtol={rtol:g}"
+        }
         if not exact:
             metrics["max_ratio"] = worst
         return verdict(
