@@ -5,7 +5,8 @@ For each bucket (the `opcore.bench.cases` arguments of an op at ``tokens`` x ``h
 1. The float64 reference and native's error (`opcore.tuning.gate`).
 2. The incumbent: the provider dispatch picks now, with its own heuristic configuration.
 3. Every candidate: each supported provider that accepts the arguments (and declares the
-   required properties), with its heuristic and each configuration of its launch space.
+   required properties), with its heuristic and each configuration of its launch space,
+   nearest the heuristic first.
    A candidate is run once and gated; a wrong one is recorded as rejected and never
    timed. A passing one is timed on the device: graph replay (launch gaps removed) at
    decode sizes where the platform has graphs, else timing events around each call after
@@ -145,6 +146,11 @@ class Timer:
         return _summary(self._events([fn] * reps, flush=True), "device")
 
 
+def _distance(config: dict[str, int], default: dict[str, int]) -> float:
+    """How far ``config`` is from ``default``, in powers of two summed over parameters."""
+    return sum(abs(math.log2(max(v, 1) / max(default.get(k, v), 1))) for k, v in config.items())
+
+
 def _config_key(cfg: Any) -> str:
     return "heuristic" if cfg is None else ",".join(f"{k}={v}" for k, v in sorted(cfg.items()))
 
@@ -185,7 +191,10 @@ def tune_bucket(
         configs: list[Any] = [None]
         if space is not None:
             default = dict(space.default(tokens, shape))
-            configs += [c for c in space.candidates(tokens, shape) if dict(c) != default]
+            others = [dict(c) for c in space.candidates(tokens, shape) if dict(c) != default]
+            # Nearest the heuristic first: the budget may end the list early.
+            others.sort(key=lambda c: _distance(c, default))
+            configs += others
         rows = measured.setdefault(prov, {})
         for cfg in configs:
             if cfg is not None and time.perf_counter() > deadline:
