@@ -34,6 +34,11 @@ def _ordinal(q: torch.Tensor) -> torch.Tensor:
     return torch.where(bits >= 0x80, -mag, mag)
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as torch.equal can compare it bit for bit (fp8 as its bytes)."""
+    return t.view(torch.uint8) if t.dtype == FP8 else t
+
+
 def _assert_fp8_close(got, want, what: str, tolerance: tuple[int, float]) -> None:
     assert got.dtype == want.dtype == FP8 and got.shape == want.shape, what
     max_ulps, fraction = tolerance
@@ -175,10 +180,7 @@ def test_quant_fusion_fires_and_matches_the_unfused_graph(fn, dtype):
     _assert_close(got, want, f"{fn.__name__} {dtype}", tolerance)
     if lowered[fused_op] == ["native"]:  # the fused native function is the unfused chain
         for a, b in zip(got, want, strict=True):
-            assert torch.equal(
-                a.view(torch.uint8) if a.dtype == FP8 else a,
-                b.view(torch.uint8) if b.dtype == FP8 else b,
-            )
+            assert torch.equal(_bits(a), _bits(b))
     # the eager (uncompiled) call agrees too: the fusion changes nothing a user relies on
     with torch.no_grad():
         _assert_close(got, fn(*args), f"{fn.__name__} {dtype} vs eager", tolerance)
@@ -286,3 +288,34 @@ def test_quant_fusion_under_inductor():
     assert "rms_norm_dynamic_per_token_quant" in record.by_op()
     tolerance = fp8_tolerance("rms_norm_dynamic_per_token_quant", torch.bfloat16)
     _assert_close(got, want, "add_rms_dynamic under inductor", tolerance)
+
+
+def test_fused_node_placement_with_a_scale_computed_between_norm_and_quant():
+    """The fused op needs the scale, computed after the norm here: it goes where the
+    quantization was, unless a value it replaces (the residual sum) is read before that."""
+
+    def late_scale(x, res, w, scale, wq, ws, ws_row):
+        y, s = ops.fused_add_rms_norm(x, res, w, 1e-6)
+        late = scale * 2.0
+        return ops.scaled_fp8_quant(y, late), s
+
+    def residual_read_first(x, res, w, scale, wq, ws, ws_row):
+        y, s = ops.fused_add_rms_norm(x, res, w, 1e-6)
+        t = s * 3.0  # the residual sum is read before the scale exists
+        late = scale * 2.0
+        return ops.scaled_fp8_quant(y, late), t
+
+    args = _inputs(torch.bfloat16)
+    want, _ = _compile(late_scale, args, fusion=False)
+    got, record = _compile(late_scale, args, fusion=True)
+    assert record.fusions == {"fuse_add_rms_norm_static_fp8_quant": 1}, record
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(_bits(a), _bits(b))
+
+    want, _ = _compile(residual_read_first, args, fusion=False)
+    got, record = _compile(residual_read_first, args, fusion=True)
+    assert record.fusions == {}, record
+    (miss,) = record.fusion_misses["fuse_add_rms_norm_static_fp8_quant"]
+    assert "computed after the producer" in miss, miss
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.float(), b.float())
