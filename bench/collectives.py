@@ -3,10 +3,12 @@ on N local ranks (one device each) through `opcore.distributed.run_ranks`.
 
 1. All-reduce, 1 KB to 256 MB (powers of 4, bf16): ``torch.distributed.all_reduce`` alone
    (in place), the platform's `Communicator.all_reduce` (out of place: a copy, then the
-   same call) and the ``all_reduce`` op (validation and dispatch on top). Bus bandwidth
-   ``2 (n - 1) / n * bytes / time``, the convention that makes it comparable across
-   world sizes.
-2. ``fused_all_reduce_add_rms_norm`` against the unfused sequence (``all_reduce`` op, then
+   same call), the ``all_reduce`` op (validation and dispatch on top), and the op's
+   ``maybe_inplace`` with the ``in_place`` provider (the caller's buffer reduced in
+   place). Bus bandwidth ``2 (n - 1) / n * bytes / time``, the convention that makes it
+   comparable across world sizes.
+2. ``fused_all_reduce_add_rms_norm`` (default overload, and ``maybe_inplace`` with the
+   ``in_place`` provider) against the unfused sequence (``all_reduce`` op, then
    ``fused_add_rms_norm`` op) and against ``torch.distributed.all_reduce`` + the
    ``fused_add_rms_norm`` op, at decode sizes (``--tokens``, hidden ``--hidden``) and one
    prefill size (``--prefill`` tokens); eager, and replayed from a device graph where the
@@ -96,8 +98,12 @@ def rank_body(comm, cfg: dict) -> dict:
         )
         row["communicator_us"] = _timer(platform, comm, lambda x=x: comm.all_reduce(x), iters, warm)
         row["op_us"] = _timer(platform, comm, lambda x=x: ops.all_reduce(x, "world"), iters, warm)
+        with ops.all_reduce.set_priority(["in_place"]):
+            row["op_inplace_us"] = _timer(
+                platform, comm, lambda x=x: ops.all_reduce.maybe_inplace(x, "world"), iters, warm
+            )
         factor = 2 * (n - 1) / n if n > 1 else 1.0
-        for k in ("torch", "communicator", "op"):
+        for k in ("torch", "communicator", "op", "op_inplace"):
             row[f"{k}_busbw_gbs"] = factor * row["bytes"] / (row[f"{k}_us"] * 1e-6) / 1e9
         out["allreduce"].append(row)
         del x
@@ -115,6 +121,11 @@ def rank_body(comm, cfg: dict) -> dict:
         def fused(x=x, res=res):
             return ops.fused_all_reduce_add_rms_norm(x, res, w, eps, "world")
 
+        def fused_inplace(x=x, res=res):
+            # the caller donates x and res (they are overwritten; timing only)
+            with ops.fused_all_reduce_add_rms_norm.set_priority(["in_place"]):
+                return ops.fused_all_reduce_add_rms_norm.maybe_inplace(x, res, w, eps, "world")
+
         def torch_then_norm(x=x, res=res):
             y = x.clone()
             dist.all_reduce(y, group=comm.group)
@@ -129,7 +140,13 @@ def rank_body(comm, cfg: dict) -> dict:
             ).provider,
             "fused_equals_unfused": bool(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])),
         }
-        for name, fn in (("fused", fused), ("unfused", unfused), ("torch_dist", torch_then_norm)):
+        variants = (
+            ("fused", fused),
+            ("fused_inplace", fused_inplace),
+            ("unfused", unfused),
+            ("torch_dist", torch_then_norm),
+        )
+        for name, fn in variants:
             row[f"{name}_eager_us"] = _timer(platform, comm, fn, iters, warm)
             replay, why = _graph(platform, comm, fn)
             row[f"{name}_graph_us"] = (
@@ -152,7 +169,7 @@ def _slowest(per_rank: list[dict]) -> dict:
             if part == "allreduce":
                 n = len(per_rank)
                 factor = 2 * (n - 1) / n if n > 1 else 1.0
-                for k in ("torch", "communicator", "op"):
+                for k in ("torch", "communicator", "op", "op_inplace"):
                     row[f"{k}_busbw_gbs"] = factor * row["bytes"] / (row[f"{k}_us"] * 1e-6) / 1e9
     return merged
 
@@ -169,26 +186,30 @@ def _markdown(result: dict, env: dict) -> str:
         "",
         "## all-reduce (bus bandwidth GB/s; time µs, slowest rank)",
         "",
-        "| size | torch.distributed µs | GB/s | Communicator µs | GB/s | all_reduce op µs | GB/s |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| size | torch.distributed µs | GB/s | Communicator µs | GB/s | all_reduce op µs | GB/s "
+        "| op maybe_inplace µs | GB/s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["allreduce"]:
         lines.append(
             f"| {_size(r['bytes'])} | {r['torch_us']:.1f} | {r['torch_busbw_gbs']:.1f} | "
             f"{r['communicator_us']:.1f} | {r['communicator_busbw_gbs']:.1f} | {r['op_us']:.1f} | "
-            f"{r['op_busbw_gbs']:.1f} |"
+            f"{r['op_busbw_gbs']:.1f} | {r['op_inplace_us']:.1f} | "
+            f"{r['op_inplace_busbw_gbs']:.1f} |"
         )
     lines += [
         "",
         "## fused all-reduce + add + RMSNorm (µs per call, slowest rank)",
         "",
-        "fused: `fused_all_reduce_add_rms_norm`; unfused: `all_reduce` op then "
+        "fused: `fused_all_reduce_add_rms_norm`; in place: its `maybe_inplace` with the "
+        "`in_place` provider (x and residual donated); unfused: `all_reduce` op then "
         "`fused_add_rms_norm` op; torch.distributed: copy + `torch.distributed.all_reduce` then "
         "`fused_add_rms_norm` op.",
         "",
-        "| tokens | provider | fused eager | unfused eager | torch.distributed eager | "
-        "fused graph | unfused graph | torch.distributed graph | fused == unfused |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        "| tokens | provider | fused eager | in place eager | unfused eager | "
+        "torch.distributed eager | fused graph | in place graph | unfused graph | "
+        "torch.distributed graph | fused == unfused |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
 
     def f(v):
@@ -197,8 +218,10 @@ def _markdown(result: dict, env: dict) -> str:
     for r in result["fused"]:
         lines.append(
             f"| {r['tokens']} | {r['provider']} | {f(r['fused_eager_us'])} | "
+            f"{f(r['fused_inplace_eager_us'])} | "
             f"{f(r['unfused_eager_us'])} | {f(r['torch_dist_eager_us'])} | "
-            f"{f(r['fused_graph_us'])} | {f(r['unfused_graph_us'])} | "
+            f"{f(r['fused_graph_us'])} | {f(r['fused_inplace_graph_us'])} | "
+            f"{f(r['unfused_graph_us'])} | "
             f"{f(r['torch_dist_graph_us'])} | {'bitwise' if r['fused_equals_unfused'] else 'no'} |"
         )
     notes = sorted({r["graph_note"] for r in result["fused"] if r.get("graph_note")})

@@ -7,9 +7,11 @@ heads, attention stand-in (SDPA of the new tokens over a fixed KV context, local
 output `RowParallelLinear` without its reduction, then ``fused_all_reduce_add_rms_norm``
 (all-reduce + residual add + RMSNorm); gate/up `ColumnParallelLinear`, SiLU-and-mul, down
 `RowParallelLinear` without its reduction, and the next layer's
-``fused_all_reduce_add_rms_norm``. With ``--tp 1`` the same code runs with no collective
-(``fused_add_rms_norm`` in its place). Every rank draws the full weights from one seed and
-keeps its shard, so the outputs of different ``--tp`` are comparable.
+``fused_all_reduce_add_rms_norm``. The fused op is called with ``maybe_inplace`` and the
+``in_place`` provider: the all-reduce writes into the projection's output, the norm into
+it and the residual. With ``--tp 1`` the same code runs with no collective
+(``fused_add_rms_norm.maybe_inplace`` in its place). Every rank draws the full weights
+from one seed and keeps its shard, so the outputs of different ``--tp`` are comparable.
 
 Times: per step, the slowest rank, eager (device events around a loop) and replayed from
 a device graph where the communicator declares ``capture_safe`` (always for ``--tp 1``).
@@ -98,13 +100,16 @@ class TPDecoder:
     def _reduce_add_norm(self, partial, residual, weight):
         from opcore.ir import ops
 
+        # partial and residual are this step's own buffers: donated (maybe_inplace)
         if self.tp == 1:  # a sum over one rank is the tensor itself
-            return ops.fused_add_rms_norm(partial, residual, weight, self.eps)
-        return ops.fused_all_reduce_add_rms_norm(partial, residual, weight, self.eps, self.group)
+            return ops.fused_add_rms_norm.maybe_inplace(partial, residual, weight, self.eps)
+        return ops.fused_all_reduce_add_rms_norm.maybe_inplace(
+            partial, residual, weight, self.eps, self.group
+        )
 
     def step(self) -> torch.Tensor:
         b, nq, nkv, d = self.batch, self.local_heads, self.local_kv, self.d
-        partial, residual = self.x, torch.zeros_like(self.x)
+        partial, residual = self.x.clone(), torch.zeros_like(self.x)
         # layer 0's input is whole on every rank: only rank 0 feeds it into the first
         # reduction, so the sum over ranks is x once
         if self.tp > 1 and torch.distributed.get_rank() != 0:
@@ -146,12 +151,18 @@ def _time(platform, comm, fn, iters, warmup) -> float:
 
 
 def rank_body(comm, cfg: dict) -> list[dict]:
+    from opcore.ir import ops
     from opcore.platforms import get_current_platform
 
     platform = get_current_platform()
     dtype = getattr(torch, cfg["dtype"])
     rows = []
-    with torch.inference_mode():
+    # the collective ops reduce the donated buffers in place (provider in_place)
+    with (
+        torch.inference_mode(),
+        ops.all_reduce.set_priority(["in_place"]),
+        ops.fused_all_reduce_add_rms_norm.set_priority(["in_place"]),
+    ):
         for batch in cfg["batches"]:
             model = TPDecoder(comm, cfg["shape"], batch, cfg["context"], dtype)
             out = model.step()

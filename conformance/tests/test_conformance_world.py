@@ -68,6 +68,10 @@ def test_world_size_2_passes_on_gloo_and_a_killed_rank_fails_the_others(tmp_path
         assert len(cases) == 18, sorted(recs)
         assert all(r["status"] == "pass" and r["ranks"] == ["pass", "pass"] for r in cases)
         assert all(r["bitwise_across_ranks"] is True for r in cases)
+        # the in_place provider: default overload and maybe_inplace, both checked
+        donated = [r for k, r in recs.items() if k.startswith(f"collective.{op}[in_place-")]
+        assert len(donated) == 18 and all(r["status"] == "pass" for r in donated)
+        assert all("maybe_inplace_equals_default" in r["metrics"] for r in donated)
     fused = recs["collective.fused_all_reduce_add_rms_norm[native-bfloat16-t5_h4096]"]
     assert fused["metrics"]["bitwise_equal_unfused"] is True
     assert recs["collective.primitives[float32]"]["status"] == "pass"

@@ -242,6 +242,15 @@ def _all_reduce_case(comm, case, op, provider, dt, sample, shape, strided) -> st
             f"max |err| {err:.3g} vs the float64 sum over ranks exceeds atol={atol}, "
             f"rtol={rtol} (x{max(1, n - 1)})"
         )
+    if op.impls[provider].inplace:  # the donated form, on freshly drawn inputs
+        fresh = _inputs(op.name, sample, shape, strided, dt, n)[comm.rank].to(comm.device)
+        with op.set_priority([provider]):
+            donated = op.maybe_inplace(fresh, "world")
+        case.digests.append(_digest(donated))
+        ok, err = _close(donated, ref, atol * max(1, n - 1), rtol * max(1, n - 1))
+        case.metrics["maybe_inplace_equals_default"] = bool(torch.equal(donated, got))
+        if not ok:
+            raise Failed(f"maybe_inplace: max |err| {err:.3g} vs the float64 sum over ranks")
     return ""
 
 
@@ -281,6 +290,19 @@ def _fused_case(comm, case, op, provider, dt, sample, shape, strided) -> str:
         raise Failed(
             f"normed output: max |err| {err_o:.3g} vs float64 exceeds atol={atol}, rtol={rtol}"
         )
+    if op.impls[provider].inplace:  # the donated form, on freshly drawn inputs
+        fx = _inputs(op.name, sample, shape, strided, dt, n)[comm.rank].to(dev)
+        fr = residual.clone().to(dev)
+        with op.set_priority([provider]):
+            d_out, d_h = op.maybe_inplace(fx, fr, w, eps, "world")
+        case.digests.append(_digest(d_out, d_h))
+        ok_dh, _ = _close(d_h, h_ref, 2 * atol * scale, 2 * rtol * scale)
+        ok_do, err_do = _close(d_out, out_ref, atol * scale, rtol * scale)
+        case.metrics["maybe_inplace_equals_default"] = bool(
+            torch.equal(d_out, out) and torch.equal(d_h, h)
+        )
+        if not (ok_dh and ok_do):
+            raise Failed(f"maybe_inplace: max |err| {err_do:.3g} vs float64 (normed output)")
     if provider == "native" and not bitwise_unfused:
         # native is declared to be the unfused sequence (docs/distributed.md)
         raise Failed(

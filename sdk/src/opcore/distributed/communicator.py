@@ -11,7 +11,7 @@ Contract of every implementation:
 
 - ``all_reduce(x)``: the element-wise sum of ``x`` over the group's ranks, as a new tensor
   of ``x``'s shape and dtype; ``x`` is not modified. Every rank receives bitwise the same
-  result.
+  result. ``all_reduce_(x)``: the same sum written into ``x``.
 - ``all_gather(x, dim)``: the ranks' tensors concatenated along ``dim`` in rank order.
 - ``reduce_scatter(x, dim)``: the sum over ranks, split into ``world_size`` equal chunks
   along ``dim``; rank ``r`` receives chunk ``r``.
@@ -97,6 +97,12 @@ class Communicator(abc.ABC):
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum of ``x`` over the ranks (a new tensor; ``x`` unchanged)."""
 
+    def all_reduce_(self, x: torch.Tensor) -> torch.Tensor:
+        """In place: ``x`` becomes the sum over the ranks; returns the result (``x``
+        itself where the implementation can write into it). The default copies the result
+        of `all_reduce` into ``x``; implementations override it to save the copy."""
+        return x.copy_(self.all_reduce(x))
+
     @abc.abstractmethod
     def all_gather(self, x: torch.Tensor, dim: int = 0) -> torch.Tensor:
         """The ranks' ``x`` concatenated along ``dim``, in rank order."""
@@ -152,6 +158,16 @@ class TorchCommunicator(Communicator):
         )
         self._wait(work, "all_reduce", out)
         return out
+
+    def all_reduce_(self, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_contiguous():  # the backends reduce contiguous buffers only
+            return x.copy_(self.all_reduce(x))
+        work = self._issue(
+            "all_reduce",
+            lambda: dist.all_reduce(x, op=dist.ReduceOp.SUM, group=self.group, async_op=True),
+        )
+        self._wait(work, "all_reduce", x)
+        return x
 
     def all_gather(self, x: torch.Tensor, dim: int = 0) -> torch.Tensor:
         x = x.contiguous()

@@ -33,14 +33,19 @@ _INF = c.INF
 _NORM_TOLERANCES = {torch.float16: (1e-2, 2e-3), torch.bfloat16: (2e-2, 1.6e-2)}
 
 
-@register_op(collective=True)
+@register_op(collective=True, allow_inplace=True)
 def all_reduce(x: torch.Tensor, group: str) -> torch.Tensor:
     """Sum of ``x`` over the ranks of process group ``group`` (a registered name); a new
     tensor, bitwise the same on every rank."""
     return get_communicator(group).all_reduce(x)
 
 
-@register_op(collective=True, tolerances=_NORM_TOLERANCES)
+@register_op(
+    collective=True,
+    allow_inplace=True,
+    activations=("x", "residual"),
+    tolerances=_NORM_TOLERANCES,
+)
 def fused_all_reduce_add_rms_norm(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -52,6 +57,31 @@ def fused_all_reduce_add_rms_norm(
     ``(rms_norm(h, weight, epsilon), h)``."""
     reduced = get_communicator(group).all_reduce(x)
     return fused_add_rms_norm(reduced, residual, weight, epsilon)
+
+
+# ``in_place``: the same computation with the caller's activations donated
+# (``maybe_inplace``): the all-reduce writes into ``x`` instead of a copy, and the add +
+# RMSNorm runs through ``fused_add_rms_norm.maybe_inplace``. The default overload uses the
+# native function (``functional=``), so selecting it never costs a copy more than native.
+# Listed by no platform: put it first in a priority (``set_priority``,
+# ``OPCORE_IR_OP_PRIORITY``, a platform default) where the caller donates its buffers.
+@all_reduce.register_impl("in_place", inplace=True, functional=all_reduce.native)
+def all_reduce_in_place(x: torch.Tensor, group: str) -> torch.Tensor:
+    return get_communicator(group).all_reduce_(x)
+
+
+@fused_all_reduce_add_rms_norm.register_impl(
+    "in_place", inplace=True, functional=fused_all_reduce_add_rms_norm.native
+)
+def fused_all_reduce_add_rms_norm_in_place(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    group: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    reduced = get_communicator(group).all_reduce_(x)
+    return fused_add_rms_norm.maybe_inplace(reduced, residual, weight, epsilon)
 
 
 def _bad_group(op: str, group: object) -> None:

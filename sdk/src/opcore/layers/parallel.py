@@ -186,7 +186,8 @@ class RowParallelLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x, self.weight)
         if self.reduce_results and self.tp_size > 1:
-            y = ops.all_reduce(y, self.group)
+            # y is this call's own buffer: donated, so an in-place provider skips a copy
+            y = ops.all_reduce.maybe_inplace(y, self.group)
         if self.bias is not None:
             y = y + self.bias
         return y
