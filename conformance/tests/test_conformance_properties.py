@@ -78,3 +78,29 @@ def test_native_declared_properties_hold_on_the_cpu(records):
     assert r["status"] == "pass" and r["details"]["declared"] is True
     det = [x for x in recs.values() if x["check"] == "determinism" and x["provider"] == "native"]
     assert det and all(x["status"] == "pass" and x["details"]["declared"] for x in det)
+
+
+def test_attention_property_checks_on_the_cpu(tmp_path, run_suite, read_statuses):
+    """TORCH_NATIVE (the cpu platform's candidate) declares batch_invariant and
+    deterministic for decode batches: both checked and holding; capture is n/a."""
+    report_dir = tmp_path / "reports"
+    proc = run_suite(
+        [
+            "--platform",
+            "cpu",
+            "--checks",
+            "attention.batch_invariance,attention.determinism,attention.capture_safety",
+            "--expectations",
+            "none",
+            "--no-progress",
+        ],
+        site=HERE,
+        report_dir=report_dir,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    recs = read_statuses(report_dir)
+    got = {(r["check"], r["provider"]): r for r in recs.values()}
+    for check in ("attention.batch_invariance", "attention.determinism"):
+        r = got[(check, "TORCH_NATIVE")]
+        assert r["status"] == "pass" and r["details"]["declared"] is True
+    assert got[("attention.capture_safety", "TORCH_NATIVE")]["status"] == "not_applicable"

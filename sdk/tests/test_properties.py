@@ -240,3 +240,25 @@ def test_triton_batch_invariant_rows_do_not_depend_on_the_batch():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- attention
+def test_attention_backends_declare_properties_per_variant():
+    from opcore.attention.backends.torch_native import TorchNativeBackend
+    from opcore.attention.backends.triton_paged import TritonPagedBackend
+
+    assert TorchNativeBackend(8, 128, 2, 0.1).declared_properties() == {
+        "batch_invariant",
+        "deterministic",
+    }
+    with set_current_config(PLAIN):
+        auto = TritonPagedBackend(8, 128, 2, 0.1)
+    assert auto.num_splits is None and "batch_invariant" not in auto.declared_properties()
+    # a config requiring batch invariance gets the fixed split count, which has it
+    with set_current_config(BI):
+        fixed = TritonPagedBackend(8, 128, 2, 0.1)
+    assert fixed.num_splits == TritonPagedBackend.batch_invariant_splits
+    assert fixed.declared_properties() == {"batch_invariant", "deterministic", "capture_safe"}
+    variants = TritonPagedBackend.property_variants()
+    assert variants["splits_auto"] == {"num_splits": None}
+    assert {"num_splits": TritonPagedBackend.batch_invariant_splits} in variants.values()
