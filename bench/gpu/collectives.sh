@@ -26,7 +26,7 @@ if [ -n "${SMALL:-}" ]; then
   TP_ARGS="--small --batch 1,4 --context 64 --dtype float32"
 else
   PLATFORM=cuda
-  CONF_TIMEOUT=120 BENCH_TIMEOUT=100 TP_TIMEOUT=140
+  CONF_TIMEOUT=150 BENCH_TIMEOUT=90 TP_TIMEOUT=120
   BENCH_ARGS=""
   TP_ARGS="--batch 1,8,32"
   gpus=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
