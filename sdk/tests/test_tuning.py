@@ -38,7 +38,7 @@ def test_token_buckets_are_powers_of_two():
 
 
 def test_unseen_buckets_take_the_nearest_tuned_one():
-    row = runtime._fill({0: "t1", 5: "t32", 12: "t4096", 15: "t32k"})
+    row = runtime.fill_buckets({0: "t1", 5: "t32", 12: "t4096", 15: "t32k"})
     assert row[0] == "t1" and row[5] == "t32"
     assert row[11] == "t4096"  # 2048 tokens: nearest is 4096
     assert row[14] == "t32k"  # 16384: nearest is 32768
@@ -280,5 +280,78 @@ def test_a_named_table_for_another_device_is_stale_with_one_warning(monkeypatch,
     with pytest.warns(runtime.TuningWarning, match="environment differs") as caught:
         runtime.reload()
     assert len([w for w in caught if w.category is runtime.TuningWarning]) == 1
+    monkeypatch.setenv(runtime.ENV, "off")
+    runtime.reload()
+
+
+def test_batch_invariance_holds_one_reduction_config_per_shape():
+    from opcore.tuning import search, space
+
+    name = "tune_test_hold"
+    sp = space.LaunchSpace(
+        params=("W",),
+        default=lambda t, s: {"W": 4},
+        candidates=lambda t, s: [{"W": 2}, {"W": 8}],
+        check=lambda c, s: None,
+        reduction_params=("W",),
+    )
+    space.register_space("rms_norm", name, sp)
+
+    def entry(tokens, times, best):
+        return {
+            "op": "rms_norm",
+            "dtype": "bfloat16",
+            "tokens": tokens,
+            "shape": [64],
+            "configs": {name: {"W": best}},
+            "measured": {name: {f"W={w}": {"median_us": t} for w, t in times.items()}},
+        }
+
+    # each bucket alone prefers another W; W=8 has the least total time over both
+    entries = [entry(1, {2: 1.0, 8: 1.1}, 2), entry(4096, {2: 9.0, 8: 5.0}, 8)]
+    search._hold_reductions(entries)
+    assert [e["configs"][name] for e in entries] == [{"W": 8}, {"W": 8}]
+
+
+def test_reduction_configs_are_left_out_when_batch_invariance_is_required(monkeypatch, tmp_path):
+    from opcore.ir import ops
+    from opcore.testing.ir import temporary_impl
+    from opcore.tuning import space
+
+    name = "tune_test_reduce"
+    sp = space.LaunchSpace(
+        params=("W",),
+        default=lambda t, s: {"W": 4},
+        candidates=lambda t, s: [],
+        check=lambda c, s: None,
+        reduction_params=("W",),
+    )
+    space.register_space("rms_norm", name, sp)
+
+    def impl(x, weight, epsilon, variance_size=None):
+        return ops.rms_norm.native(x, weight, epsilon, variance_size)
+
+    with temporary_impl(ops.rms_norm, name, impl):
+        doc = _doc(
+            environment=runtime.environment(),
+            providers={"rms_norm": {name: ops.rms_norm.identity_hash(name)}},
+            entries=[
+                {
+                    "op": "rms_norm",
+                    "dtype": "bfloat16",
+                    "tokens": 8,
+                    "shape": [64],
+                    "order": [],
+                    "configs": {name: {"W": 2}},
+                }
+            ],
+        )
+        (tmp_path / "t.json").write_text(json.dumps(doc))
+        monkeypatch.setenv(runtime.ENV, str(tmp_path / "t.json"))
+        runtime.reload()
+        assert runtime.launch_config("rms_norm", name, torch.bfloat16, 5, (64,)) == {"W": 2}
+        with pytest.warns(runtime.TuningWarning, match="batch_invariant"):
+            runtime.reload(required_properties=("batch_invariant",))
+        assert runtime.launch_config("rms_norm", name, torch.bfloat16, 5, (64,)) is None
     monkeypatch.setenv(runtime.ENV, "off")
     runtime.reload()

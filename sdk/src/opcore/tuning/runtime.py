@@ -275,9 +275,9 @@ def _load(required: tuple[str, ...]) -> None:
             state.used.append(label)
             digests.append(table.digest)
     for key, points in tuned_cfg.items():
-        configs[key] = _fill(points)
+        configs[key] = fill_buckets(points)
     for (op_name, dtype, shape), points in tuned_ord.items():
-        orders.setdefault(op_name, {})[(dtype, shape)] = _fill(points)
+        orders.setdefault(op_name, {})[(dtype, shape)] = fill_buckets(points)
     for op_name, dtype, shape, _b in origin:
         cov = state.coverage.setdefault(op_name, {"shapes": set(), "buckets": 0, "dtypes": set()})
         cov["shapes"].add(shape)
@@ -310,7 +310,7 @@ def _set_state(state: State) -> None:
     _STATE = state
 
 
-def _fill(points: Mapping[int, Any]) -> list:
+def fill_buckets(points: Mapping[int, Any]) -> list:
     """A value per bucket 0..MAX_BUCKET: the tuned bucket nearest in log2 (the larger on a
     tie), so an unseen token count uses the closest measured one."""
     tuned = sorted(points)
@@ -329,12 +329,15 @@ def _ensure() -> dict[tuple, list]:
         return _CONFIGS
 
 
-def reload() -> State:
+def reload(required_properties: tuple[str, ...] | None = None) -> State:
     """Forget the index and load the tables again (after writing one, or changing
-    ``OPCORE_TUNING``); returns the new `State`."""
+    ``OPCORE_TUNING``); returns the new `State`. ``required_properties``: load as if the
+    config required these (default: the current config's)."""
     global _CONFIGS
     with _lock:
         _CONFIGS = None
+        if required_properties is not None:
+            _load(tuple(sorted(required_properties)))
         _ensure()
         return _STATE
 
