@@ -147,8 +147,10 @@ class Platform(abc.ABC):
         Must tolerate any explicit config. Default: nothing."""
 
     def get_device_communicator_cls(self) -> str | None:
-        """Dotted path of this platform's device communicator class, or ``None`` to use
-        plain ``torch.distributed`` with ``dist_backend`` (default)."""
+        """Dotted path of this platform's `opcore.distributed.Communicator` subclass (its
+        collectives, and whether they are ``capture_safe``), or ``None`` for the default
+        `opcore.distributed.TorchCommunicator` on ``dist_backend`` (default). See
+        docs/distributed.md."""
         return None
 
     def device_summary(self) -> dict[str, Any]:
