@@ -2,11 +2,13 @@
 new token per sequence; a "row" is a sequence):
 
 ``attention.batch_invariance[<backend>-<variant>-<dtype>]``
-    64 sequences of different context lengths share one paged KV cache; 8 of them are
-    decoded alone, then inside batches of 3, 32 and 64 (at other positions, among other
-    sequences); each output must be bitwise equal to the one decoded alone.
+    64 sequences of context 1 to 700 share one paged KV cache; 8 of them are decoded alone,
+    then inside batches of 3, 32 and 64 (at other positions, among other sequences); each
+    output must be bitwise equal to the one decoded alone. Quick mode: 16 sequences of
+    context up to 1200 (long enough for split-KV to split), 4 alone, batches of 3, 8 and
+    16.
 ``attention.determinism[...]``
-    the full batch three times, bitwise equal.
+    the whole batch three times, bitwise equal.
 ``attention.capture_safety[...]``
     after warm-up, the forward of the full batch is captured (``Platform.capture_graph``),
     new query and cache values are written into the captured buffers and the graph is
@@ -36,9 +38,11 @@ DETERMINISM = "attention.determinism"
 CAPTURE = "attention.capture_safety"
 CHECKS = (BATCH, DETERMINISM, CAPTURE)
 
-SEQUENCES = 64
-PROBES = 8
-BATCH_SIZES = (3, 32, 64)
+# (sequences in the cache, longest context, probes decoded alone, batch sizes), by quick
+SIZES = {
+    True: (16, 1200, 4, (3, 8, 16)),
+    False: (64, 700, 8, (3, 32, 64)),
+}
 HEADS, KV_HEADS, HEAD, BLOCK = 8, 2, 128, 16
 SEED = 0xA77
 
@@ -100,16 +104,18 @@ def collect(ctx) -> list[Case]:
 
 
 class _Batch:
-    """A shared paged cache holding `SEQUENCES` sequences, and decode batches over it."""
+    """A shared paged cache holding ``sequences`` sequences (`SIZES`), and decode batches
+    over it."""
 
-    def __init__(self, impl: Any, cls: Any, dtype: torch.dtype, device: Any) -> None:
+    def __init__(self, impl: Any, cls: Any, dtype: torch.dtype, device: Any, quick: bool) -> None:
         g = torch.Generator().manual_seed(SEED)
         self.impl, self.device, self.dtype = impl, device, dtype
-        self.lens = torch.randint(1, 700, (SEQUENCES,), generator=g)
+        self.sequences, longest, self.probes, self.batch_sizes = SIZES[bool(quick)]
+        self.lens = torch.randint(1, longest, (self.sequences,), generator=g)
         need = [(int(n) + BLOCK - 1) // BLOCK for n in self.lens]
         width = max(need)
         perm = torch.randperm(sum(need), generator=g)
-        table = torch.zeros((SEQUENCES, width), dtype=torch.int32)
+        table = torch.zeros((self.sequences, width), dtype=torch.int32)
         used = 0
         for i, n in enumerate(need):
             table[i, :n] = perm[used : used + n]
@@ -117,7 +123,8 @@ class _Batch:
         self.table = table.to(device)
         self.cache = cls.allocate_kv_cache(sum(need), BLOCK, KV_HEADS, HEAD, dtype, device)
         self.cache.copy_(torch.randn(self.cache.shape, generator=g).to(dtype))
-        self.query = torch.randn((SEQUENCES, HEADS, HEAD), generator=g).to(dtype).to(device)
+        shape = (self.sequences, HEADS, HEAD)
+        self.query = torch.randn(shape, generator=g).to(dtype).to(device)
         self.generator = g
 
     def metadata(self, rows: list[int]) -> Any:
@@ -145,7 +152,7 @@ def _body(check: str, cls: Any, name: str, variant: str, settings: dict, dtype: 
             setattr(impl, attr, value)
         declared = frozenset(impl.declared_properties())
         who = f"attention backend {name} ({variant})"
-        data = _Batch(impl, cls, dtype, ctx.device)
+        data = _Batch(impl, cls, dtype, ctx.device, ctx.quick)
         try:
             if check == BATCH:
                 return _batch_invariance(ctx, data, declared, who)
@@ -162,12 +169,12 @@ def _body(check: str, cls: Any, name: str, variant: str, settings: dict, dtype: 
 
 def _batch_invariance(ctx, data: _Batch, declared, who: str) -> dict[str, Any]:
     g = data.generator
-    probes = torch.randperm(SEQUENCES, generator=g)[:PROBES].tolist()
+    probes = torch.randperm(data.sequences, generator=g)[: data.probes].tolist()
     alone = {p: data.run([p]) for p in probes}
     bad, checked = [], 0
-    for batch in BATCH_SIZES:
-        k = min(batch, PROBES)
-        rest = [s for s in torch.randperm(SEQUENCES, generator=g).tolist() if s not in probes]
+    for batch in data.batch_sizes:
+        k = min(batch, data.probes)
+        rest = [s for s in torch.randperm(data.sequences, generator=g).tolist() if s not in probes]
         rows = rest[: batch - k]
         where = sorted(torch.randperm(batch, generator=g)[:k].tolist())
         for pos, p in zip(where, probes[:k], strict=True):
@@ -190,7 +197,7 @@ def _batch_invariance(ctx, data: _Batch, declared, who: str) -> dict[str, Any]:
 
 
 def _determinism(ctx, data: _Batch, declared, who: str) -> dict[str, Any]:
-    rows = list(range(SEQUENCES))
+    rows = list(range(data.sequences))
     meta = data.metadata(rows)
     outs = [data.run(rows, meta).clone() for _ in range(3)]
     ctx.platform.synchronize()
@@ -206,7 +213,7 @@ def _determinism(ctx, data: _Batch, declared, who: str) -> dict[str, Any]:
 
 
 def _capture(ctx, data: _Batch, declared, who: str) -> dict[str, Any]:
-    rows = list(range(SEQUENCES))
+    rows = list(range(data.sequences))
     meta = data.metadata(rows)
     query = data.query.clone()
     holder: dict[str, Any] = {}

@@ -1,5 +1,6 @@
 """``determinism[op-provider-dtype-sample]``: the same inputs give bitwise the same
-outputs on repeated runs (three fresh device copies of one sample, the provider forced).
+outputs on repeated runs (fresh device copies of one sample, the provider forced: two in
+quick mode, three in full mode).
 
 The property ``deterministic`` (docs/properties.md): a provider that declares it fails when
 the bits differ; one that does not is ``unsupported`` then, and passes with "could claim"
@@ -15,7 +16,7 @@ from opcore_conformance.checks.properties import verdict
 from opcore_conformance.tensors import bitwise_equal, iter_tensors
 
 CHECK = "determinism"
-RUNS = 3
+RUNS = {True: 2, False: 3}  # by ctx.quick
 
 
 def collect(ctx) -> list:
@@ -25,7 +26,8 @@ def collect(ctx) -> list:
 def _body(op_name: str, provider: str, dtype: str, sample_name: str):
     def body(ctx, _tol) -> dict[str, Any]:
         outs = []
-        for _ in range(RUNS):
+        runs = RUNS[bool(ctx.quick)]
+        for _ in range(runs):
             op, _, args, kwargs = device_sample(ctx, op_name, dtype, sample_name)
             with forced(op, provider, args, kwargs):
                 outs.append(call(f"{op_name} with provider {provider!r}", op, *args, **kwargs))
@@ -45,8 +47,8 @@ def _body(op_name: str, provider: str, dtype: str, sample_name: str):
             "deterministic",
             not diffs,
             f"{op_name} with provider {provider!r}",
-            f"{RUNS} runs of the same inputs gave different bits in {', '.join(diffs)}",
-            {"runs": RUNS},
+            f"{runs} runs of the same inputs gave different bits in {', '.join(diffs)}",
+            {"runs": runs},
         )
 
     return body
