@@ -119,3 +119,9 @@ def test_planted_collective_providers_fail_with_the_reason(tmp_path):
     assert recs["collective.bitwise_across_ranks"]["status"] == "fail"
     assert "collective.killed_rank" not in recs  # --checks collectives: phase 1 only
     assert "fail  collective.all_reduce[planted_rank_skew" in proc.stdout
+
+
+def test_world_size_refuses_the_single_process_options(tmp_path):
+    proc = _conformance("--case", "numerics[*]", "--full", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert "take no --case, --full" in proc.stderr

@@ -203,6 +203,26 @@ def run(args: argparse.Namespace) -> int:
                 )
                 return 2
             if args.world_size is not None:
+                ignored = [
+                    flag
+                    for flag, given in (
+                        ("--case", args.cases),
+                        ("--dump", args.dump),
+                        ("--list", args.list_only),
+                        ("--full", not args.quick),
+                        ("--expectations", args.expectations),
+                        ("--draft-expectations", args.draft_expectations),
+                        ("--device-index", args.device_index != 0),
+                    )
+                    if given
+                ]
+                if ignored:
+                    print(
+                        f"opcore conformance: --world-size runs the collective checks, which "
+                        f"take no {', '.join(ignored)} (each rank uses device rank % count)",
+                        file=sys.stderr,
+                    )
+                    return 2
                 from opcore_conformance.world import run_world
 
                 return run_world(
