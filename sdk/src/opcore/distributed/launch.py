@@ -1,8 +1,10 @@
 """`run_ranks`: run a function on N local processes joined in one process group.
 
-For tests, the conformance suite and benchmarks on one machine. The parent picks a free
-TCP port on 127.0.0.1 (nothing listens beyond the loopback interface), starts the ranks
-with ``torch.multiprocessing`` (spawn), and collects one outcome per rank. Every wait is
+For tests, the conformance suite and benchmarks on one machine. The parent picks a TCP
+port free on 127.0.0.1, where the ranks meet (``tcp://127.0.0.1:<port>``: no other address
+is named), starts the ranks with ``torch.multiprocessing`` (spawn), and collects one
+outcome per rank. The backend's own transport picks its interface as the backend does
+(its environment variables pin it, e.g. to the loopback interface). Every wait is
 bounded: each rank's rendezvous and collectives by ``comm_timeout_s``, the whole run by
 ``timeout_s``. A rank that raises, dies or runs out of time never hangs the parent: the
 others are given ``grace_s`` to finish, then terminated, then killed, and each rank's
