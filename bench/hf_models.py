@@ -51,20 +51,22 @@ GRAPHED = ("compile", "opcore-compile")
 # Qwen/Qwen3-8B); num_hidden_layers comes from --layers.
 SHAPES = {
     "llama3-8b": ("LlamaConfig", "LlamaForCausalLM", dict(
-        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-        vocab_size=128256, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+        head_dim=128, vocab_size=128256, max_position_embeddings=8192, rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
     "qwen3-8b": ("Qwen3Config", "Qwen3ForCausalLM", dict(
-        hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-        vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8,
+        head_dim=128, vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
     # CPU smoke test of this script
     "tiny-llama": ("LlamaConfig", "LlamaForCausalLM", dict(
-        hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        vocab_size=512, max_position_embeddings=1024)),
+        hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32, vocab_size=512, max_position_embeddings=1024)),
     "tiny-qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(
-        hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        vocab_size=512, max_position_embeddings=1024)),
+        hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32, vocab_size=512, max_position_embeddings=1024)),
 }  # fmt: skip
 MODEL_SETS = {"8b": ("llama3-8b", "qwen3-8b"), "tiny": ("tiny-llama", "tiny-qwen3")}
 
@@ -313,14 +315,17 @@ def markdown(env: dict, args, results: list[dict]) -> str:
     lines = [
         f"# HF models: opcore vs HF eager, Liger, torch.compile ({env['device']})",
         "",
-        f"{env['date']}; torch {env['torch']}, transformers {env['transformers']}, liger-kernel {env['liger_kernel']}, "
-        f"triton {env['triton']}, opcore {env['opcore_git']}. {args.layers} decoder layers, random weights, {args.dtype}; "
-        f"prefill = one forward of batch x {args.prefill} tokens; decode = per step after a {args.prompt}-token prompt, "
-        f"median of {args.steps} steps. `compile` and `opcore-compile` decode on a StaticCache with CUDA graphs "
-        "(the prompt runs uncompiled, as in transformers' generate); the others on a DynamicCache, eagerly "
-        "(unless the cache column says static).",
+        f"{env['date']}; torch {env['torch']}, transformers {env['transformers']}, "
+        f"liger-kernel {env['liger_kernel']}, triton {env['triton']}, "
+        f"opcore {env['opcore_git']}. {args.layers} decoder layers, random weights, "
+        f"{args.dtype}; prefill = one forward of batch x {args.prefill} tokens; decode = per "
+        f"step after a {args.prompt}-token prompt, median of {args.steps} steps. `compile` and "
+        "`opcore-compile` decode on a StaticCache with CUDA graphs (the prompt runs uncompiled, "
+        "as in transformers' generate); the others on a DynamicCache, eagerly (unless the cache "
+        "column says static).",
         "",
-        "| model | config | cache | batch | prefill ms | prefill tok/s | decode step ms | decode tok/s |",
+        "| model | config | cache | batch | prefill ms | prefill tok/s | decode step ms "
+        "| decode tok/s |",
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -329,22 +334,24 @@ def markdown(env: dict, args, results: list[dict]) -> str:
             continue
         for row in r["rows"]:
             lines.append(
-                f"| {r['model']} | {r['config']} | {r['cache']} | {row['batch']} | {row['prefill_ms']:.2f} | "
-                f"{row['prefill_tok_s']:.0f} | {row['decode_step_ms_median']:.3f} | {row['decode_tok_s']:.0f} |"
+                f"| {r['model']} | {r['config']} | {r['cache']} | {row['batch']} | "
+                f"{row['prefill_ms']:.2f} | {row['prefill_tok_s']:.0f} | "
+                f"{row['decode_step_ms_median']:.3f} | {row['decode_tok_s']:.0f} |"
             )
     for r in results:
         for row in r.get("rows", []):
             if row.get("profile"):
                 lines += [
                     "",
-                    f"## Decode profile: {r['model']} {r['config']} batch {row['batch']} (per step)",
+                    f"## Decode profile: {r['model']} {r['config']} batch {row['batch']} "
+                    "(per step)",
                     "",
                     "| kernel / op | calls | device us | cpu us |",
                     "|---|---:|---:|---:|",
                 ]
                 lines += [
-                    f"| `{p['name']}` | {p['calls_per_step']:.1f} | {p['device_us_per_step']:.1f} | "
-                    f"{p['cpu_us_per_step']:.1f} |"
+                    f"| `{p['name']}` | {p['calls_per_step']:.1f} | "
+                    f"{p['device_us_per_step']:.1f} | {p['cpu_us_per_step']:.1f} |"
                     for p in row["profile"]
                 ]
     return "\n".join(lines) + "\n"
@@ -395,10 +402,12 @@ def main(argv=None) -> int:
     runs = [(m, c, False) for m in models for c in configs]
     if args.eager_static:
         runs += [(m, c, True) for m in models for c in configs if c not in GRAPHED]
-    common = ["--layers", str(args.layers), "--batch", ",".join(map(str, args.batch)), "--prefill", str(args.prefill),
-              "--prompt", str(args.prompt), "--steps", str(args.steps), "--warmup", str(args.warmup),
+    common = ["--layers", str(args.layers), "--batch", ",".join(map(str, args.batch)),
+              "--prefill", str(args.prefill), "--prompt", str(args.prompt),
+              "--steps", str(args.steps), "--warmup", str(args.warmup),
               "--repeats", str(args.repeats), "--dtype", args.dtype, "--device", args.device,
-              "--profile-steps", str(args.profile_steps)] + (["--profile"] if args.profile else [])  # fmt: skip
+              "--profile-steps", str(args.profile_steps)]  # fmt: skip
+    common += ["--profile"] if args.profile else []
     results = []
     for model, config, static in runs:
         cmd = [
