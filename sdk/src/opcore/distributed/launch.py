@@ -18,6 +18,7 @@ import os
 import pickle
 import queue as queue_module
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -78,6 +79,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _exit_with_parent(poll_s: float = 1.0) -> None:
+    """End this rank when its parent is gone (killed before it could stop the ranks), so
+    no rank outlives the run holding a device or a port."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:  # re-parented: the launcher died
+                os._exit(1)
+
+    threading.Thread(target=watch, name="opcore-rank-parent-watch", daemon=True).start()
+
+
 def _rank_main(
     rank: int,
     world_size: int,
@@ -91,6 +106,7 @@ def _rank_main(
 ) -> None:
     os.environ.update(env)
     start = time.monotonic()
+    _exit_with_parent()
     teardown: Callable[[], None] | None = None
     try:
         import torch
