@@ -131,6 +131,12 @@ class OpcoreBackend:
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
         return CompiledGraph(self, gm, example_inputs)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> OpcoreBackend:
+        # A backend is shared, not copied: transformers deep-copies the generation config
+        # whose CompileConfig holds it, and a copy would split `records` from the backend
+        # the caller holds (and cannot copy its lock).
+        return self
+
     def __repr__(self) -> str:
         return (
             f"OpcoreBackend(mode={self.mode!r}, fusion={self.fusion}, graphs={len(self.records)})"

@@ -94,8 +94,9 @@ def config_problems(config: Any) -> list[str]:
         )
     factor = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
     if factor not in (None, 1, 1.0):
-        # These transformers classes rotate whole heads (their cos/sin must span the head);
-        # a partial factor makes the unpatched model fail too, so there is nothing to match.
+        # These transformers classes rotate whole heads: the default rope type ignores the
+        # factor, and a scaled type's shorter cos/sin make the unpatched attention fail.
+        # There is no partial rotary to match (test_partial_rotary_has_no_reference_...).
         problems.append(
             f"partial_rotary_factor={factor!r} (these architectures rotate the whole head)"
         )
