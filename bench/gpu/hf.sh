@@ -6,26 +6,30 @@
 # cache); one profiled decode step of each eager run (kernels, CPU time, breakdown by
 # module, host syncs, dtypes). See bench/hf_models.py.
 #
-# Total runtime: about 4 minutes on an H200 (bench/hf_models.py --budget 240 stops it by
-# then, keeping what finished; run it with LIMIT_hf=300). Installs nothing: it assumes the
-# install lines of bench/gpu/run_all.sh (or bench/h200_run.sh) ran, PYTHONPATH=/tmp/site,
-# liger_kernel from the carried wheel; without liger the liger rows say it is missing.
+# Total runtime: about 4.5 minutes on an H200 (bench/hf_models.py --budget 270 stops it by
+# then, keeping what finished; run it with LIMIT_hf=330). The graphed configurations are
+# compiled first in concurrent children (at most 150 s), then every configuration runs
+# alone on the GPU: eager ones first, so a run cut short loses compiled points only.
+# Installs nothing: it assumes the install lines of bench/gpu/run_all.sh (or
+# bench/h200_run.sh) ran, PYTHONPATH=/tmp/site, liger_kernel from the carried wheel;
+# without liger the liger rows say it is missing.
 # Results: $OUT/hf/hf_models.{json,md}, one log and partial result per configuration
 # under $OUT/hf/logs.
 #
 #   GPU:  OUT=/tmp/out bash bench/gpu/hf.sh
-#   CPU check of the plumbing (tiny configs, 1 layer, a few steps): HF_TINY=1 OUT=/tmp/out bash bench/gpu/hf.sh
-# Environment: HF_LAYERS (2), HF_BUDGET (240 s), HF_CONFIGS, HF_MODELS, HF_ARGS (extra args).
+#   CPU check of the plumbing (tiny configs, 1 layer, a few steps):
+#         HF_TINY=1 OUT=/tmp/out bash bench/gpu/hf.sh
+# Environment: HF_LAYERS (2), HF_BUDGET (270 s), HF_CONFIGS, HF_MODELS, HF_ARGS (extra args).
 set -u
 dir="${OUT:?OUT is not set}/hf"
 mkdir -p "$dir"
 export PYTHONUNBUFFERED=1
 if python3 -c "import liger_kernel" 2>/dev/null; then
-  echo "liger_kernel $(python3 -c 'from importlib.metadata import version; print(version("liger-kernel"))')"
+  python3 -c 'import importlib.metadata as m; print("liger-kernel", m.version("liger-kernel"))'
 else
   echo "liger_kernel is not installed: the liger configuration will fail and say so; the rest runs"
 fi
-args=(--profile --budget "${HF_BUDGET:-240}" --out "$dir")
+args=(--profile --budget "${HF_BUDGET:-270}" --out "$dir")
 if [ -n "${HF_TINY:-}" ]; then
   args+=(--tiny)
 else
@@ -34,5 +38,5 @@ fi
 [ -n "${HF_CONFIGS:-}" ] && args+=(--configs "$HF_CONFIGS")
 [ -n "${HF_MODELS:-}" ] && args+=(--models "$HF_MODELS")
 # shellcheck disable=SC2086  # HF_ARGS is a list of arguments
-timeout -k 10 "$(( ${HF_BUDGET:-240} + 40 ))" python3 bench/hf_models.py "${args[@]}" ${HF_ARGS:-}
+timeout -k 10 "$(( ${HF_BUDGET:-270} + 40 ))" python3 bench/hf_models.py "${args[@]}" ${HF_ARGS:-}
 echo "hf_models rc=$?"
