@@ -38,7 +38,7 @@ def records(tmp_path_factory, run_suite, read_statuses):
         site=HERE,
         report_dir=report_dir,
     )
-    return proc, read_statuses(report_dir)
+    return proc, read_statuses(report_dir), report_dir
 
 
 def _case(records, check, provider):
@@ -47,7 +47,7 @@ def _case(records, check, provider):
 
 
 def test_batch_invariance_fails_a_provider_whose_blocking_follows_the_rows(records):
-    proc, recs = records
+    proc, recs, _ = records
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     r = _case(recs, "batch_invariance", "planted_rowblock")
     assert r["status"] == "fail"
@@ -56,24 +56,28 @@ def test_batch_invariance_fails_a_provider_whose_blocking_follows_the_rows(recor
 
 
 def test_capture_safety_is_not_applicable_without_graphs(records):
-    _, recs = records
+    _, recs, _ = records
     r = _case(recs, "capture_safety", "planted_item")
     assert r["status"] == "not_applicable"
     assert "has no graphs" in r["message"]
 
 
 def test_undeclared_property_that_holds_is_reported_as_claimable(records):
-    _, recs = records
+    _, recs, report_dir = records
     r = _case(recs, "batch_invariance", "planted_item")
     assert r["status"] == "pass"
     assert "could claim" in r["message"]
     assert r["details"]["could_claim"] == "batch_invariant"
+    report = (report_dir / "conformance.md").read_text()
+    section = report.split("## Properties that hold but are not declared", 1)[1]
+    assert "- rms_norm / planted_item: `batch_invariant` (float32)" in section
+    assert "planted_rowblock" not in section.split("##", 1)[0]
 
 
 def test_native_declared_properties_hold_on_the_cpu(records):
     """The cpu plugin's declaration for native rms_norm (batch_invariant, deterministic),
     checked: declared and holding is a plain pass."""
-    _, recs = records
+    _, recs, _ = records
     r = _case(recs, "batch_invariance", "native")
     assert r["status"] == "pass" and r["details"]["declared"] is True
     det = [x for x in recs.values() if x["check"] == "determinism" and x["provider"] == "native"]

@@ -43,6 +43,33 @@ def incomplete_note(foot: dict[str, Any] | None, records: list[dict[str, Any]]) 
     return None
 
 
+# The property checks (docs/properties.md), by the last part of their name, and the
+# property each one measures.
+PROPERTY_CHECKS = {
+    "batch_invariance": "batch_invariant",
+    "determinism": "deterministic",
+    "capture_safety": "capture_safe",
+}
+
+
+def could_claim(records: list[dict[str, Any]]) -> list[tuple[tuple[str, str], list[str]]]:
+    """``((op / provider, property), dtypes)`` where every case of that property's check
+    passed with the property undeclared ("could claim")."""
+    state: dict[tuple[str, str, str], bool] = {}
+    for r in records:
+        prop = PROPERTY_CHECKS.get((r.get("check") or "").rsplit(".", 1)[-1])
+        if prop is None:
+            continue
+        key = (f"{r.get('op')} / {r.get('provider')}", prop, r.get("dtype") or "")
+        claim = r.get("status") == "pass" and bool((r.get("details") or {}).get("could_claim"))
+        state[key] = state.get(key, True) and claim
+    out: dict[tuple[str, str], list[str]] = {}
+    for (who, prop, dtype), ok in sorted(state.items()):
+        if ok:
+            out.setdefault((who, prop), []).append(dtype)
+    return sorted(out.items())
+
+
 def render(
     header: dict[str, Any], records: list[dict[str, Any]], written_footer: dict[str, Any] | None
 ) -> str:
@@ -126,6 +153,16 @@ def render(
             f"  - rerun: `{r.get('repro')}`" if r.get("repro") else "",
         ]
     out.append("")
+    claimable = could_claim(records)
+    if claimable:
+        out += [
+            "## Properties that hold but are not declared (docs/properties.md)",
+            "",
+            "Every case of these checks passed; the provider could declare the property.",
+            "",
+            *(f"- {who}: `{prop}` ({', '.join(dtypes)})" for (who, prop), dtypes in claimable),
+            "",
+        ]
     loosened = [r for r in records if r.get("tolerance_source") == "expectations"]
     if loosened:
         out += [
