@@ -9,7 +9,8 @@
 # Total runtime: about 4.5 minutes on an H200 (bench/hf_models.py --budget 270 stops it by
 # then, keeping what finished; run it with LIMIT_hf=330). The graphed configurations are
 # compiled first in concurrent children (at most 150 s), then every configuration runs
-# alone on the GPU: eager ones first, so a run cut short loses compiled points only.
+# alone on the GPU: eager ones first, so a run cut short loses compiled points only; last,
+# if time is left, HF and opcore eager on a StaticCache (the cache's share of the step).
 # Installs nothing: it assumes the install lines of bench/gpu/run_all.sh (or
 # bench/h200_run.sh) ran, PYTHONPATH=/tmp/site, liger_kernel from the carried wheel;
 # without liger the liger rows say it is missing.
@@ -29,7 +30,7 @@ if python3 -c "import liger_kernel" 2>/dev/null; then
 else
   echo "liger_kernel is not installed: the liger configuration will fail and say so; the rest runs"
 fi
-args=(--profile --budget "${HF_BUDGET:-270}" --out "$dir")
+args=(--profile --eager-static hf,opcore --budget "${HF_BUDGET:-270}" --out "$dir")
 if [ -n "${HF_TINY:-}" ]; then
   args+=(--tiny)
 else
