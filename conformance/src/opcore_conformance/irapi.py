@@ -99,6 +99,17 @@ def tolerance(op: Any, dtype: str) -> tuple[float, float]:
     return float(atol), float(rtol)
 
 
+def fp8_tolerance(op: Any, dtype: str) -> tuple[int, float]:
+    """``(max_codes, fraction)`` for the op's fp8 outputs on ``dtype`` inputs
+    (`opcore.ir.tolerances.fp8_tolerance`; exact, ``(0, 0.0)``, for an op without one)."""
+    try:
+        from opcore.ir.tolerances import fp8_tolerance as declared
+    except ImportError:  # an opcore without fp8 ops has no fp8 outputs either
+        return 0, 0.0
+    max_codes, fraction = declared(op.name, dtype_from_name(dtype))
+    return int(max_codes), float(fraction)
+
+
 def error_budget(op: Any, dtype: str) -> Any | None:
     """The op's own ``(factor, floor_ulps)`` for ``dtype``, or None when it declares none
     (an op without ``error_budget``, or one returning None for this dtype)."""

@@ -213,3 +213,36 @@ def ulp_summary(errors: torch.Tensor) -> dict[str, float]:
         "p99_ulp": p99,
         "over_1ulp": float((errors > 1.0).sum()) / n,
     }
+
+
+def is_fp8(dtype: torch.dtype) -> bool:
+    """A one-byte floating dtype (the float8 formats)."""
+    return dtype.is_floating_point and dtype.itemsize == 1
+
+
+def fp8_code_distance(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """How many representable values apart ``out`` and ``ref`` (one fp8 dtype) are,
+    elementwise (int64, flattened, on the CPU). Both e4m3 formats are sign-magnitude
+    bytes, so a code's magnitude bits order its values: adjacent values differ by one
+    (+0 and -0 are the same point). NaN where the other is not: a distance of 2**20."""
+
+    def ordinal(t: torch.Tensor) -> torch.Tensor:
+        bits = t.detach().to("cpu").contiguous().view(torch.uint8).reshape(-1).to(torch.int64)
+        mag = bits & 0x7F
+        return torch.where(bits >= 0x80, -mag, mag)
+
+    o, r = out.detach().to("cpu"), ref.detach().to("cpu")
+    steps = (ordinal(o) - ordinal(r)).abs()
+    o_nan = torch.isnan(o.to(torch.float32)).reshape(-1)
+    r_nan = torch.isnan(r.to(torch.float32)).reshape(-1)
+    steps = torch.where(o_nan & r_nan, torch.zeros_like(steps), steps)
+    return torch.where(o_nan != r_nan, torch.full_like(steps, 1 << 20), steps)
+
+
+def fp8_allowed_off(numel: int, fraction: float) -> int:
+    """How many of ``numel`` fp8 values may differ from the reference under a declared
+    ``fraction``: the expected count plus three standard deviations of a binomial count,
+    rounded up, so a sample of a few dozen values is not failed for one tie that flipped
+    (one of 8 values is 12.5 %), while a kernel that flips ties systematically still is."""
+    expected = fraction * numel
+    return math.ceil(expected + 3.0 * math.sqrt(expected)) if fraction > 0 else 0

@@ -14,6 +14,15 @@ checked against the native function run in the input dtype. Two bounds, both mus
 
 The metrics carry both sides: the provider's ``max_ratio`` (err/tol), ``peak_ulp``,
 ``p99_ulp``, ``over_1ulp``, and native's as ``native_*``, so a report shows them side by side.
+
+fp8 outputs (the quantization ops' codes) are compared code by code instead: the float64
+reference is itself quantized (the native function on float64 inputs returns fp8), so the
+distance is how many fp8 values apart the two are (`tensors.fp8_code_distance`, one code
+= one e4m3 ULP). The op's fp8 tolerance (``opcore.ir.tolerances.fp8_tolerance``: at most
+``max_codes`` apart, and apart at all on at most ``fraction`` of the elements, plus a
+three-sigma margin for small samples: `tensors.fp8_allowed_off`) replaces
+both bounds above for them; its other outputs (float32 scales, residual sums) are checked
+as any output. Metrics: ``fp8_peak_codes``, ``fp8_off_fraction`` and native's.
 """
 
 from __future__ import annotations
@@ -23,11 +32,15 @@ from typing import Any
 
 import torch
 
+from opcore_conformance import irapi
 from opcore_conformance.budgets import Budget, budget_for
 from opcore_conformance.case import CheckFailed, Tolerance, case_id
 from opcore_conformance.checks._op_grid import call, device_sample, forced, grid
 from opcore_conformance.tensors import (
     compare,
+    fp8_allowed_off,
+    fp8_code_distance,
+    is_fp8,
     iter_tensors,
     to_device,
     ulp_error,
@@ -82,6 +95,7 @@ def _body(op_name: str, provider: str, dtype: str, sample_name: str):
                 native=native_out,
                 budget=budget,
                 provider=provider,
+                fp8_tolerance=irapi.fp8_tolerance(op, dtype),
             )
         except CheckFailed as exc:
             dump(out, native_out, "fail", str(exc), exc.metrics)
@@ -163,10 +177,12 @@ def check_outputs(
     native: Any = None,
     budget: Budget | None = None,
     provider: str = "",
+    fp8_tolerance: tuple[int, float] = (0, 0.0),
 ) -> dict[str, Any]:
     """Check ``out`` against ``expected`` (structure, shape, dtype, device) and ``ref`` (the
     tolerance); with ``native`` (native's outputs on the same inputs) and ``budget``, also
-    the error budget. Returns the metrics; raises `CheckFailed` with them."""
+    the error budget. fp8 outputs against ``fp8_tolerance`` (``(max_codes, fraction)``).
+    Returns the metrics; raises `CheckFailed` with them."""
     got = list(iter_tensors(out))
     want = list(iter_tensors(expected))
     refs = list(iter_tensors(ref))
@@ -216,6 +232,12 @@ def check_outputs(
             )
         if o.device.type != ctx.device.type:
             problems.append(f"{path} is on {o.device}, expected {ctx.device}")
+        if is_fp8(w.dtype):
+            if o.dtype == w.dtype and r.dtype == w.dtype:
+                problems += _fp8_output(path, o, r, n, fp8_tolerance, metrics, ulps, native_ulps)
+            elif o.dtype == w.dtype:
+                problems.append(f"{path}: the fp64 reference is {r.dtype}, not {w.dtype}")
+            continue
         rounded = r.to(w.dtype).to(torch.float64) if w.is_floating_point() else r
         m = compare(o, rounded, tol.atol, tol.rtol)
         metrics["numel"] += m["numel"]
@@ -270,6 +292,57 @@ def check_outputs(
     if problems:
         raise CheckFailed("; ".join(problems), metrics)
     return metrics
+
+
+def _fp8_output(
+    path: str,
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    native: Any,
+    tolerance: tuple[int, float],
+    metrics: dict[str, Any],
+    ulps: list[torch.Tensor],
+    native_ulps: list[torch.Tensor],
+) -> list[str]:
+    """Compare one fp8 output code by code with the (quantized) reference; update the
+    metrics and the ULP lists (a code is one ULP of the fp8 format); return problems."""
+    max_codes, fraction = tolerance
+    steps = fp8_code_distance(out, ref)
+    numel = steps.numel()
+    if not numel:
+        return []
+    off = int((steps > 0).sum())
+    peak = int(steps.max())
+    metrics["numel"] += numel
+    metrics["fp8_numel"] = metrics.get("fp8_numel", 0) + numel
+    metrics["fp8_off"] = metrics.get("fp8_off", 0) + off
+    metrics["fp8_off_fraction"] = metrics["fp8_off"] / metrics["fp8_numel"]
+    metrics["fp8_peak_codes"] = max(metrics.get("fp8_peak_codes", 0), peak)
+    metrics["fp8_max_codes"], metrics["fp8_fraction"] = max_codes, fraction
+    ulps.append(steps.to(torch.float64))
+    if isinstance(native, torch.Tensor) and native.shape == out.shape:
+        nsteps = fp8_code_distance(native, ref)
+        native_ulps.append(nsteps.to(torch.float64))
+        metrics["native_fp8_off"] = metrics.get("native_fp8_off", 0) + int((nsteps > 0).sum())
+    problems = []
+    if peak > max_codes:
+        bad = int((steps > max_codes).sum())
+        metrics["mismatched"] += bad
+        i = int(torch.argmax(steps))
+        got = float(out.detach().to("cpu", torch.float32).reshape(-1)[i])
+        want = float(ref.detach().to("cpu", torch.float32).reshape(-1)[i])
+        problems.append(
+            f"{path}: {bad}/{numel} fp8 values are more than {max_codes} code(s) from the "
+            f"reference (worst {peak} codes at flat index {i}: {got:g} vs reference {want:g})"
+        )
+    allowed = fp8_allowed_off(numel, fraction)
+    if off > allowed:
+        problems.append(
+            f"{path}: {off}/{numel} fp8 values ({off / numel:.2%}) differ from the reference; "
+            f"the op allows {fraction:.2%} ({allowed} of {numel} with the small-sample "
+            f"margin; one code each: a scale's rounding flips ties)"
+        )
+    return problems
 
 
 def _budget_message(

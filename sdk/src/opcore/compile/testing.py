@@ -39,7 +39,17 @@ def _tensors(value: Any) -> list[torch.Tensor | None]:
     return [v for item in value for v in _tensors(item)]
 
 
-def _compare(what: str, got: Any, want: Any, atol: float, rtol: float) -> float:
+def _compare(
+    what: str,
+    got: Any,
+    want: Any,
+    atol: float,
+    rtol: float,
+    fp8: tuple[int, float] = (0, 0.0),
+) -> float:
+    """The largest difference between ``got`` and ``want``; raises when an output is off by
+    more than ``atol + rtol * |want|``, or an fp8 output (one byte, floating) by more than
+    ``fp8[0]`` codes or on more than the fraction ``fp8[1]`` of its elements."""
     worst = 0.0
     g, w = _tensors(got), _tensors(want)
     if len(g) != len(w):
@@ -54,6 +64,17 @@ def _compare(what: str, got: Any, want: Any, atol: float, rtol: float) -> float:
                 f"{what}: output {i} is {tuple(a.shape)} {a.dtype}, expected "
                 f"{tuple(b.shape)} {b.dtype}"
             )
+        if a.is_floating_point() and a.element_size() == 1:
+            steps = (_fp8_codes(a.detach().cpu()) - _fp8_codes(b.detach().cpu())).abs()
+            peak = int(steps.max()) if steps.numel() else 0
+            off = int((steps > 0).sum())
+            worst = max(worst, float(peak))
+            if peak > fp8[0] or off > fp8[1] * steps.numel():
+                raise CompileCheckFailed(
+                    f"{what}: fp8 output {i} is up to {peak} codes off on {off} of "
+                    f"{steps.numel()} elements (tolerance {fp8[0]} code(s) on {fp8[1]:.2%})"
+                )
+            continue
         # Compared in float64 on the CPU: a device need not compute (or hold) float64.
         a, b = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
         diff = (a - b).abs()
@@ -134,14 +155,26 @@ def compiled_matches_eager(
         raise CompileCheckFailed(
             f"{op.name}: compiled graph lowered to {lowered}, expected [{provider!r}]"
         )
-    dtype = next((t.dtype for t in _tensors(want) if t is not None), torch.float32)
+    # The tolerances are the input dtype's (an fp8 output has none of its own): the first
+    # floating argument, which is the first output's dtype for the ops that keep it.
+    dtype = next(
+        (
+            t.dtype
+            for t in (*sample.args, *sample.kwargs.values())
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+        ),
+        torch.float32,
+    )
     atol, rtol = op.tolerance(dtype)
+    from opcore.ir.tolerances import fp8_tolerance
+
     err = _compare(
         f"{op.name}[{provider}] sample {sample.name!r} compiled ({mode}) vs eager",
         got,
         want,
         atol,
         rtol,
+        fp8_tolerance(op.name, dtype),
     )
     return {"max_abs_err": err, "how": record.lowered[0].how}
 

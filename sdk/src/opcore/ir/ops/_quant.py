@@ -54,7 +54,7 @@ from opcore.ir.op import register_op
 from opcore.ir.ops import _checks as c
 from opcore.ir.ops._activation import silu_and_mul
 from opcore.ir.ops._norm import fused_add_rms_norm, rms_norm
-from opcore.ir.quant import MIN_SCALE, fp8_dtype, fp8_max
+from opcore.ir.quant import DEFAULT_FP8_DTYPE, MIN_SCALE, fp8_dtype, fp8_max
 from opcore.ir.samples import SampleInput, randn
 from opcore.ir.tolerances import declare_fp8_tolerance
 
@@ -439,8 +439,14 @@ def _rows(shape, dtype, g, kind: str = "", strided: bool = False) -> torch.Tenso
     """An activation of ``shape`` (drawn and shaped in fp32, then cast, so every dtype sees
     the same values); ``kind`` makes some rows special: ``zero`` (every other row 0),
     ``large`` (all rows x100), ``mixed`` (row ``i`` scaled by ``10 ** (i % 7 - 3)``: tiny to
-    large rows in one tensor; ``mixed_gated``: ``10 ** ((i % 7 - 3) / 2)``), ``tiny`` or
-    ``huge`` (all rows), ``saturating`` (every other row 8x the scale's range)."""
+    large rows in one tensor; ``mixed_gated``: ``10 ** ((i % 7 - 3) / 3)``), ``tiny`` or
+    ``huge`` (all rows), ``small`` (all rows x0.05), ``saturating`` (every other row 8x
+    the scale's range).
+
+    Gated inputs use ``large``, ``small`` and ``mixed_gated`` instead of ``huge``, ``tiny``
+    and ``mixed``: the op rounds ``silu(gate) * up`` to ``x``'s dtype, and a product of
+    two tiny (huge) values underflows (overflows) fp16, where the float64 reference keeps
+    it: such a row would measure fp16's range, not a kernel."""
     width = 3 * shape[-1] if strided else shape[-1]  # strided: rows of a 3x wider buffer
     buf = randn((*shape[:-1], width), torch.float32, g)
     x = buf[..., shape[-1] : 2 * shape[-1]] if strided else buf
@@ -453,15 +459,30 @@ def _rows(shape, dtype, g, kind: str = "", strided: bool = False) -> torch.Tenso
         x.mul_(_HUGE)
     elif kind == "large":  # gated inputs: gate x up stays inside fp16's range
         x.mul_(100.0)
+    elif kind == "small":  # gated inputs: gate x up stays above fp16's subnormals
+        x.mul_(0.05)
     elif kind == "saturating":
         x[..., ::2, :] *= 8.0
     elif kind.startswith("mixed"):
         # gated inputs multiply two such values: half the exponent keeps fp16 finite
         half = kind == "mixed_gated"
         for i in range(rows.shape[0]):
-            rows[i] *= 10.0 ** ((i % 7 - 3) / (2 if half else 1))
+            rows[i] *= 10.0 ** ((i % 7 - 3) / (3 if half else 1))
     buf = buf.to(dtype)
     return buf[..., shape[-1] : 2 * shape[-1]] if strided else buf
+
+
+def _ties(shape, g) -> torch.Tensor:
+    """Values that are exact rounding ties once divided by 0.0625: midpoints between
+    neighbouring float8_e4m3fn values (below 448), times 0.0625. Midpoints have four
+    mantissa bits, so every float dtype holds them exactly: a provider must round each to
+    the neighbour with the even code."""
+    grid = torch.arange(0, 126, dtype=torch.int32).to(torch.uint8).view(DEFAULT_FP8_DTYPE)
+    grid = grid.to(torch.float32)  # 0 .. 416, every non-negative value below the max
+    mids = (grid[:-1] + grid[1:]) / 2
+    pick = torch.randint(0, mids.numel(), shape, generator=g)
+    sign = torch.where(torch.rand(shape, generator=g) < 0.5, -1.0, 1.0)
+    return mids[pick] * sign * 0.0625
 
 
 def _plain_shapes(quick: bool):
@@ -489,7 +510,8 @@ def _scaled_fp8_quant_samples(dtype, *, quick, generator):
         scale = _scale(_HUGE * _DEFAULT_SCALE if kind == "huge" else _DEFAULT_SCALE)
         yield SampleInput(name, (x, scale))
     yield SampleInput("scale_0d_t3_h24", (randn((3, 24), dtype, generator), _scale(zero_dim=True)))
-    yield SampleInput("scale_pow2_ties_t4_h64", (randn((4, 64), dtype, generator), _scale(0.0625)))
+    yield SampleInput("scale_pow2_t4_h64", (randn((4, 64), dtype, generator), _scale(0.0625)))
+    yield SampleInput("ties_t4_h64", (_ties((4, 64), generator).to(dtype), _scale(0.0625)))
 
 
 @dynamic_per_token_scaled_fp8_quant.register_sample_inputs
@@ -598,7 +620,7 @@ def _gated_shapes(quick: bool):
     yield "strided_rows_t6_d48", (6, 96), "", True
     yield "zero_rows_t4_d32", (4, 64), "zero", False
     yield "saturating_rows_t4_d32", (4, 64), "saturating", False
-    yield "tiny_t4_d64", (4, 128), "tiny", False
+    yield "small_t4_d64", (4, 128), "small", False
     yield "large_t4_d64", (4, 128), "large", False
     yield "mixed_rows_t14_d128", (14, 256), "mixed_gated", False
     if not quick:
@@ -618,6 +640,8 @@ def _silu_and_mul_group_samples(dtype, *, quick, generator):
     for name, shape, gs, kind, strided in _group_shapes(quick):
         if kind == "huge":
             name, kind = name.replace("huge", "large"), "large"
+        elif kind == "tiny":
+            name, kind = name.replace("tiny", "small"), "small"
         elif kind == "mixed":
             kind = "mixed_gated"
         x = _rows((*shape[:-1], 2 * shape[-1]), dtype, generator, kind, strided)
