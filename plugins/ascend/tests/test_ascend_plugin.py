@@ -172,6 +172,13 @@ def test_ascend_npu_provider_registers_unsupported_without_torch_npu():
         for name in names:
             impl = getattr(ops, name).impls["npu"]
             assert impl.supported is False
+        # torch_npu has no fp8 quantization with the ops' semantics: no npu provider there
+        assert npu_provider.FP8_QUANT_OPS == ()
+        ends = ("fp8_quant", "per_token_quant", "quant_fp8")
+        fp8_ops = [n for n in ops.__all__ if n.endswith(ends)]
+        assert len(fp8_ops) == 8 and all("npu" not in getattr(ops, n).impls for n in fp8_ops)
+        assert AscendPlatform.fp8_dtype is None and AscendPlatform.supported_quantization == ()
+        assert not set(fp8_ops) & set(AscendPlatform().get_default_ir_op_priority(None))
         x = torch.randn(4, 64)
         assert npu_provider.supports_rms_norm(x, torch.ones(64), 1e-6) is False  # CPU tensors
         assert ops.rms_norm.dispatch(x, torch.ones(64), 1e-6).provider != "npu"

@@ -20,6 +20,12 @@ of 32 (fp16/bf16) or 16 (fp32). Anything else goes to the next provider (``nativ
 
 None of these calls has run: the project has no Ascend NPU. They are written from
 torch_npu's documentation (its ``_op_plugin_docs``) and vllm-ascend's usage.
+
+The fp8 quantization ops (`opcore.ir.ops.scaled_fp8_quant` and siblings) get no provider
+here (`FP8_QUANT_OPS` is empty): torch_npu's quantization kernels for Atlas A2/A3
+(``npu_dynamic_quant``, ``npu_quantize``, ``npu_add_rms_norm_quant``) produce int8 or int4,
+and ``npu_dynamic_mx_quant`` shares power-of-two scales per block of 32, neither the ops'
+fp8 with float32 scales. They run ``native`` on an NPU.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import torch
 from opcore.ir import ops
 
 PROVIDER = "npu"
+# The fp8 quantization ops this provider serves: none (see the module docstring).
+FP8_QUANT_OPS: tuple[str, ...] = ()
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 try:

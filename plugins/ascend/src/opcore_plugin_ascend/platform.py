@@ -44,6 +44,7 @@ class AscendPlatform(TorchDevicePlatform):
     device_control_env_var = "ASCEND_RT_VISIBLE_DEVICES"
     supported_dtypes = (torch.float32, torch.float16, torch.bfloat16)
     supported_quantization = ()
+    fp8_dtype = None  # torch_npu quantizes to int8/int4 only: npu_provider.FP8_QUANT_OPS
     plugin_api = ("2.0", "3.0")
     conformance_expectations = "opcore_plugin_ascend:expectations.toml"
 

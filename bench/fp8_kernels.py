@@ -1,0 +1,430 @@
+"""The fp8 quantization kernels on the current device: correctness, then bandwidth.
+
+``check``: every ``triton`` provider of the eight fp8 ops against the native function
+computed on the CPU in float64, over each op's full sample set in fp32/fp16/bf16, plus rows
+longer than one register tile: fp8 codes at most the op's declared number of codes apart on
+at most its declared fraction of elements (with the conformance suite's small-sample
+margin), scales and residual sums within the op's tolerance. Exit status 1 on a miss.
+
+``bench``: each fused kernel against the unfused pair of opcore's own ``triton`` providers
+(norm or activation, then the quantization) and ``torch.compile`` (Inductor) of the fused
+op's native function, bf16, hidden 4096 (the gated ops: 2 x 14336), at several token
+counts. Device time per call from graph replay where the platform captures graphs, else
+timing events / wall clock; each figure as achieved bandwidth (the bytes the op must move:
+its inputs read once, its outputs written once) and as a percentage of copy bandwidth (a
+1 GiB device-to-device copy, read + write). Performance is recorded, never asserted.
+
+Usage: ``python bench/fp8_kernels.py check|bench [--out DIR] [--tokens 32768,4096,...]
+[--quick]``; ``--quick`` (small shapes, few repetitions) is for testing the plumbing on
+a CPU under ``TRITON_INTERPRET=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+QUANT_OPS = (
+    "scaled_fp8_quant",
+    "dynamic_per_token_scaled_fp8_quant",
+    "per_token_group_quant_fp8",
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "silu_and_mul_fp8_quant",
+    "silu_and_mul_per_token_group_fp8_quant",
+)
+
+
+def _tensors(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _codes(t):
+    bits = t.detach().cpu().contiguous().view(torch.uint8).to(torch.int64).reshape(-1)
+    mag = bits & 0x7F
+    return torch.where(bits >= 0x80, -mag, mag)
+
+
+def _allowed_off(numel: int, fraction: float) -> int:
+    # the conformance suite's rule (opcore_conformance.tensors.fp8_allowed_off)
+    expected = fraction * numel
+    return math.ceil(expected + 3.0 * math.sqrt(expected)) if fraction > 0 else 0
+
+
+# --------------------------------------------------------------------------- check
+def _long_rows(dtype):
+    """Rows longer than one register tile (the three-pass path) for the row kernels."""
+    g = torch.Generator().manual_seed(7)
+    n = 20000
+    x = torch.randn(3, n, generator=g).to(dtype)
+    r = torch.randn(3, n, generator=g).to(dtype)
+    w = (1 + torch.randn(n, generator=g) / 4).to(dtype)
+    s, ub = torch.tensor([0.02]), torch.tensor([3.0])
+    return {
+        "rms_norm_dynamic_per_token_quant": (x, w, 1e-6, r, ub),
+        "rms_norm_static_fp8_quant": (x, w, 1e-6, s),
+        "fused_add_rms_norm_static_fp8_quant": (x, r, w, 1e-6, s),
+        "dynamic_per_token_scaled_fp8_quant": (x,),
+    }
+
+
+def check(device, quick: bool) -> dict:
+    from opcore.ir import ops
+    from opcore.ir.samples import SampleInput
+    from opcore.ir.tolerances import fp8_tolerance
+    from opcore.platforms import get_current_platform
+
+    platform = get_current_platform()
+    failures, rows = [], []
+    for name in QUANT_OPS:
+        op = getattr(ops, name)
+        impl = op.impls["triton"]
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            max_codes, fraction = fp8_tolerance(name, dtype)
+            atol, rtol = op.tolerance(dtype)
+            samples = list(op.sample_inputs("cpu", dtype, quick=quick))
+            if name in _long_rows(dtype) and not quick:
+                samples.append(SampleInput("long_rows_t3_h20000", _long_rows(dtype)[name]))
+            off = numel = peak = cases = 0
+            for sample in samples:
+                cases += 1
+                where = f"{name}/{str(dtype)[6:]}/{sample.name}"
+                dev = sample.to(device)
+                if not impl.supports_args(*dev.args, **dev.kwargs):
+                    failures.append(f"{where}: supports_args rejected")
+                    continue
+                args64 = [
+                    a.double() if isinstance(a, torch.Tensor) and a.dtype == dtype else a
+                    for a in sample.args
+                ]
+                kw64 = {
+                    k: v.double() if isinstance(v, torch.Tensor) and v.dtype == dtype else v
+                    for k, v in sample.kwargs.items()
+                }
+                ref = _tensors(op.native(*args64, **kw64))
+                try:
+                    got = _tensors(impl.functional(*dev.args, **dev.kwargs))
+                    platform.synchronize()
+                except Exception as exc:  # a kernel that fails to build or run is a miss
+                    failures.append(f"{where}: {type(exc).__name__}: {exc}"[:400])
+                    continue
+                for i, (g, r) in enumerate(zip(got, ref, strict=True)):
+                    if r is None or g is None:
+                        if (r is None) != (g is None):
+                            failures.append(f"{where}: output {i} None mismatch")
+                        continue
+                    fp8_out = r.element_size() == 1
+                    if (
+                        g.shape != r.shape
+                        or (fp8_out or r.dtype == torch.float32)
+                        and (g.dtype != r.dtype)
+                    ):
+                        failures.append(f"{where}: output {i} {g.dtype}{tuple(g.shape)}")
+                        continue
+                    r = r if fp8_out else r.to(g.dtype)  # a residual: rounded like the op's
+                    if g.element_size() == 1:
+                        steps = (_codes(g) - _codes(r)).abs()
+                        k = int((steps > 0).sum())
+                        p = int(steps.max()) if steps.numel() else 0
+                        off, numel, peak = off + k, numel + steps.numel(), max(peak, p)
+                        if p > max_codes or k > _allowed_off(steps.numel(), fraction):
+                            failures.append(f"{where}: {k}/{steps.numel()} off, peak {p}")
+                    elif not torch.allclose(
+                        g.detach().cpu().double(), r.double(), atol=atol, rtol=rtol
+                    ):
+                        err = (g.detach().cpu().double() - r.double()).abs().max()
+                        failures.append(f"{where}: output {i} off by {float(err):.3g}")
+            rows.append(
+                {
+                    "op": name,
+                    "dtype": str(dtype)[6:],
+                    "cases": cases,
+                    "fp8_off_fraction": off / max(numel, 1),
+                    "fp8_peak_codes": peak,
+                    "allowed_fraction": fraction,
+                }
+            )
+            print(
+                f"{name:40s} {str(dtype)[6:]:9s} {cases:3d} samples: {off}/{numel} fp8 values "
+                f"one code off ({100 * off / max(numel, 1):.3f} %, allowed {100 * fraction:g} %)"
+            )
+    for f in failures:
+        print("FAIL", f)
+    print(f"fp8 check: {len(failures)} failure(s)")
+    return {"device": str(device), "rows": rows, "failures": failures}
+
+
+# --------------------------------------------------------------------------- bench
+def _timer(platform, device):
+    """``time(fn, reps) -> seconds per call``: graph replay of ``reps`` calls where the
+    platform captures graphs, else timing events or wall clock around a loop."""
+
+    def run(fn, reps: int) -> float:
+        for _ in range(3):
+            fn()
+        platform.synchronize()
+
+        def body():
+            for _ in range(reps):
+                fn()
+
+        replay = None
+        try:
+            replay = platform.capture_graph(body)
+        except Exception:  # not capturable (a host sync inside): time the eager loop
+            replay = None
+        step = replay if replay is not None else body
+        step()
+        platform.synchronize()
+        best = math.inf
+        for _ in range(3):
+            ev = platform.timing_event()
+            if ev is not None:
+                end = platform.timing_event()
+                ev.record()
+                step()
+                end.record()
+                platform.synchronize()
+                elapsed = ev.elapsed_time(end) / 1e3
+            else:
+                t0 = time.perf_counter()
+                step()
+                platform.synchronize()
+                elapsed = time.perf_counter() - t0
+            best = min(best, elapsed / reps)
+        return best
+
+    return run
+
+
+def _cases(tokens: int, hidden: int, inter: int, device):
+    """(label, fused op, fused args, unfused (callable, label), bytes moved by the fused op)."""
+    from opcore.ir import ops
+
+    bf = torch.bfloat16
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(tokens, hidden, generator=g).to(device, bf)
+    r = torch.randn(tokens, hidden, generator=g).to(device, bf)
+    w = (1 + torch.randn(hidden, generator=g) / 4).to(device, bf)
+    gated = torch.randn(tokens, 2 * inter, generator=g).to(device, bf)
+    s = torch.tensor([0.02], device=device)
+    eps = 1e-6
+
+    def t(op_name):
+        return getattr(ops, op_name).impls["triton"].functional
+
+    rms, fadd, silu = t("rms_norm"), t("fused_add_rms_norm"), t("silu_and_mul")
+    static, dyn, grp = (
+        t("scaled_fp8_quant"),
+        t("dynamic_per_token_scaled_fp8_quant"),
+        t("per_token_group_quant_fp8"),
+    )
+    n, ng = tokens * hidden, tokens * inter
+    scales, gscales = tokens * 4, tokens * (inter // 128) * 4
+    return [
+        (
+            "rms_norm_static_fp8_quant",
+            "rms_norm_static_fp8_quant",
+            (x, w, eps, s),
+            lambda: static(rms(x, w, eps), s),
+            "rms_norm + scaled_fp8_quant",
+            3 * n,
+        ),
+        (
+            "fused_add_rms_norm_static_fp8_quant",
+            "fused_add_rms_norm_static_fp8_quant",
+            (x, r, w, eps, s),
+            lambda: static(fadd(x, r, w, eps)[0], s),
+            "fused_add_rms_norm + scaled_fp8_quant",
+            7 * n,
+        ),
+        (
+            "rms_norm_dynamic_per_token_quant",
+            "rms_norm_dynamic_per_token_quant",
+            (x, w, eps),
+            lambda: dyn(rms(x, w, eps)),
+            "rms_norm + dynamic_per_token_scaled_fp8_quant",
+            3 * n + scales,
+        ),
+        (
+            "rms_norm_dynamic_per_token_quant (residual)",
+            "rms_norm_dynamic_per_token_quant",
+            (x, w, eps, r),
+            lambda: dyn(fadd(x, r, w, eps)[0]),
+            "fused_add_rms_norm + dynamic_per_token_scaled_fp8_quant",
+            7 * n + scales,
+        ),
+        (
+            "silu_and_mul_fp8_quant",
+            "silu_and_mul_fp8_quant",
+            (gated, s),
+            lambda: static(silu(gated), s),
+            "silu_and_mul + scaled_fp8_quant",
+            5 * ng,
+        ),
+        (
+            "silu_and_mul_per_token_group_fp8_quant",
+            "silu_and_mul_per_token_group_fp8_quant",
+            (gated, 128),
+            lambda: grp(silu(gated), 128),
+            "silu_and_mul + per_token_group_quant_fp8",
+            5 * ng + gscales,
+        ),
+        ("scaled_fp8_quant", "scaled_fp8_quant", (x, s), None, "", 3 * n),
+        (
+            "dynamic_per_token_scaled_fp8_quant",
+            "dynamic_per_token_scaled_fp8_quant",
+            (x,),
+            None,
+            "",
+            3 * n + scales,
+        ),  # fmt: skip
+        (
+            "per_token_group_quant_fp8",
+            "per_token_group_quant_fp8",
+            (x, 128),
+            None,
+            "",
+            3 * n + tokens * (hidden // 128) * 4,
+        ),  # fmt: skip
+    ]
+
+
+def _copy_bandwidth(timer, device, nbytes: int, reps: int) -> float:
+    """Bytes per second of a device-to-device copy of ``nbytes`` (read + write counted)."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
+    dst = torch.empty_like(src)
+    return 2 * nbytes / timer(lambda: dst.copy_(src), reps)
+
+
+def bench(device, token_counts, hidden: int, inter: int, reps: int, compile_native: bool):
+    from opcore.ir import ops
+    from opcore.platforms import get_current_platform
+
+    platform = get_current_platform()
+    timer = _timer(platform, device)
+    gib = 1 << 30 if device.type != "cpu" else 1 << 24
+    copy_bw = _copy_bandwidth(timer, device, gib, max(1, reps // 4))
+    print(f"copy bandwidth: {copy_bw / 1e9:.0f} GB/s (read + write, {gib >> 20} MiB)")
+    compiled = {}
+    rows = []
+    for tokens in token_counts:
+        for label, op_name, args, unfused, unfused_label, nbytes in _cases(
+            tokens, hidden, inter, device
+        ):
+            op = getattr(ops, op_name)
+            row = {"case": label, "tokens": tokens, "bytes": nbytes}
+            fused = op.impls["triton"].functional
+            t_fused = timer(lambda f=fused, a=args: f(*a), reps)
+            row["triton_us"] = t_fused * 1e6
+            row["triton_pct_copy"] = 100 * nbytes / t_fused / copy_bw
+            if unfused is not None:
+                t_unf = timer(unfused, reps)
+                row["unfused_us"] = t_unf * 1e6
+                row["unfused"] = unfused_label
+                row["speedup_vs_unfused"] = t_unf / t_fused
+            if compile_native and unfused is not None:  # the fused ops (compile is slow)
+                try:
+                    fn = compiled.get(label)
+                    if fn is None:
+                        fn = compiled[label] = torch.compile(op.native, dynamic=False)
+                    for a in args:  # the token dim, on every activation (shared symbol)
+                        if isinstance(a, torch.Tensor) and a.dim() >= 2:
+                            torch._dynamo.mark_dynamic(a, 0)
+                    t_c = timer(lambda f=fn, a=args: f(*a), reps)
+                    row["compile_us"] = t_c * 1e6
+                    row["compile_pct_copy"] = 100 * nbytes / t_c / copy_bw
+                    row["speedup_vs_compile"] = t_c / t_fused
+                except Exception as exc:  # record why, keep the other figures
+                    row["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+            print(
+                f"{label:45s} T={tokens:6d} triton {row['triton_us']:9.1f} us "
+                f"({row['triton_pct_copy']:5.1f} % copy)"
+                + (
+                    f"  unfused {row['unfused_us']:9.1f} us (x{row['speedup_vs_unfused']:.2f})"
+                    if "unfused_us" in row
+                    else ""
+                )
+                + (
+                    f"  compile {row['compile_us']:9.1f} us ({row['compile_pct_copy']:5.1f} %)"
+                    if "compile_us" in row
+                    else ""
+                )
+            )
+    return {"device": str(device), "copy_gbps": copy_bw / 1e9, "hidden": hidden,
+            "intermediate": inter, "rows": rows}  # fmt: skip
+
+
+def _markdown(result: dict) -> str:
+    lines = [
+        f"# fp8 kernels on {result['device']}",
+        "",
+        f"copy bandwidth {result['copy_gbps']:.0f} GB/s; bf16, hidden {result['hidden']}, "
+        f"gated ops 2 x {result['intermediate']}; device time per call (graph replay where "
+        f"available); % of copy bandwidth = the op's minimum bytes / time / copy bandwidth.",
+        "",
+        "| case | tokens | triton us | % copy | unfused pair us | fused speedup | "
+        "torch.compile us | compile % copy | vs compile |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['case']} | {r['tokens']} | {r['triton_us']:.1f} | {r['triton_pct_copy']:.1f} "
+            f"| {r.get('unfused_us', float('nan')):.1f} | "
+            f"{r.get('speedup_vs_unfused', float('nan')):.2f} | "
+            f"{r.get('compile_us', float('nan')):.1f} | "
+            f"{r.get('compile_pct_copy', float('nan')):.1f} | "
+            f"{r.get('speedup_vs_compile', float('nan')):.2f} |"
+        )
+    errors = [r for r in result["rows"] if "compile_error" in r]
+    for r in errors:
+        lines.append(f"\ntorch.compile failed for {r['case']} (T={r['tokens']}): "
+                     f"{r['compile_error']}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["check", "bench"])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--tokens", default="32768,8192,1024,64")
+    ap.add_argument("--quick", action="store_true", help="small shapes (CPU plumbing test)")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile of native")
+    args = ap.parse_args(argv)
+    import opcore.kernels.triton  # noqa: F401  (registers provider "triton")
+    from opcore.platforms import get_current_platform
+
+    device = get_current_platform().device()
+    if device.type == "cpu" and not opcore.kernels.triton.INTERPRETED:
+        print("no Triton device here: run with TRITON_INTERPRET=1 (and --quick) on a CPU")
+        return 2
+    if args.what == "check":
+        result = check(device, args.quick)
+        status = 1 if result["failures"] else 0
+    else:
+        tokens = [int(t) for t in args.tokens.split(",")]
+        if args.quick:
+            result = bench(device, [16, 64], 256, 256, 2, not args.no_compile)
+        else:
+            result = bench(device, tokens, 4096, 14336, 20, not args.no_compile)
+        status = 0
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, f"fp8_{args.what}.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        if args.what == "bench":
+            with open(os.path.join(args.out, "fp8_bench.md"), "w") as f:
+                f.write(_markdown(result))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# FP8 quantization kernels on the GPU (issue 21, part A). Expected runtime: about 3 minutes
+# on an H200 (Triton builds of the kernels' variants about 1 min, shared through Triton's
+# on-disk cache by the steps; torch.compile of six native functions about 1 min); each step
+# is bounded by its timeout (worst case about 8 min).
+#
+# Steps (STEPS, default "check conformance bench"):
+#   check        every fp8 triton kernel vs the float64 native reference, quick samples of the
+#                eight ops in fp32/fp16/bf16 plus rows longer than one register tile
+#                (bench/fp8_kernels.py check)
+#   conformance  opcore conformance --platform cuda on the eight fp8 ops: every check but
+#                compile in all dtypes, then the compile checks in bfloat16
+#   bench        each fused kernel vs the unfused pair of opcore triton providers vs
+#                torch.compile of the native function, bf16, hidden 4096 (gated 2 x 14336),
+#                tokens ${FP8_TOKENS:-32768,8192,1024,64}; % of copy bandwidth
+# Run from the repo root after bench/h200_run.sh's install lines (PYTHONPATH=/tmp/site).
+# Results: $OUT/fp8/: log.txt (every step's output), conformance.md,
+# conformance-compile.md, bench.md, raw.tgz (fp8_check.json, fp8_bench.json, the
+# conformance JSONL/JUnit/certificates): five files.
+# CPU plumbing test: FP8_DRY=1 TRITON_INTERPRET=1 bash bench/gpu/fp8.sh (quick shapes;
+# conformance on the cpu platform with the interpreted kernels, two ops).
+set -u
+OUT=${OUT:-/tmp/opcore-out}
+DIR="$OUT/fp8"
+mkdir -p "$DIR/raw"
+export PYTHONUNBUFFERED=1
+STEPS=${STEPS-"check conformance bench"}
+OPS=scaled_fp8_quant,dynamic_per_token_scaled_fp8_quant,per_token_group_quant_fp8
+OPS=$OPS,rms_norm_static_fp8_quant,fused_add_rms_norm_static_fp8_quant
+OPS=$OPS,rms_norm_dynamic_per_token_quant,silu_and_mul_fp8_quant
+OPS=$OPS,silu_and_mul_per_token_group_fp8_quant
+PLATFORM=cuda
+QUICK=""
+IMPORT=""
+if [ -n "${FP8_DRY:-}" ]; then
+  PLATFORM=cpu
+  QUICK="--quick"
+  IMPORT="--import opcore.kernels.triton"
+  OPS=scaled_fp8_quant,silu_and_mul_fp8_quant
+fi
+CONF=(python3 -c "import sys; from opcore.cli import main; sys.exit(main())" conformance
+      --platform "$PLATFORM" $IMPORT --ops "$OPS" --no-progress --overwrite)
+CHECKS=platform,numerics,functional,supports_args,opcheck,determinism,batch_invariance
+CHECKS=$CHECKS,capture_safety
+exec > >(tee -a "$DIR/log.txt") 2>&1
+echo "== fp8 ($STEPS) $(date -u)"
+for step in $STEPS; do
+  case $step in
+    check)
+      echo "== fp8 check: triton kernels vs the float64 reference"
+      timeout "${FP8_CHECK_TIMEOUT:-150}" python3 bench/fp8_kernels.py check --quick \
+        --out "$DIR/raw"
+      echo "fp8 check rc=$?" ;;
+    conformance)
+      echo "== fp8 conformance --platform $PLATFORM (all checks but compile)"
+      timeout "${FP8_CONF_TIMEOUT:-200}" "${CONF[@]}" --checks "$CHECKS" \
+        --report-dir "$DIR/raw/conformance"
+      echo "fp8 conformance rc=$?"
+      cp "$DIR/raw/conformance/conformance.md" "$DIR/conformance.md" 2>/dev/null
+      echo "== fp8 conformance --platform $PLATFORM --checks compile --dtypes bfloat16"
+      timeout "${FP8_CONF_COMPILE_TIMEOUT:-150}" "${CONF[@]}" --checks compile \
+        --dtypes bfloat16 --report-dir "$DIR/raw/conformance-compile"
+      echo "fp8 conformance compile rc=$?"
+      cp "$DIR/raw/conformance-compile/conformance.md" "$DIR/conformance-compile.md" 2>/dev/null ;;
+    bench)
+      echo "== fp8 bench: fused vs unfused pair vs torch.compile"
+      timeout "${FP8_BENCH_TIMEOUT:-240}" python3 bench/fp8_kernels.py bench $QUICK \
+        --tokens "${FP8_TOKENS:-32768,8192,1024,64}" --out "$DIR/raw"
+      echo "fp8 bench rc=$?"
+      cp "$DIR/raw/fp8_bench.md" "$DIR/bench.md" 2>/dev/null ;;
+  esac
+done
+tar -czf "$DIR/raw.tgz" -C "$DIR" raw 2>/dev/null && rm -rf "$DIR/raw"
+ls -la "$DIR"
