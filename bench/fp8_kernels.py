@@ -22,6 +22,7 @@ a CPU under ``TRITON_INTERPRET=1``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -59,6 +60,38 @@ def _allowed_off(numel: int, fraction: float) -> int:
 
 
 # --------------------------------------------------------------------------- check
+def _compare_run(where, got, ref, max_codes, fraction, atol, rtol, failures, counts):
+    """Compare one run's outputs with the float64 reference; append failures; return the
+    running (fp8 values off, fp8 values, peak codes)."""
+    off, numel, peak = counts
+    for i, (g, r) in enumerate(zip(got, ref, strict=True)):
+        if r is None or g is None:
+            if (r is None) != (g is None):
+                failures.append(f"{where}: output {i} None mismatch")
+            continue
+        fp8_out = r.element_size() == 1
+        if g.shape != r.shape or (fp8_out or r.dtype == torch.float32) and (g.dtype != r.dtype):
+            failures.append(f"{where}: output {i} {g.dtype}{tuple(g.shape)}")
+            continue
+        r = r if fp8_out else r.to(g.dtype)  # a residual: rounded like the op's
+        if g.element_size() == 1:
+            steps = (_codes(g) - _codes(r)).abs()
+            k = int((steps > 0).sum())
+            p = int(steps.max()) if steps.numel() else 0
+            off, numel, peak = off + k, numel + steps.numel(), max(peak, p)
+            if p > max_codes or k > _allowed_off(steps.numel(), fraction):
+                failures.append(f"{where}: {k}/{steps.numel()} off, peak {p}")
+        elif not torch.allclose(g.detach().cpu().double(), r.double(), atol=atol, rtol=rtol):
+            err = (g.detach().cpu().double() - r.double()).abs().max()
+            failures.append(f"{where}: output {i} off by {float(err):.3g}")
+    return off, numel, peak
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
+
+
 def _long_rows(dtype):
     """Rows longer than one register tile (the three-pass path) for the row kernels."""
     g = torch.Generator().manual_seed(7)
@@ -79,6 +112,8 @@ def check(device, quick: bool) -> dict:
     from opcore.ir import ops
     from opcore.ir.samples import SampleInput
     from opcore.ir.tolerances import fp8_tolerance
+    from opcore.kernels.triton import INTERPRETED as interpreted
+    from opcore.kernels.triton import quant
     from opcore.platforms import get_current_platform
 
     platform = get_current_platform()
@@ -109,38 +144,30 @@ def check(device, quick: bool) -> dict:
                     for k, v in sample.kwargs.items()
                 }
                 ref = _tensors(op.native(*args64, **kw64))
-                try:
-                    got = _tensors(impl.functional(*dev.args, **dev.kwargs))
-                    platform.synchronize()
-                except Exception as exc:  # a kernel that fails to build or run is a miss
-                    failures.append(f"{where}: {type(exc).__name__}: {exc}"[:400])
-                    continue
-                for i, (g, r) in enumerate(zip(got, ref, strict=True)):
-                    if r is None or g is None:
-                        if (r is None) != (g is None):
-                            failures.append(f"{where}: output {i} None mismatch")
+                # the platform's path (device conversion where it declares the fp8 dtype),
+                # then the integer encoding on the same device (the interpreter: encoded)
+                runs = []
+                for label, forced in (("", None), (" (encoded)", True)):
+                    if forced and interpreted:
                         continue
-                    fp8_out = r.element_size() == 1
-                    if (
-                        g.shape != r.shape
-                        or (fp8_out or r.dtype == torch.float32)
-                        and (g.dtype != r.dtype)
-                    ):
-                        failures.append(f"{where}: output {i} {g.dtype}{tuple(g.shape)}")
-                        continue
-                    r = r if fp8_out else r.to(g.dtype)  # a residual: rounded like the op's
-                    if g.element_size() == 1:
-                        steps = (_codes(g) - _codes(r)).abs()
-                        k = int((steps > 0).sum())
-                        p = int(steps.max()) if steps.numel() else 0
-                        off, numel, peak = off + k, numel + steps.numel(), max(peak, p)
-                        if p > max_codes or k > _allowed_off(steps.numel(), fraction):
-                            failures.append(f"{where}: {k}/{steps.numel()} off, peak {p}")
-                    elif not torch.allclose(
-                        g.detach().cpu().double(), r.double(), atol=atol, rtol=rtol
-                    ):
-                        err = (g.detach().cpu().double() - r.double()).abs().max()
-                        failures.append(f"{where}: output {i} off by {float(err):.3g}")
+                    try:
+                        with quant.codes_encoded(forced) if forced else _nothing():
+                            runs.append((label, _tensors(impl.functional(*dev.args, **dev.kwargs))))
+                        platform.synchronize()
+                    except Exception as exc:  # a kernel that fails to build or run is a miss
+                        failures.append(f"{where}{label}: {type(exc).__name__}: {exc}"[:400])
+                for label, got in runs:
+                    off, numel, peak = _compare_run(
+                        f"{where}{label}",
+                        got,
+                        ref,
+                        max_codes,
+                        fraction,
+                        atol,
+                        rtol,
+                        failures,
+                        (off, numel, peak),
+                    )
             rows.append(
                 {
                     "op": name,
@@ -306,6 +333,7 @@ def _copy_bandwidth(timer, device, nbytes: int, reps: int) -> float:
 
 def bench(device, token_counts, hidden: int, inter: int, reps: int, compile_native: bool):
     from opcore.ir import ops
+    from opcore.kernels.triton import INTERPRETED, quant
     from opcore.platforms import get_current_platform
 
     platform = get_current_platform()
@@ -325,6 +353,13 @@ def bench(device, token_counts, hidden: int, inter: int, reps: int, compile_nati
             t_fused = timer(lambda f=fused, a=args: f(*a), reps)
             row["triton_us"] = t_fused * 1e6
             row["triton_pct_copy"] = 100 * nbytes / t_fused / copy_bw
+            if tokens == max(token_counts) and not INTERPRETED:
+                # the same kernel encoding the codes in integer arithmetic (the path of a
+                # device without fp8 conversions): what converting saves
+                with quant.codes_encoded(True):
+                    t_enc = timer(lambda f=fused, a=args: f(*a), reps)
+                row["encoded_us"] = t_enc * 1e6
+                row["encoded_pct_copy"] = 100 * nbytes / t_enc / copy_bw
             if unfused is not None:
                 t_unf = timer(unfused, reps)
                 row["unfused_us"] = t_unf * 1e6
@@ -384,6 +419,22 @@ def _markdown(result: dict) -> str:
             f"{r.get('compile_pct_copy', float('nan')):.1f} | "
             f"{r.get('speedup_vs_compile', float('nan')):.2f} |"
         )
+    encoded = [r for r in result["rows"] if "encoded_us" in r]
+    if encoded:
+        lines += [
+            "",
+            "The same kernels encoding the fp8 codes in integer arithmetic instead of the "
+            "device's conversion (the path of a device without fp8 conversions):",
+            "",
+            "| case | tokens | converted us | % copy | encoded us | % copy |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in encoded:
+            lines.append(
+                f"| {r['case']} | {r['tokens']} | {r['triton_us']:.1f} | "
+                f"{r['triton_pct_copy']:.1f} | {r['encoded_us']:.1f} | "
+                f"{r['encoded_pct_copy']:.1f} |"
+            )
     errors = [r for r in result["rows"] if "compile_error" in r]
     for r in errors:
         lines.append(f"\ntorch.compile failed for {r['case']} (T={r['tokens']}): "

@@ -37,35 +37,44 @@ QUANT_OPS = (
 # kernel variants that differ most: gated and fnuz, every row-kernel flag in both the one-
 # and the three-pass form, gated groups. In a child, like every module that builds kernels.
 _AOT = """
-import sys, torch
+import torch
 from triton.backends import backends
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 from opcore.kernels.triton import quant
-fn, fnuz = quant.fp8_format(torch.float8_e4m3fn), quant.fp8_format(torch.float8_e4m3fnuz)
 I = "i32"
-variants = [
-    (quant._static_kernel, dict(x_ptr="*bf16", x_stride=I, scale_ptr="*fp32", q_ptr="*u8",
-     n_rows=I, d=I), dict(GATED=True, **fnuz, BLOCK_C=1024, ROWS=4)),
-    (quant._group_quant_kernel, dict(x_ptr="*fp16", x_stride=I, q_ptr="*u8", s_ptr="*fp32",
-     n_groups_total=I, groups=I, group_size=I, d=I, s_row_stride=I, s_group_stride=I),
-     dict(GATED=True, **fn, MIN_SCALE=quant.MIN_SCALE, BLOCK_S=128, GROUPS=16)),
-]
+static = dict(x_ptr="*bf16", x_stride=I, scale_ptr="*fp32", n_rows=I, d=I)
+group = dict(x_ptr="*fp16", x_stride=I, s_ptr="*fp32", n_groups_total=I, groups=I,
+             group_size=I, d=I, s_row_stride=I, s_group_stride=I)
 rows = dict(x_ptr="*bf16", x_stride=I, r_ptr="*bf16", r_stride=I, w_ptr="*bf16",
-            res_ptr="*bf16", scale_ptr="*fp32", q_ptr="*u8", s_ptr="*fp32", n_rows=I,
-            n_cols=I, eps="fp32")
-for single in (True, False):
-    variants.append((quant._row_quant_kernel, rows, dict(HAS_RESIDUAL=True, NORM=True,
-        HAS_WEIGHT=True, DYNAMIC=True, HAS_UB=True, **fn, MIN_SCALE=quant.MIN_SCALE,
-        BLOCK_N=4096, ROWS=1, SINGLE_PASS=single, N_CHUNKS=1 if single else 5)))
-targets = [GPUTarget("cuda", 90, 32)] if "nvidia" in backends else []
-targets += [GPUTarget("hip", "gfx942", 64)] if "amd" in backends else []
-for target in targets:
-    for kernel, sig, consts in variants:
-        full = {**sig, **{k: "constexpr" for k in consts}}
-        out = compile(ASTSource(fn=kernel, signature=full, constexprs=consts), target=target)
-        assert {"cubin", "hsaco"} & set(out.asm), sorted(out.asm)
-print("compiled", len(targets) * len(variants))
+            res_ptr="*bf16", scale_ptr="*fp32", s_ptr="*fp32", n_rows=I, n_cols=I, eps="fp32")
+targets = []
+if "nvidia" in backends:
+    targets.append((GPUTarget("cuda", 90, 32), torch.float8_e4m3fn, "*fp8e4nv"))
+if "amd" in backends:
+    targets.append((GPUTarget("hip", "gfx942", 64), torch.float8_e4m3fnuz, "*fp8e4b8"))
+built = 0
+for target, dtype, fp8_ptr in targets:
+    fmt = quant.fp8_format(dtype)
+    for encode in (True, False):  # codes in integers, or the device's conversion
+        q = {"q_ptr": "*u8" if encode else fp8_ptr}
+        modes = dict(**fmt, ENCODE=encode, EMULATE=False)
+        variants = [
+            (quant._static_kernel, {**static, **q}, dict(GATED=True, BLOCK_C=1024, ROWS=4)),
+            (quant._group_quant_kernel, {**group, **q},
+             dict(GATED=True, MIN_SCALE=quant.MIN_SCALE, BLOCK_S=128, GROUPS=16)),
+        ]
+        for single in (True, False):
+            variants.append((quant._row_quant_kernel, {**rows, **q}, dict(HAS_RESIDUAL=True,
+                NORM=True, HAS_WEIGHT=True, DYNAMIC=True, HAS_UB=True, MIN_SCALE=quant.MIN_SCALE,
+                BLOCK_N=4096, ROWS=1, SINGLE_PASS=single, N_CHUNKS=1 if single else 5)))
+        for kernel, sig, consts in variants:
+            consts = {**consts, **modes}
+            full = {**sig, **{k: "constexpr" for k in consts}}
+            out = compile(ASTSource(fn=kernel, signature=full, constexprs=consts), target=target)
+            assert {"cubin", "hsaco"} & set(out.asm), sorted(out.asm)
+            built += 1
+print("compiled", built)
 """
 
 

@@ -10,19 +10,23 @@ unfused chain); dynamic scales are ``max(min(amax, scale_ub) / fp8_max, MIN_SCAL
 divided correctly rounded (``div_rn``); then ``q = round_fp8(sat(y * (1 / scale)))``.
 Multiplying by the reciprocal instead of dividing moves a value sitting on an fp8 rounding
 tie by one code, at most (the ops' fp8 tolerance). ``round_fp8`` rounds to nearest, ties to
-even, and is encoded in integer arithmetic (`_encode_fp8`), the same on every backend.
+even: by the device's conversion where the platform declares this fp8 dtype as its
+``fp8_dtype``, else encoded in integer arithmetic (`_encode_fp8`; see `_encode`).
 
 Layouts: rows are addressed by a row stride (column slices of a wider buffer need no
-copy); the last dim is contiguous; the outputs are new contiguous tensors. The kernels
-write fp8 codes through a uint8 view of the output (`_encode_fp8`), so no Triton fp8 type
-is involved and ``float8_e4m3fnuz`` runs wherever ``float8_e4m3fn`` does, the interpreter
-included.
+copy); the last dim is contiguous; the outputs are new contiguous tensors. Encoded codes
+are written through a uint8 view of the output, so no Triton fp8 type is involved there
+and ``float8_e4m3fnuz`` runs wherever ``float8_e4m3fn`` does, Triton's interpreter (which
+has no e4m3fnuz type, rounds fp32 -> fp8 conversions otherwise and truncates fp32 -> bf16
+ones, hence ``EMULATE``) included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from collections.abc import Iterator
 
 import torch
 import triton
@@ -32,6 +36,7 @@ from opcore.ir.quant import MIN_SCALE as _MIN_SCALE
 from opcore.ir.quant import fp8_dtype
 from opcore.kernels.triton import _launch
 from opcore.kernels.triton._support import require_row_stride
+from opcore.platforms import get_current_platform
 
 # The smallest dynamic scale (`opcore.ir.quant.MIN_SCALE`), a plain float for constexpr.
 MIN_SCALE = float(_MIN_SCALE)
@@ -84,12 +89,17 @@ def _encode_fp8(
     return code.to(tl.uint8)
 
 
+# Triton's interpreter runs these kernels (TRITON_INTERPRET=1 when Triton was imported).
+INTERPRETED = type(_encode_fp8).__name__ == "InterpretedFunction"
+
+
 @triton.jit
-def _round_to(y, dtype):
-    """``y`` (fp32) rounded to ``dtype``, to nearest even. For bf16 the rounding is done on
-    the bits (add half an ulp minus one, plus the kept lowest bit, then drop 16 bits),
-    since Triton's interpreter truncates fp32 -> bf16 conversions; NaN stays NaN."""
-    if dtype == tl.bfloat16:
+def _round_to(y, dtype, EMULATE: tl.constexpr):
+    """``y`` (fp32) rounded to ``dtype``, to nearest even. EMULATE (Triton's interpreter,
+    which truncates fp32 -> bf16 conversions): bf16 is rounded on the bits (add half an ulp
+    minus one, plus the kept lowest bit, then drop 16 bits); NaN stays NaN. A GPU's
+    conversion instruction rounds to nearest even itself."""
+    if EMULATE and dtype == tl.bfloat16:
         b = y.to(tl.uint32, bitcast=True)
         b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
         r = tl.where(y != y, y, b.to(tl.float32, bitcast=True))
@@ -99,9 +109,30 @@ def _round_to(y, dtype):
 
 
 @triton.jit
-def _silu_mul(g, u, dtype):
+def _silu_mul(g, u, dtype, EMULATE: tl.constexpr):
     """``silu(g) * u`` in fp32, rounded to ``dtype`` as `silu_and_mul` returns it."""
-    return _round_to(g * tl.sigmoid(g) * u, dtype).to(tl.float32)
+    return _round_to(g * tl.sigmoid(g) * u, dtype, EMULATE).to(tl.float32)
+
+
+@triton.jit
+def _store_fp8(
+    ptrs,
+    y,
+    mask,
+    FP8_MAX: tl.constexpr,
+    MIN_EXP: tl.constexpr,
+    MANT: tl.constexpr,
+    NEG_ZERO: tl.constexpr,
+    ENCODE: tl.constexpr,
+):
+    """Store ``round_fp8(sat(y))``. ENCODE: the codes from `_encode_fp8` into a uint8
+    view; else saturate (NaN kept) and convert, which rounds to nearest even, into the fp8
+    tensor itself (a device that computes this fp8 format converts in one instruction)."""
+    if ENCODE:
+        tl.store(ptrs, _encode_fp8(y, FP8_MAX, MIN_EXP, MANT, NEG_ZERO), mask=mask)
+    else:
+        c = tl.where(y != y, y, tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX))
+        tl.store(ptrs, c.to(ptrs.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------- static, elementwise
@@ -118,6 +149,8 @@ def _static_kernel(
     MIN_EXP: tl.constexpr,
     MANT: tl.constexpr,
     NEG_ZERO: tl.constexpr,
+    ENCODE: tl.constexpr,
+    EMULATE: tl.constexpr,
     BLOCK_C: tl.constexpr,
     ROWS: tl.constexpr,
 ):
@@ -130,10 +163,49 @@ def _static_kernel(
     y = tl.load(x_rows, mask=mask, other=0.0).to(tl.float32)
     if GATED:
         u = tl.load(x_rows + d, mask=mask, other=0.0).to(tl.float32)
-        y = _silu_mul(y, u, x_ptr.dtype.element_ty)
+        y = _silu_mul(y, u, x_ptr.dtype.element_ty, EMULATE)
     inv = tl.math.div_rn(1.0, tl.load(scale_ptr).to(tl.float32))
-    q = _encode_fp8(y * inv, FP8_MAX, MIN_EXP, MANT, NEG_ZERO)
-    tl.store(q_ptr + rows[:, None] * d + cols[None, :], q, mask=mask)
+    q_at = q_ptr + rows[:, None] * d + cols[None, :]
+    _store_fp8(q_at, y * inv, mask, FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE)
+
+
+_forced: list[bool | None] = [None]  # codes_encoded's setting (one per process)
+
+
+@contextlib.contextmanager
+def codes_encoded(flag: bool = True) -> Iterator[None]:
+    """Within the block, the kernels encode fp8 codes in integer arithmetic (``True``) or
+    let the device convert (``False``), whatever the platform declares: to check and time
+    both paths on one device (``bench/fp8_kernels.py``). Converting is wrong under the
+    interpreter (it does not round to nearest even) and fails where Triton has no
+    conversion to the fp8 type. Not thread-safe; blocks nest."""
+    before = _forced[0]
+    _forced[0] = bool(flag)
+    try:
+        yield
+    finally:
+        _forced[0] = before
+
+
+def _encode(dtype: torch.dtype) -> bool:
+    """Whether the kernels encode fp8 codes themselves (`_encode_fp8`): under the
+    interpreter (its conversions do not round to nearest even), and on a platform that does
+    not declare ``dtype`` as its ``fp8_dtype`` (a device without fp8 conversions, such as
+    an NVIDIA GPU before sm89). Elsewhere the device converts, in one instruction per pair
+    of values instead of about twenty integer operations per value: at 32k tokens the
+    encoding alone would make the fused kernels compute-bound."""
+    if _forced[0] is not None:
+        return _forced[0]
+    return INTERPRETED or get_current_platform().fp8_dtype != dtype
+
+
+def _modes(dtype: torch.dtype) -> dict[str, bool]:
+    return {"ENCODE": _encode(dtype), "EMULATE": INTERPRETED}
+
+
+def _q_arg(q: torch.Tensor) -> torch.Tensor:
+    """The fp8 output as the kernel takes it: a uint8 view when the kernel encodes."""
+    return q.view(torch.uint8) if _encode(q.dtype) else q
 
 
 def _fp8_out(shape, device) -> tuple[torch.Tensor, dict[str, float | int | bool]]:
@@ -154,11 +226,12 @@ def _static(x: torch.Tensor, scale: torch.Tensor, gated: bool, what: str) -> tor
         x,
         stride,
         scale,
-        q.view(torch.uint8),
+        _q_arg(q),
         n_rows,
         d,
         GATED=gated,
         **fmt,
+        **_modes(q.dtype),
         BLOCK_C=block_c,
         ROWS=rows,
         num_warps=warps,
@@ -191,6 +264,7 @@ def _row_values(
     HAS_RESIDUAL: tl.constexpr,
     NORM: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
+    EMULATE: tl.constexpr,
 ):
     """The values to quantize in a chunk, fp32: ``x`` (with a residual, ``x + r`` rounded
     to the residual's dtype, stored when STORE_RES, else re-read from where it was
@@ -199,7 +273,7 @@ def _row_values(
         if STORE_RES:
             x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             r = tl.load(r_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            s = _round_to(x + r, res_rows.dtype.element_ty)
+            s = _round_to(x + r, res_rows.dtype.element_ty, EMULATE)
             tl.store(res_rows + cols[None, :], s, mask=mask)
             x = s.to(tl.float32)
         else:
@@ -211,7 +285,7 @@ def _row_values(
         if HAS_WEIGHT:
             w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
             y = y * w[None, :]
-        x = _round_to(y, x_rows.dtype.element_ty).to(tl.float32)
+        x = _round_to(y, x_rows.dtype.element_ty, EMULATE).to(tl.float32)
     return x
 
 
@@ -238,6 +312,8 @@ def _row_quant_kernel(
     MIN_EXP: tl.constexpr,
     MANT: tl.constexpr,
     NEG_ZERO: tl.constexpr,
+    ENCODE: tl.constexpr,
+    EMULATE: tl.constexpr,
     MIN_SCALE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
@@ -265,18 +341,18 @@ def _row_quant_kernel(
         if NORM:
             x = _row_values(
                 x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
-                True, HAS_RESIDUAL, False, False,
+                True, HAS_RESIDUAL, False, False, EMULATE,
             )  # fmt: skip
             rstd = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
             y = x * rstd[:, None]
             if HAS_WEIGHT:
                 w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
                 y = y * w[None, :]
-            y = _round_to(y, x_ptr.dtype.element_ty).to(tl.float32)
+            y = _round_to(y, x_ptr.dtype.element_ty, EMULATE).to(tl.float32)
         else:
             y = _row_values(
                 x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
-                True, HAS_RESIDUAL, False, False,
+                True, HAS_RESIDUAL, False, False, EMULATE,
             )  # fmt: skip
         if DYNAMIC:
             amax = tl.max(tl.abs(y), axis=1)
@@ -291,7 +367,7 @@ def _row_quant_kernel(
                 mask = row_mask & (cols < n_cols)[None, :]
                 x = _row_values(
                     x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
-                    True, HAS_RESIDUAL, False, False,
+                    True, HAS_RESIDUAL, False, False, EMULATE,
                 )  # fmt: skip
                 acc += x * x
             rstd = tl.rsqrt(tl.sum(acc, axis=1) * inv_n + eps)
@@ -304,7 +380,7 @@ def _row_quant_kernel(
                 mask = row_mask & (cols < n_cols)[None, :]
                 y = _row_values(
                     x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
-                    False, HAS_RESIDUAL, NORM, HAS_WEIGHT,
+                    False, HAS_RESIDUAL, NORM, HAS_WEIGHT, EMULATE,
                 )  # fmt: skip
                 peak = tl.maximum(peak, tl.abs(y))
             amax = tl.max(peak, axis=1)
@@ -317,8 +393,10 @@ def _row_quant_kernel(
     else:
         inv = tl.math.div_rn(tl.full([ROWS], 1.0, tl.float32), tl.load(scale_ptr).to(tl.float32))
     if SINGLE_PASS:
-        q = _encode_fp8(y * inv[:, None], FP8_MAX, MIN_EXP, MANT, NEG_ZERO)
-        tl.store(q_rows + cols[None, :], q, mask=mask)
+        _store_fp8(
+            q_rows + cols[None, :], y * inv[:, None], mask,
+            FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE,
+        )  # fmt: skip
     else:
         # pass 3: quantize
         for c in range(N_CHUNKS):
@@ -326,10 +404,12 @@ def _row_quant_kernel(
             mask = row_mask & (cols < n_cols)[None, :]
             y = _row_values(
                 x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
-                False, HAS_RESIDUAL, NORM, HAS_WEIGHT,
+                False, HAS_RESIDUAL, NORM, HAS_WEIGHT, EMULATE,
             )  # fmt: skip
-            q = _encode_fp8(y * inv[:, None], FP8_MAX, MIN_EXP, MANT, NEG_ZERO)
-            tl.store(q_rows + cols[None, :], q, mask=mask)
+            _store_fp8(
+                q_rows + cols[None, :], y * inv[:, None], mask,
+                FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE,
+            )  # fmt: skip
 
 
 def _rows_quant(
@@ -357,7 +437,7 @@ def _rows_quant(
         x if weight is None else weight,
         x if res is None else res,
         x if scale is None else scale,
-        q.view(torch.uint8),
+        _q_arg(q),
         x if scales is None else scales,
         n_rows,
         n_cols,
@@ -368,6 +448,7 @@ def _rows_quant(
         DYNAMIC=dynamic,
         HAS_UB=dynamic and scale is not None,
         **fmt,
+        **_modes(q.dtype),
         MIN_SCALE=MIN_SCALE,
         BLOCK_N=block_n,
         ROWS=rows,
@@ -427,6 +508,8 @@ def _group_quant_kernel(
     MIN_EXP: tl.constexpr,
     MANT: tl.constexpr,
     NEG_ZERO: tl.constexpr,
+    ENCODE: tl.constexpr,
+    EMULATE: tl.constexpr,
     MIN_SCALE: tl.constexpr,
     BLOCK_S: tl.constexpr,
     GROUPS: tl.constexpr,
@@ -446,12 +529,12 @@ def _group_quant_kernel(
     y = tl.load(x_at, mask=mask, other=0.0).to(tl.float32)
     if GATED:
         u = tl.load(x_at + d, mask=mask, other=0.0).to(tl.float32)
-        y = _silu_mul(y, u, x_ptr.dtype.element_ty)
+        y = _silu_mul(y, u, x_ptr.dtype.element_ty, EMULATE)
     scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(y), axis=1), FP8_MAX), MIN_SCALE)
     tl.store(s_ptr + row * s_row_stride + grp * s_group_stride, scale, mask=ok)
     inv = tl.math.div_rn(tl.full([GROUPS], 1.0, tl.float32), scale)
-    q = _encode_fp8(y * inv[:, None], FP8_MAX, MIN_EXP, MANT, NEG_ZERO)
-    tl.store(q_ptr + row[:, None] * d + col, q, mask=mask)
+    q_at = q_ptr + row[:, None] * d + col
+    _store_fp8(q_at, y * inv[:, None], mask, FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -489,7 +572,7 @@ def _group(x, group_size, column_major, gated, what):
     _group_quant_kernel[(_launch.cdiv(total, per_program),)](
         x,
         stride,
-        q.view(torch.uint8),
+        _q_arg(q),
         scales,
         total,
         groups,
@@ -499,6 +582,7 @@ def _group(x, group_size, column_major, gated, what):
         s_group,
         GATED=gated,
         **fmt,
+        **_modes(q.dtype),
         MIN_SCALE=MIN_SCALE,
         BLOCK_S=block_s,
         GROUPS=per_program,
