@@ -183,9 +183,9 @@ def supports_split_qkv_rmsnorm_rope(
 
 
 # --------------------------------------------------------------------------- fp8 quantization
-# The kernels write fp8 codes computed in integer arithmetic (`quant._encode_fp8`), so
-# they need no fp8 support from the device or the Triton backend: either fp8 dtype of
-# `opcore.ir.quant.fp8_dtype` runs wherever the other kernels run.
+# Where the platform does not declare the fp8 dtype (no fp8 conversions on the device) and
+# under the interpreter, the kernels encode fp8 codes in integer arithmetic
+# (`quant.codes_encoded`), so either fp8 dtype runs wherever the other kernels run.
 def _scale_ok(s) -> bool:
     return isinstance(s, _Tensor) and s.dtype == torch.float32 and s.numel() == 1
 
