@@ -369,7 +369,7 @@ def bench(device, token_counts, hidden: int, inter: int, reps: int, compile_nati
                 try:
                     fn = compiled.get(label)
                     if fn is None:
-                        fn = compiled[label] = torch.compile(op.native, dynamic=False)
+                        fn = compiled[label] = torch.compile(op.native)
                     for a in args:  # the token dim, on every activation (shared symbol)
                         if isinstance(a, torch.Tensor) and a.dim() >= 2:
                             torch._dynamo.mark_dynamic(a, 0)
