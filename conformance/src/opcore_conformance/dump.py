@@ -266,6 +266,24 @@ def main(argv):
             )
             failed = True
             continue
+        if dtype.is_floating_point and dtype.itemsize == 1:
+            # fp8 codes against the (quantized) reference, code by code (the suite's rule)
+            def ordinal(t):
+                bits = t.contiguous().view(torch.uint8).reshape(-1).to(torch.int64)
+                return torch.where(bits >= 0x80, -(bits & 0x7F), bits & 0x7F)
+
+            steps = (ordinal(o) - ordinal(r.to(dtype))).abs()
+            nan_o, nan_r = torch.isnan(o.float()).reshape(-1), torch.isnan(r.float()).reshape(-1)
+            steps = torch.where(nan_o == nan_r, torch.where(nan_o, 0, steps), 1 << 20)
+            max_codes = META["metrics"].get("fp8_max_codes", 0)
+            fraction = META["metrics"].get("fp8_fraction", 0.0)
+            expected = fraction * steps.numel()
+            allowed = math.ceil(expected + 3 * math.sqrt(expected)) if fraction > 0 else 0
+            off, peak = int((steps > 0).sum()), int(steps.max()) if steps.numel() else 0
+            print(f"{path}: {off}/{steps.numel()} fp8 values off the reference, peak {peak} "
+                  f"code(s); the op allows {max_codes} code(s) on {allowed} of them")
+            failed |= peak > max_codes or off > allowed
+            continue
         if not dtype.is_floating_point:
             same = torch.equal(o, r.to(dtype))
             print(f"{path}: {'equal to' if same else 'DIFFERS from'} the reference")
