@@ -10,6 +10,9 @@ rounding ties, its ``saturating_rows`` sample values past the fp8 range).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -99,7 +102,7 @@ def test_allowed_count_adds_a_small_sample_margin():
 
 
 @pytest.fixture(scope="module")
-def fp8_run(tmp_path_factory, run_suite, read_statuses):
+def fp8_site(tmp_path_factory):
     site = tmp_path_factory.mktemp("fp8-site")
     make_distribution(
         site,
@@ -107,6 +110,12 @@ def fp8_run(tmp_path_factory, run_suite, read_statuses):
         entry_points={"opcore.general_plugins": {"fp8_defects": "fp8_defects:register"}},
         files={"fp8_defects.py": FP8_DEFECTS},
     )
+    return site
+
+
+@pytest.fixture(scope="module")
+def fp8_run(fp8_site, tmp_path_factory, run_suite, read_statuses):
+    site = fp8_site
     report_dir = tmp_path_factory.mktemp("fp8") / "reports"
     proc = run_suite(
         [
@@ -171,3 +180,23 @@ def test_the_wrong_saturation_bound_fails_by_many_codes(fp8_run):
     rec = _cases(records, "planted_fp8_bound")[("bfloat16", "saturating_rows_t4_h64")]
     assert rec["status"] == "fail" and rec["details"]["fp8_peak_codes"] > 1
     assert "more than 1 code(s) from the reference" in rec["message"]
+
+
+def test_a_dumped_fp8_case_reproduces_code_by_code(fp8_site, tmp_path, run_suite):
+    cases = {
+        "numerics[scaled_fp8_quant-planted_fp8_ties_away-bfloat16-ties_t4_h64]": "FAIL",
+        "numerics[scaled_fp8_quant-native-bfloat16-ties_t4_h64]": "PASS",
+    }
+    args = ["--platform", "cpu", "--expectations", "none", "--no-progress"]
+    for case in cases:
+        args += ["--case", case]
+    run_suite([*args, "--dump", str(tmp_path / "dumps")], site=fp8_site,
+              report_dir=tmp_path / "reports")  # fmt: skip
+    for case, verdict in cases.items():
+        folder = tmp_path / "dumps" / case.replace("[", "_").rstrip("]")
+        proc = subprocess.run(
+            [sys.executable, str(folder / "repro.py")], capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert proc.stdout.strip().endswith(verdict), proc.stdout + proc.stderr[-2000:]
+        assert "fp8 values off the reference" in proc.stdout
