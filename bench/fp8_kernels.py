@@ -108,7 +108,7 @@ def _long_rows(dtype):
     }
 
 
-def check(device, quick: bool) -> dict:
+def check(device, quick: bool, op_names=QUANT_OPS) -> dict:
     from opcore.ir import ops
     from opcore.ir.samples import SampleInput
     from opcore.ir.tolerances import fp8_tolerance
@@ -118,7 +118,7 @@ def check(device, quick: bool) -> dict:
 
     platform = get_current_platform()
     failures, rows = [], []
-    for name in QUANT_OPS:
+    for name in op_names:
         op = getattr(ops, name)
         impl = op.impls["triton"]
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -148,7 +148,8 @@ def check(device, quick: bool) -> dict:
                 # then the integer encoding on the same device (the interpreter: encoded)
                 runs = []
                 for label, forced in (("", None), (" (encoded)", True)):
-                    if forced and interpreted:
+                    # encoded (the interpreter's only path) in bf16: fewer kernel builds
+                    if forced and (interpreted or dtype != torch.bfloat16):
                         continue
                     try:
                         with quant.codes_encoded(forced) if forced else _nothing():
@@ -449,6 +450,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default="32768,8192,1024,64")
     ap.add_argument("--quick", action="store_true", help="small shapes (CPU plumbing test)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile of native")
+    ap.add_argument("--ops", default=",".join(QUANT_OPS), help="check: these ops only")
     args = ap.parse_args(argv)
     import opcore.kernels.triton  # noqa: F401  (registers provider "triton")
     from opcore.platforms import get_current_platform
@@ -458,7 +460,12 @@ def main(argv=None) -> int:
         print("no Triton device here: run with TRITON_INTERPRET=1 (and --quick) on a CPU")
         return 2
     if args.what == "check":
-        result = check(device, args.quick)
+        names = [n for n in args.ops.split(",") if n]
+        bad = sorted(set(names) - set(QUANT_OPS))
+        if bad:
+            print(f"unknown op(s) {bad}; known: {', '.join(QUANT_OPS)}")
+            return 2
+        result = check(device, args.quick, names)
         status = 1 if result["failures"] else 0
     else:
         tokens = [int(t) for t in args.tokens.split(",")]
@@ -469,7 +476,8 @@ def main(argv=None) -> int:
         status = 0
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, f"fp8_{args.what}.json"), "w") as f:
+        suffix = "" if args.what == "bench" or args.ops == ",".join(QUANT_OPS) else "_" + args.ops
+        with open(os.path.join(args.out, f"fp8_{args.what}{suffix}.json"), "w") as f:
             json.dump(result, f, indent=1)
         if args.what == "bench":
             with open(os.path.join(args.out, "fp8_bench.md"), "w") as f:
