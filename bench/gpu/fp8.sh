@@ -8,15 +8,18 @@
 #   check        every fp8 triton kernel vs the float64 native reference, quick samples of the
 #                eight ops in fp32/fp16/bf16 plus rows longer than one register tile
 #                (bench/fp8_kernels.py check)
-#   conformance  opcore conformance --platform cuda on the eight fp8 ops: every check but
-#                compile in all dtypes, then the compile checks in bfloat16
+#   conformance  opcore conformance --platform cuda on the eight fp8 ops, one process per
+#                op: the op checks (numerics in fp8 codes, functional, supports_args,
+#                opcheck, determinism, batch_invariance, capture_safety) in all dtypes,
+#                then compile.matches_eager and compile.lowering in bfloat16 (the lead's full
+#                run has the platform and decoder-level checks)
 #   bench        each fused kernel vs the unfused pair of opcore triton providers vs
 #                torch.compile of the native function, bf16, hidden 4096 (gated 2 x 14336),
 #                tokens ${FP8_TOKENS:-32768,8192,1024,64}; % of copy bandwidth
 # Run from the repo root after bench/h200_run.sh's install lines (PYTHONPATH=/tmp/site).
-# Results: $OUT/fp8/: log.txt (every step's output), conformance.md,
-# conformance-compile.md, bench.md, raw.tgz (fp8_check.json, fp8_bench.json, the
-# conformance JSONL/JUnit/certificates): five files.
+# Results: $OUT/fp8/: log.txt (every step's output), conformance-checks.md,
+# conformance-compile.md (the per-op summaries, concatenated), bench.md, raw.tgz (check
+# and conformance JSON/JSONL/logs per op, fp8_bench.json): five files.
 # CPU plumbing test: FP8_DRY=1 TRITON_INTERPRET=1 bash bench/gpu/fp8.sh (quick shapes;
 # conformance on the cpu platform with the interpreted kernels, two ops).
 set -u
@@ -39,9 +42,8 @@ if [ -n "${FP8_DRY:-}" ]; then
   OPS=scaled_fp8_quant,silu_and_mul_fp8_quant
 fi
 CONF=(python3 -c "import sys; from opcore.cli import main; sys.exit(main())" conformance
-      --platform "$PLATFORM" $IMPORT --ops "$OPS" --no-progress --overwrite)
-CHECKS=platform,numerics,functional,supports_args,opcheck,determinism,batch_invariance
-CHECKS=$CHECKS,capture_safety
+      --platform "$PLATFORM" $IMPORT --no-progress --overwrite)
+CHECKS=numerics,functional,supports_args,opcheck,determinism,batch_invariance,capture_safety
 exec > >(tee -a "$DIR/log.txt") 2>&1
 echo "== fp8 ($STEPS) $(date -u)"
 for step in $STEPS; do
@@ -62,16 +64,24 @@ for step in $STEPS; do
       cat "$DIR"/raw/check_*.log
       echo "fp8 check rc=$rc" ;;
     conformance)
-      echo "== fp8 conformance --platform $PLATFORM (all checks but compile)"
-      timeout "${FP8_CONF_TIMEOUT:-200}" "${CONF[@]}" --checks "$CHECKS" \
-        --report-dir "$DIR/raw/conformance"
-      echo "fp8 conformance rc=$?"
-      cp "$DIR/raw/conformance/conformance.md" "$DIR/conformance.md" 2>/dev/null
-      echo "== fp8 conformance --platform $PLATFORM --checks compile --dtypes bfloat16"
-      timeout "${FP8_CONF_COMPILE_TIMEOUT:-150}" "${CONF[@]}" --checks compile \
-        --dtypes bfloat16 --report-dir "$DIR/raw/conformance-compile"
-      echo "fp8 conformance compile rc=$?"
-      cp "$DIR/raw/conformance-compile/conformance.md" "$DIR/conformance-compile.md" 2>/dev/null ;;
+      # One process per op again (the batch-invariance and compile checks build more
+      # variants); each writes its own report directory, the summaries are concatenated.
+      for part in checks compile; do
+        if [ $part = checks ]; then extra=(--checks "$CHECKS"); else
+          extra=(--checks compile.matches_eager,compile.lowering --dtypes bfloat16); fi
+        echo "== fp8 conformance --platform $PLATFORM ${extra[*]} (one process per op)"
+        pids=()
+        for op in ${OPS//,/ }; do
+          timeout "${FP8_CONF_TIMEOUT:-200}" "${CONF[@]}" --ops "$op" "${extra[@]}" \
+            --report-dir "$DIR/raw/conformance-$part-$op" > "$DIR/raw/conf_${part}_${op}.log" 2>&1 &
+          pids+=($!)
+        done
+        rc=0
+        for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+        grep -h "^total" "$DIR"/raw/conf_"$part"_*.log
+        echo "fp8 conformance $part rc=$rc"
+        cat "$DIR"/raw/conformance-$part-*/conformance.md > "$DIR/conformance-$part.md" 2>/dev/null
+      done ;;
     bench)
       echo "== fp8 bench: fused vs unfused pair vs torch.compile"
       timeout "${FP8_BENCH_TIMEOUT:-240}" python3 bench/fp8_kernels.py bench $QUICK \
