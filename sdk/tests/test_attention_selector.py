@@ -256,14 +256,15 @@ def test_probe_selection_reports_a_failure_as_data():
 
 def test_test_helpers_live_in_opcore_testing_only():
     """Forgetting a name and the selection history is for tests: `opcore.testing.attention`
-    offers it, and no public attention module does."""
+    offers it (as `opcore.testing.ir` offers `unregister_op`), and the package
+    `opcore.attention` does not export it."""
     import opcore.attention
-    import opcore.attention.registry
-    import opcore.attention.selector
+    import opcore.testing.attention as helpers
 
-    for module in (opcore.attention, opcore.attention.registry, opcore.attention.selector):
-        assert not hasattr(module, "unregister_backend"), module.__name__
-        assert not hasattr(module, "clear_selection_records"), module.__name__
+    for name in ("unregister_backend", "clear_selection_records"):
+        assert not hasattr(opcore.attention, name)
+        assert name not in opcore.attention.__all__
+        assert callable(getattr(helpers, name))
 
     register_backend("MY_ATTN", path(MyNative))
     assert select(ListedPlatform(["MY_ATTN"])).backend_cls is MyNative

@@ -144,11 +144,11 @@ def register_backend(name: str, class_path: str | None = None) -> Any:
     return decorator
 
 
-def _unregister_backend(name: str) -> None:
+def unregister_backend(name: str) -> None:
     """Forget a plugin's registration of ``name``; a core name cannot be removed, an unknown
     name is ignored. Outside tests a name, once registered, stays for the process (configs
     were checked against it, layers hold the class it selected), so this is not API: tests
-    call it as `opcore.testing.attention.unregister_backend`."""
+    reach it through `opcore.testing.attention`, and `opcore.attention` does not export it."""
     global _generation
     key = normalize_name(name)
     if key in CORE_BACKENDS:

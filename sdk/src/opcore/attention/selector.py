@@ -309,10 +309,11 @@ def selection_info() -> dict[str, Any]:
     return {"registry": registry.registered_backends(), "selections": selections}
 
 
-def _clear_selection_records() -> None:
+def clear_selection_records() -> None:
     """Forget recorded selections and cached results. The cache is keyed by everything a
     selection depends on and the records are the process's history for `opcore info`, so
-    only tests reset them, as `opcore.testing.attention.clear_selection_records`."""
+    only tests reset them, through `opcore.testing.attention` (`opcore.attention` does not
+    export it)."""
     with _lock:
         _records.clear()
         _cache.clear()

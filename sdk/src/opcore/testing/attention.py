@@ -15,12 +15,13 @@ Neither is part of `opcore.attention`: in a running process a registered name st
 (configs were checked against it, layers hold the class it selected) and the selection
 records are the history `opcore info` shows.
 They live beside the state they reset (`opcore.attention.registry`,
-`opcore.attention.selector`) under private names; this module is their one public name.
+`opcore.attention.selector`), as `unregister_op` lives in `opcore.ir.op`; the package
+`opcore.attention` does not export them, and tests import them from here.
 """
 
 from __future__ import annotations
 
-from opcore.attention.registry import _unregister_backend as unregister_backend
-from opcore.attention.selector import _clear_selection_records as clear_selection_records
+from opcore.attention.registry import unregister_backend
+from opcore.attention.selector import clear_selection_records
 
 __all__ = ["clear_selection_records", "unregister_backend"]
