@@ -15,7 +15,10 @@ globally, and compiled state must not leak between them):
    ``triton.cudagraphs``, ``fullgraph=True, dynamic=False``); StaticCache.
 
 ``--eager-static hf,opcore`` adds, for those eager configurations, runs on a StaticCache
-(no graphs): the cache's share of the eager step. They run last, if the budget allows.
+(no graphs): the cache's share of the eager step. ``--eager-nocudnn hf,opcore`` adds runs
+on a DynamicCache with SDPA's cuDNN backend disabled: on the H200 cuDNN attention builds a
+new execution plan for every new KV length, once per eager decode step (about 30 ms of
+host time, see bench/results/2026-12-01-h200-hf/). They run last, if the budget allows.
 
 Measured per configuration and batch: prefill (one forward of ``batch x --prefill`` tokens
 into an empty cache, logits of the last token only: the median of ``--repeats``) and
@@ -32,9 +35,14 @@ transformers functions that build the mask and apply rotary (CPU and device time
 the aten ops of one step counted by output dtype (fp32 GEMMs, host syncs such as
 ``aten::_local_scalar_dense``) and the synchronizations CUDA's sync debug mode reports.
 
-The runs are ordered so that the eager configurations come first; ``--budget`` seconds
-bound the whole run (a configuration still running then is stopped, its finished rows
-kept; later ones are listed as skipped). The JSON and Markdown are rewritten after every
+On CUDA (``--prewarm``) the graphed configurations' children start together and compile
+every graph they measure (prefill and decode at each batch, CUDA graphs recorded), then
+wait; each is then measured alone on the GPU, in the process that compiled it (no
+re-trace, no cache load; the result counts graphs compiled while measuring, 0 when the
+timings hold no compile). Then the eager configurations, then the extra variants.
+Without ``--prewarm`` the eager configurations come first. ``--budget`` seconds bound
+the whole run (a configuration still running then is stopped, its finished rows kept;
+later ones are listed as skipped). The JSON and Markdown are rewritten after every
 configuration, so a run cut short still leaves its results.
 
 On a GPU machine (torch 2.11, transformers 5.17, liger-kernel 0.8.5), about 4.5 minutes::
@@ -237,7 +245,8 @@ class Bench:
             cache.reset()
         else:
             cache = self.static_caches[batch] = self.new_cache(self.decode_len)
-        logits = self.forward(self.ids(batch, self.args.prompt), cache, 0, not self.graphed)
+        compiled = self.args.config not in GRAPHED  # on the CPU too: one graph per batch
+        logits = self.forward(self.ids(batch, self.args.prompt), cache, 0, compiled)
         self.sync()
         return cache, logits[:, -1:].argmax(-1)
 
@@ -490,6 +499,11 @@ def run_child(args) -> None:
             json.dump(result, f)
 
     t0 = time.perf_counter()
+    if args.no_cudnn_sdpa:
+        # SDPA then picks flash / memory-efficient attention: kernels whose setup does
+        # not depend on the KV length (see the decode section of the results page)
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        result["sdpa"] = "cuDNN attention disabled"
     bench = Bench(args)
     result["cache"] = "static" if bench.static else "dynamic"
     result["graphed"] = bench.graphed
@@ -502,7 +516,8 @@ def run_child(args) -> None:
         # which providers the patched model's ops try, in order (the platform's default)
         result["opcore_priority"] = {name: getattr(ops, name).effective_priority() for name in OPS}
     save()
-    if args.warm_only:  # compile every graph the measured run compiles, then stop
+    if args.warm_only or args.go:  # compile every graph the measured run compiles
+        t1 = time.perf_counter()
         with torch.inference_mode():
             for batch in args.batch:
                 bench.forward(bench.ids(batch, args.prefill), bench.new_cache(args.prefill), 0)
@@ -510,9 +525,17 @@ def run_child(args) -> None:
                 for s in range(2):
                     nxt = bench.decode_step(cache, nxt, s)
                 bench.sync()
+        result["compile_s"] = time.perf_counter() - t1
         result["total_s"] = time.perf_counter() - t0
+        if args.warm_only:
+            save()
+            return
+        # compiled while the other configurations compiled; measured alone, when the
+        # parent says so (no re-trace, no cache load: the graphs live in this process)
+        result["ready"] = True
         save()
-        return
+        wait_for_go(args.go, args.go_timeout)
+    graphs = _graph_count(torch)
     with torch.inference_mode():
         for batch in args.batch:
             t1 = time.perf_counter()
@@ -529,8 +552,25 @@ def run_child(args) -> None:
                 if args.config in EAGER:
                     row["census"] = bench.census(row["batch"])
                 save()
+    # a compile inside the measured calls would be in the timings: count them
+    result["graphs_compiled_while_measuring"] = _graph_count(torch) - graphs
     result["total_s"] = time.perf_counter() - t0
     save()
+
+
+def _graph_count(torch) -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def wait_for_go(path: str, timeout: float) -> None:
+    """Block until the parent creates ``path`` (bounded: ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no go signal ({path}) within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 # --------------------------------------------------------------------------- parent
@@ -566,7 +606,7 @@ def environment(device: str) -> dict:
 def _rows(results: list[dict]) -> dict:
     """(model, config, batch) -> row, for the runs with rows."""
     return {(r["model"], r["config"], row["batch"]): row
-            for r in results if not r.get("static_cache") for row in r.get("rows", [])}  # fmt: skip
+            for r in results if not r.get("variant") for row in r.get("rows", [])}  # fmt: skip
 
 
 def targets(results: list[dict], batches: list[int]) -> list[dict]:
@@ -606,8 +646,9 @@ def markdown(env: dict, args, results: list[dict], skipped: list[str]) -> str:
         "DynamicCache (unless the cache column says static). host ms: the time to issue the "
         "call; close to the step time means host-bound.",
         "",
-        f"Graphed configurations compiled first, concurrently (compile time not in the table; "
-        f"Inductor's caches serve the measured runs): {env.get('prewarm')}."
+        "Graphed configurations compiled first, concurrently, each in the process that then "
+        "measures it alone on the GPU (compile time not in the table; seconds to ready): "
+        f"{env.get('prewarm')}."
         if env.get("prewarm")
         else "",
         "",
@@ -630,6 +671,12 @@ def markdown(env: dict, args, results: list[dict], skipped: list[str]) -> str:
         if r.get("error"):
             lines.append(f"| {r['model']} | {r['config']} | | | stopped: {r['error'][:140]} "
                          "| | | | |")  # fmt: skip
+    compiled = {f"{r['model']} {r['config']}":
+                (round(r["compile_s"]), r.get("graphs_compiled_while_measuring"))
+                for r in results if "compile_s" in r}  # fmt: skip
+    if compiled:
+        lines += ["", "Compile phase (s) / graphs compiled while measuring (0: the timings hold "
+                  f"no compile): {compiled}."]  # fmt: skip
     if skipped:
         lines += ["", "Not run (time budget): " + ", ".join(skipped) + "."]
     lines += ["", "## Targets", "",
@@ -726,6 +773,11 @@ def parse_args(argv=None):
         default="",
         help="comma list of eager configs to run again on a StaticCache (last)",
     )
+    p.add_argument(
+        "--eager-nocudnn",
+        default="",
+        help="comma list of eager configs to run again with cuDNN SDPA disabled (last)",
+    )
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-configs", default="hf,opcore,compile,opcore-compile")
     p.add_argument("--profile-steps", type=int, default=3)
@@ -734,7 +786,8 @@ def parse_args(argv=None):
         "--prewarm",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="compile the graphed configurations concurrently first (default: on CUDA)",
+        help="compile the graphed configurations concurrently first, each in the process "
+        "that then measures it (default: on CUDA)",
     )
     p.add_argument("--prewarm-timeout", type=float, default=150)
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
@@ -745,6 +798,9 @@ def parse_args(argv=None):
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--static-cache", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-cudnn-sdpa", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--go", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--go-timeout", type=float, default=900, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.tiny:
         for k, v in TINY.items():
@@ -755,21 +811,37 @@ def parse_args(argv=None):
     args.batch = [int(b) for b in str(args.batch).split(",")]
     args.profile_configs = args.profile_configs.split(",")
     args.eager_static = [c for c in args.eager_static.split(",") if c]
-    if not set(args.eager_static) <= set(EAGER):
-        p.error(f"--eager-static takes eager configurations ({', '.join(EAGER)})")
+    args.eager_nocudnn = [c for c in args.eager_nocudnn.split(",") if c]
+    if not set(args.eager_static) | set(args.eager_nocudnn) <= set(EAGER):
+        p.error(f"--eager-static/--eager-nocudnn take eager configurations ({', '.join(EAGER)})")
     return args
 
 
-def run_order(models: list[str], configs: list[str], eager_static: list[str]) -> list[tuple]:
-    """Eager configurations first (model by model), then the compiled ones: a run cut by
-    the budget keeps the baselines and (4), and loses compiled points."""
-    runs = [(m, c, False) for c in configs if c not in GRAPHED for m in models]
-    runs += [(m, c, False) for m in models for c in configs if c in GRAPHED]
-    runs += [(m, c, True) for m in models for c in configs if c in eager_static]
+# The extra eager runs (after the table's configurations): the label of each variant
+VARIANTS = {"static": "static cache", "nocudnn": "no cuDNN SDPA"}
+
+
+def run_order(
+    models: list[str],
+    configs: list[str],
+    eager_static: list[str],
+    eager_nocudnn=(),
+    graphed_first: bool = False,
+) -> list[tuple]:
+    """(model, config, variant): the graphed configurations first when they were compiled
+    together up front (``graphed_first``), else after the eager ones (a run cut by the budget
+    keeps the baselines and (4)); then, model by model, the eager configurations without
+    cuDNN attention, then on a StaticCache (variant ``nocudnn`` / ``static``), each in the
+    order given. The extra variants run whether or not the configuration is in ``configs``."""
+    eager = [(m, c, "") for c in configs if c not in GRAPHED for m in models]
+    graphed = [(m, c, "") for m in models for c in configs if c in GRAPHED]
+    runs = graphed + eager if graphed_first else eager + graphed
+    runs += [(m, c, "nocudnn") for m in models for c in eager_nocudnn]
+    runs += [(m, c, "static") for m in models for c in eager_static]
     return runs
 
 
-def child_cmd(args, model: str, config: str, static: bool, result_path: str) -> list[str]:
+def child_cmd(args, model: str, config: str, variant: str, result_path: str) -> list[str]:
     common = ["--layers", str(args.layers), "--batch", ",".join(map(str, args.batch)),
               "--prefill", str(args.prefill), "--prompt", str(args.prompt),
               "--steps", str(args.steps), "--warm-steps", str(args.warm_steps),
@@ -780,71 +852,104 @@ def child_cmd(args, model: str, config: str, static: bool, result_path: str) -> 
     cmd = [sys.executable, os.path.abspath(__file__), "--_child", "--model", model,
            "--config", config, "--result", result_path, *common]  # fmt: skip
     cmd += ["--profile"] if args.profile else []
-    cmd += ["--static-cache"] if static else []
+    cmd += ["--static-cache"] if variant == "static" else []
+    cmd += ["--no-cudnn-sdpa"] if variant == "nocudnn" else []
     return cmd
 
 
-def prewarm(args, models: list[str], configs: list[str], timeout: float, logdir: str) -> dict:
-    """Compile the graphed configurations' graphs in concurrent children, before anything
-    is measured: Inductor's on-disk caches (FX graphs, Triton kernels; the opcore pass is
-    cacheable by its key) then serve the measured children, whose compiles would otherwise
-    take most of the run. Returns (model, config) -> seconds or the failure."""
-    procs, out = {}, {}
-    t0 = time.perf_counter()
-    for model in models:
-        for config in configs:
-            if config not in GRAPHED:
-                continue
-            tag = f"{model}-{config}-prewarm"
-            cmd = child_cmd(args, model, config, False, os.path.join(logdir, tag + ".json"))
-            log = open(os.path.join(logdir, tag + ".log"), "w")  # noqa: SIM115  (closed below)
-            cmd.append("--warm-only")
-            procs[f"{model} {config}"] = (subprocess.Popen(cmd, stdout=log, stderr=log), log)
-    for name, (proc, log) in procs.items():
-        left = max(1.0, timeout - (time.perf_counter() - t0))
-        try:
-            rc = proc.wait(timeout=left)
-            out[name] = f"{time.perf_counter() - t0:.0f} s" if rc == 0 else f"exit {rc}"
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-            out[name] = f"stopped after {timeout:.0f} s"
-        log.close()
-    return out
+def _tag(model: str, config: str, variant: str) -> str:
+    return f"{model}-{config}{'-' + variant if variant else ''}"
 
 
-def run_one(args, model, config, static, timeout, logdir) -> dict:
-    tag = f"{model}-{config}{'-static' if static else ''}"
+def launch(args, model: str, config: str, variant: str, logdir: str, go: bool = False) -> dict:
+    """Start one configuration's child; with ``go`` it compiles, then waits for its go file."""
+    tag = _tag(model, config, variant)
     result_path = os.path.join(logdir, tag + ".json")
     if os.path.exists(result_path):
         os.remove(result_path)
-    cmd = child_cmd(args, model, config, static, result_path)
-    error = None
-    t0 = time.perf_counter()
-    with open(os.path.join(logdir, tag + ".log"), "w") as log:
-        try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
-            if proc.returncode:
-                error = f"exit {proc.returncode}"
-        except subprocess.TimeoutExpired:
-            error = f"stopped after {timeout:.0f} s (time budget)"
-    with open(os.path.join(logdir, tag + ".log")) as log:
-        tail = log.read()[-3000:]
+    cmd = child_cmd(args, model, config, variant, result_path)
+    h = {"model": model, "config": config, "variant": variant, "result": result_path,
+         "log": os.path.join(logdir, tag + ".log"), "go": None,
+         "t0": time.perf_counter()}  # fmt: skip
+    if go:
+        h["go"] = os.path.join(logdir, tag + ".go")
+        if os.path.exists(h["go"]):
+            os.remove(h["go"])
+        cmd += ["--go", h["go"], "--go-timeout", str(args.budget + 60)]
+    log = open(h["log"], "w")  # noqa: SIM115  (closed in finish)
+    h["proc"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    h["log_file"] = log
+    return h
+
+
+def _partial(h: dict) -> dict:
     try:
-        with open(result_path) as f:
-            result = json.load(f)
+        with open(h["result"]) as f:
+            return json.load(f)
     except (OSError, ValueError):
-        result = {"model": model, "config": config, "rows": []}
-    if static:
-        result["static_cache"] = True
-        result["config"] = f"{config} (static cache)"
+        return {}
+
+
+def compile_together(args, runs: list[tuple], limit: float, logdir: str) -> tuple[dict, dict]:
+    """Start every graphed configuration's child at once: each compiles all the graphs it
+    measures (prefill and decode at each batch; Inductor, CUDA graphs recorded), then waits.
+    They are measured later one at a time (`finish`), alone on the GPU, in the process that
+    compiled them: no re-trace or cache load in between. Returns the handles of those
+    ready within ``limit`` seconds (the others are stopped) and (model, config) -> seconds
+    to ready, or the failure."""
+    handles = {(m, c): launch(args, m, c, v, logdir, go=True) for m, c, v in runs}
+    t0 = time.perf_counter()
+    status: dict[str, str] = {}
+    pending = dict(handles)
+    while pending and time.perf_counter() - t0 < limit:
+        for key, h in list(pending.items()):
+            if _partial(h).get("ready"):
+                status[" ".join(key)] = f"{time.perf_counter() - t0:.0f} s"
+                del pending[key]
+            elif h["proc"].poll() is not None:
+                status[" ".join(key)] = f"exit {h['proc'].returncode} while compiling"
+                del pending[key]
+        time.sleep(0.5)
+    for key, h in pending.items():
+        h["proc"].kill()
+        status[" ".join(key)] = f"stopped: not compiled within {limit:.0f} s"
+    return handles, status
+
+
+def finish(h: dict, timeout: float) -> dict:
+    """Let ``h``'s child run (touching its go file), wait at most ``timeout`` seconds and
+    collect its result; a child cut short keeps its finished rows."""
+    error = None
+    if h["go"] and h["proc"].poll() is None:
+        with open(h["go"], "w"):
+            pass
+    proc = h["proc"]
+    try:
+        rc = proc.wait(timeout=timeout)
+        if rc:
+            error = f"exit {rc}"
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+        error = f"stopped after {timeout:.0f} s (time budget)"
+    h["log_file"].close()
+    with open(h["log"]) as log:
+        tail = log.read()[-3000:]
+    result = _partial(h) or {"model": h["model"], "config": h["config"], "rows": []}
+    if h["variant"]:
+        result["variant"] = h["variant"]
+        result["config"] = f"{h['config']} ({VARIANTS[h['variant']]})"
     if error:
         lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
         last = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), None)
         result["error"] = error + (f": {last.strip()}" if last and "exit" in error else "")
         result["log_tail"] = tail
-    result["wall_s"] = time.perf_counter() - t0
+    result["wall_s"] = time.perf_counter() - h["t0"]
     return result
+
+
+def run_one(args, model, config, variant, timeout, logdir) -> dict:
+    return finish(launch(args, model, config, variant, logdir), timeout)
 
 
 def main(argv=None) -> int:
@@ -865,29 +970,39 @@ def main(argv=None) -> int:
     env = environment(args.device)
     start = time.monotonic()
     results: list[dict] = []
-    runs = run_order(models, configs, args.eager_static)
+    env["prewarm"] = None
+    together = args.prewarm and any(c in GRAPHED for c in configs)
+    runs = run_order(models, configs, args.eager_static, args.eager_nocudnn, together)
     skipped: list[str] = []
-    warm = None
-    if args.prewarm and any(c in GRAPHED for c in configs):
-        limit = min(args.prewarm_timeout, 0.6 * args.budget)
-        print(f"== prewarm: compiling the graphed configurations (at most {limit:.0f} s)")
-        warm = prewarm(args, models, configs, limit, logdir)
-        print(json.dumps(warm), flush=True)
-    env["prewarm"] = warm
-    for i, (model, config, static) in enumerate(runs):
-        left = args.budget - (time.monotonic() - start)
-        name = f"{model} {config}{' static' if static else ''}"
-        if left < 15:
-            skipped += [f"{m} {c}{' static' if s else ''}" for m, c, s in runs[i:]]
-            break
-        print(f"== {name} (budget left {left:.0f} s)", flush=True)
-        r = run_one(args, model, config, static, min(args.timeout, left), logdir)
-        results.append(r)
-        for row in r.get("rows", []):
-            print(json.dumps({k: v for k, v in row.items() if k not in ("profile", "census")}))
-        if r.get("error"):
-            print(f"   {r['error']}\n{r.get('log_tail', '')[-1500:]}", flush=True)
-        write(out, env, args, results, skipped)
+    handles: dict = {}
+    if together:
+        limit = min(args.prewarm_timeout, 0.8 * args.budget)
+        print(f"== compiling the graphed configurations together (at most {limit:.0f} s)")
+        graphed = [r for r in runs if r[1] in GRAPHED and not r[2]]
+        handles, env["prewarm"] = compile_together(args, graphed, limit, logdir)
+        print(json.dumps(env["prewarm"]), flush=True)
+    try:
+        for i, (model, config, variant) in enumerate(runs):
+            left = args.budget - (time.monotonic() - start)
+            name = f"{model} {config}{' ' + variant if variant else ''}"
+            if left < 15:
+                skipped += [f"{m} {c}{' ' + v if v else ''}" for m, c, v in runs[i:]]
+                break
+            print(f"== {name} (budget left {left:.0f} s)", flush=True)
+            h = handles.pop((model, config), None) if not variant else None
+            h = h or launch(args, model, config, variant, logdir)
+            r = finish(h, min(args.timeout, left))
+            results.append(r)
+            for row in r.get("rows", []):
+                print(json.dumps({k: v for k, v in row.items() if k not in ("profile", "census")}))
+            if r.get("error"):
+                print(f"   {r['error']}\n{r.get('log_tail', '')[-1500:]}", flush=True)
+            write(out, env, args, results, skipped)
+    finally:
+        for h in handles.values():  # compiled but not measured (budget): stop them
+            if h["proc"].poll() is None:
+                h["proc"].kill()
+                h["proc"].wait(timeout=30)
     write(out, env, args, results, skipped)
     print(markdown(env, args, results, skipped))
     return 1 if any(r.get("error") for r in results) else 0

@@ -70,3 +70,51 @@ def test_targets_met_and_missed():
     }  # fmt: skip
     assert m.module_role("model.layers.11") == "decoder layer"
     assert m.module_role("model.layers.11.mlp.down_proj") is None
+
+
+def test_run_order_graphed_first_when_compiled_together_and_variants_last():
+    m = load_script()
+    models, configs = ["a", "b"], ["hf", "compile", "opcore", "opcore-compile"]
+    together = m.run_order(models, configs, ["hf"], ["opcore", "hf"], graphed_first=True)
+    assert together[:4] == [("a", "compile", ""), ("a", "opcore-compile", ""),
+                            ("b", "compile", ""), ("b", "opcore-compile", "")]  # fmt: skip
+    assert together[4:8] == [("a", "hf", ""), ("b", "hf", ""), ("a", "opcore", ""),
+                             ("b", "opcore", "")]  # fmt: skip
+    # the extra variants: model by model, in the order given, even for configurations
+    # not in --configs (liger here)
+    assert together[8:] == [("a", "opcore", "nocudnn"), ("a", "hf", "nocudnn"),
+                            ("b", "opcore", "nocudnn"), ("b", "hf", "nocudnn"),
+                            ("a", "hf", "static"), ("b", "hf", "static")]  # fmt: skip
+    extra = m.run_order(["a"], ["compile"], [], ["liger"])
+    assert extra == [("a", "compile", ""), ("a", "liger", "nocudnn")]
+    # eager first when the graphed ones compile in their own measured run
+    assert m.run_order(["a"], configs, [], [])[0] == ("a", "hf", "")
+    # a variant's rows are not the configuration's: the targets ignore them
+    rows = [{"batch": 1, "prefill_ms": 1.0, "decode_step_ms_median": 1.0}]
+    results = [{"model": "a", "config": "hf (no cuDNN SDPA)", "variant": "nocudnn",
+                "rows": rows}, {"model": "a", "config": "opcore", "rows": rows}]  # fmt: skip
+    assert {t["status"] for t in m.targets(results, [1])} == {"not measured"}
+
+
+def test_tiny_compiled_together_then_measured_alone(tmp_path):
+    """The graphed configuration compiles in its child, waits for the go file, and is then
+    measured with no further compile; the eager variant without cuDNN SDPA runs after it."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(SCRIPT), "--tiny", "--models", "tiny-llama", "--configs",
+           "compile", "--batch", "1,2", "--prewarm", "--eager-nocudnn", "hf",
+           "--out", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "hf_models.json").read_text())
+    assert report["environment"]["prewarm"]["tiny-llama compile"].endswith(" s")
+    compiled, nocudnn = report["results"]
+    assert compiled["config"] == "compile" and compiled["ready"] and "error" not in compiled
+    assert [r["batch"] for r in compiled["rows"]] == [1, 2]
+    assert compiled["compile_s"] > 0
+    assert compiled["graphs_compiled_while_measuring"] == 0  # the timings hold no compile
+    assert (tmp_path / "logs" / "tiny-llama-compile.go").exists()
+    assert nocudnn["config"] == "hf (no cuDNN SDPA)" and nocudnn["variant"] == "nocudnn"
+    assert nocudnn["sdpa"] == "cuDNN attention disabled" and len(nocudnn["rows"]) == 2
+    md = (tmp_path / "hf_models.md").read_text()
+    assert "| tiny-llama | hf (no cuDNN SDPA) | dynamic | 1 |" in md
+    assert "'tiny-llama compile': (" in md and ", 0)" in md
