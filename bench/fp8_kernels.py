@@ -12,11 +12,13 @@ op's native function, bf16, hidden 4096 (the gated ops: 2 x 14336), at several t
 counts. Device time per call from graph replay where the platform captures graphs, else
 timing events / wall clock; each figure as achieved bandwidth (the bytes the op must move:
 its inputs read once, its outputs written once) and as a percentage of copy bandwidth (a
-1 GiB device-to-device copy, read + write). Performance is recorded, never asserted.
+2 GiB device-to-device ``copy_``, read + write, timed with the platform's events as in
+`opcore.bench.timing.copy_bandwidth_gbs`). ``--sweep`` adds the row kernels under several
+launch configurations at the largest token count. Performance is recorded, never asserted.
 
 Usage: ``python bench/fp8_kernels.py check|bench [--out DIR] [--tokens 32768,4096,...]
-[--quick]``; ``--quick`` (small shapes, few repetitions) is for testing the plumbing on
-a CPU under ``TRITON_INTERPRET=1``.
+[--quick] [--no-compile] [--no-encoded] [--sweep]``; ``--quick`` (small shapes, few
+repetitions) is for testing the plumbing on a CPU under ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
@@ -326,13 +328,110 @@ def _cases(tokens: int, hidden: int, inter: int, device):
 
 
 def _copy_bandwidth(timer, device, nbytes: int, reps: int) -> float:
-    """Bytes per second of a device-to-device copy of ``nbytes`` (read + write counted)."""
+    """Bytes per second of a device-to-device copy of ``nbytes`` (read + write counted),
+    captured in a graph with `_timer`. Only the reference where the platform has no timing
+    events: in a CUDA graph the copy becomes a memcpy node, which the H200 ran at 2710
+    GB/s against 4249 GB/s for the same copy launched as a kernel (the fused kernels then
+    showed up to 160 % "of copy"; bench/results/2026-12-01-h200-fp8/)."""
     src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
     dst = torch.empty_like(src)
     return 2 * nbytes / timer(lambda: dst.copy_(src), reps)
 
 
-def bench(device, token_counts, hidden: int, inter: int, reps: int, compile_native: bool):
+def _reference_copy(platform, timer, device, nbytes: int, reps: int) -> tuple[float, str]:
+    """``(bytes per second, how measured)``: `opcore.bench.timing.copy_bandwidth_gbs` (a 2
+    GiB ``copy_`` timed with the platform's events, the reference of every other result
+    under bench/results/), else the graph-captured copy (no timing events: the CPU)."""
+    from opcore.bench.timing import copy_bandwidth_gbs
+
+    gbs = copy_bandwidth_gbs(platform)
+    if gbs is not None:
+        return gbs * 1e9, "2 GiB copy_, timing events (opcore.bench.timing)"
+    mib = nbytes >> 20
+    return _copy_bandwidth(timer, device, nbytes, reps), f"{mib} MiB copy_, graph or clock"
+
+
+# The row kernels' launch configurations timed by ``--sweep`` (rows per program, warps), at
+# hidden 4096 (one register tile of 4096 columns; the heuristic: 1 row on 8 warps).
+SWEEP_CONFIGS = ((1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 16))
+SWEEP_OPS = (
+    "rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "dynamic_per_token_scaled_fp8_quant",
+)
+
+
+def sweep(timer, tokens: int, hidden: int, reps: int, copy_bw: float, device) -> list[dict]:
+    """Each of `SWEEP_OPS` (no residual: the two fused kernels that missed 85 % of copy on
+    the first H200 run, and the plain per-token quant on the same kernel) under each of
+    `SWEEP_CONFIGS` (`quant.row_launch`): time, % of copy, and fp8 codes that differ from
+    the heuristic's output (the sum of squares is ordered by the launch; at most one code
+    apart is the ops' tolerance)."""
+    from opcore.ir import ops
+    from opcore.kernels.triton import quant
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(tokens, hidden, generator=g).to(device, torch.bfloat16)
+    w = (1 + torch.randn(hidden, generator=g) / 4).to(device, torch.bfloat16)
+    s = torch.tensor([0.02], device=device)
+    args = {
+        "rms_norm_static_fp8_quant": (x, w, 1e-6, s),
+        "rms_norm_dynamic_per_token_quant": (x, w, 1e-6),
+        "dynamic_per_token_scaled_fp8_quant": (x,),
+    }
+    nbytes = {
+        "rms_norm_static_fp8_quant": 3 * tokens * hidden,
+        "rms_norm_dynamic_per_token_quant": 3 * tokens * hidden + 4 * tokens,
+        "dynamic_per_token_scaled_fp8_quant": 3 * tokens * hidden + 4 * tokens,
+    }
+    rows = []
+    for name in SWEEP_OPS:
+        fn = getattr(ops, name).impls["triton"].functional
+        a = args[name]
+        base = _codes(_tensors(fn(*a))[0])
+        for n_rows, warps in SWEEP_CONFIGS:
+            if n_rows * _next_pow2(hidden) > 16384:
+                continue
+            row = {"case": name, "tokens": tokens, "rows": n_rows, "num_warps": warps}
+            try:
+                with quant.row_launch(n_rows, warps):
+                    codes = _codes(_tensors(fn(*a))[0])
+                    t = timer(lambda f=fn, a=a: f(*a), reps)
+            except Exception as exc:  # a configuration that fails to build: recorded
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                rows.append(row)
+                print(f"sweep {name:36s} rows={n_rows} warps={warps:2d} {row['error']}")
+                continue
+            steps = (codes - base).abs()
+            row.update(
+                us=t * 1e6,
+                pct_copy=100 * nbytes[name] / t / copy_bw,
+                codes_off=int((steps > 0).sum()),
+                peak_codes=int(steps.max()),
+            )
+            rows.append(row)
+            print(
+                f"sweep {name:36s} rows={n_rows} warps={warps:2d} {row['us']:8.1f} us "
+                f"({row['pct_copy']:5.1f} % copy), {row['codes_off']} codes off the "
+                f"heuristic's (peak {row['peak_codes']})"
+            )
+    return rows
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def bench(
+    device,
+    token_counts,
+    hidden: int,
+    inter: int,
+    reps: int,
+    compile_native: bool,
+    encoded: bool = True,
+    do_sweep: bool = False,
+):
     from opcore.ir import ops
     from opcore.kernels.triton import INTERPRETED, quant
     from opcore.platforms import get_current_platform
@@ -340,8 +439,12 @@ def bench(device, token_counts, hidden: int, inter: int, reps: int, compile_nati
     platform = get_current_platform()
     timer = _timer(platform, device)
     gib = 1 << 30 if device.type != "cpu" else 1 << 24
-    copy_bw = _copy_bandwidth(timer, device, gib, max(1, reps // 4))
-    print(f"copy bandwidth: {copy_bw / 1e9:.0f} GB/s (read + write, {gib >> 20} MiB)")
+    copy_bw, copy_how = _reference_copy(platform, timer, device, gib, max(1, reps // 4))
+    print(f"copy bandwidth: {copy_bw / 1e9:.0f} GB/s (read + write; {copy_how})")
+    copy_graph = None
+    if device.type != "cpu":  # the graph-captured copy, for the record (see _copy_bandwidth)
+        copy_graph = _copy_bandwidth(timer, device, gib, max(1, reps // 4)) / 1e9
+        print(f"copy in a graph (memcpy node): {copy_graph:.0f} GB/s (not the reference)")
     compiled = {}
     rows = []
     for tokens in token_counts:
@@ -354,7 +457,7 @@ def bench(device, token_counts, hidden: int, inter: int, reps: int, compile_nati
             t_fused = timer(lambda f=fused, a=args: f(*a), reps)
             row["triton_us"] = t_fused * 1e6
             row["triton_pct_copy"] = 100 * nbytes / t_fused / copy_bw
-            if tokens == max(token_counts) and not INTERPRETED:
+            if encoded and tokens == max(token_counts) and not INTERPRETED:
                 # the same kernel encoding the codes in integer arithmetic (the path of a
                 # device without fp8 conversions): what converting saves
                 with quant.codes_encoded(True):
@@ -395,15 +498,18 @@ def bench(device, token_counts, hidden: int, inter: int, reps: int, compile_nati
                     else ""
                 )
             )
-    return {"device": str(device), "copy_gbps": copy_bw / 1e9, "hidden": hidden,
-            "intermediate": inter, "rows": rows}  # fmt: skip
+    swept = sweep(timer, max(token_counts), hidden, reps, copy_bw, device) if do_sweep else []
+    return {"device": str(device), "copy_gbps": copy_bw / 1e9, "copy_how": copy_how,
+            "copy_graph_gbps": copy_graph, "hidden": hidden, "intermediate": inter,
+            "rows": rows, "sweep": swept}  # fmt: skip
 
 
 def _markdown(result: dict) -> str:
     lines = [
         f"# fp8 kernels on {result['device']}",
         "",
-        f"copy bandwidth {result['copy_gbps']:.0f} GB/s; bf16, hidden {result['hidden']}, "
+        f"copy bandwidth {result['copy_gbps']:.0f} GB/s ({result['copy_how']}); "
+        f"bf16, hidden {result['hidden']}, "
         f"gated ops 2 x {result['intermediate']}; device time per call (graph replay where "
         f"available); % of copy bandwidth = the op's minimum bytes / time / copy bandwidth.",
         "",
@@ -436,6 +542,27 @@ def _markdown(result: dict) -> str:
                 f"{r['triton_pct_copy']:.1f} | {r['encoded_us']:.1f} | "
                 f"{r['encoded_pct_copy']:.1f} |"
             )
+    if result.get("sweep"):
+        lines += [
+            "",
+            "Launch configurations of the row kernels (`quant.row_launch`; the heuristic: "
+            "1 row per program, 8 warps at 4096 columns); codes off = fp8 values that differ "
+            "from the heuristic's output:",
+            "",
+            "| case | tokens | rows | warps | us | % copy | codes off (peak) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in result["sweep"]:
+            if "error" in r:
+                lines.append(
+                    f"| {r['case']} | {r['tokens']} | {r['rows']} | {r['num_warps']} | "
+                    f"{r['error']} | | |"
+                )
+                continue
+            lines.append(
+                f"| {r['case']} | {r['tokens']} | {r['rows']} | {r['num_warps']} | "
+                f"{r['us']:.1f} | {r['pct_copy']:.1f} | {r['codes_off']} ({r['peak_codes']}) |"
+            )
     errors = [r for r in result["rows"] if "compile_error" in r]
     for r in errors:
         lines.append(f"\ntorch.compile failed for {r['case']} (T={r['tokens']}): "
@@ -450,6 +577,14 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default="32768,8192,1024,64")
     ap.add_argument("--quick", action="store_true", help="small shapes (CPU plumbing test)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile of native")
+    ap.add_argument(
+        "--no-encoded", action="store_true", help="bench: skip the integer-encoded timings"
+    )
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="bench: also time the row kernels' launch configurations at the largest count",
+    )
     ap.add_argument("--ops", default=",".join(QUANT_OPS), help="check: these ops only")
     args = ap.parse_args(argv)
     import opcore.kernels.triton  # noqa: F401  (registers provider "triton")
@@ -469,10 +604,11 @@ def main(argv=None) -> int:
         status = 1 if result["failures"] else 0
     else:
         tokens = [int(t) for t in args.tokens.split(",")]
+        opts = {"encoded": not args.no_encoded, "do_sweep": args.sweep}
         if args.quick:
-            result = bench(device, [16, 64], 256, 256, 2, not args.no_compile)
+            result = bench(device, [16, 64], 256, 256, 2, not args.no_compile, **opts)
         else:
-            result = bench(device, tokens, 4096, 14336, 20, not args.no_compile)
+            result = bench(device, tokens, 4096, 14336, 20, not args.no_compile, **opts)
         status = 0
     if args.out:
         os.makedirs(args.out, exist_ok=True)

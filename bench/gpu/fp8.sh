@@ -15,7 +15,14 @@
 #                run has the platform and decoder-level checks)
 #   bench        each fused kernel vs the unfused pair of opcore triton providers vs
 #                torch.compile of the native function, bf16, hidden 4096 (gated 2 x 14336),
-#                tokens ${FP8_TOKENS:-32768,8192,1024,64}; % of copy bandwidth
+#                tokens ${FP8_TOKENS:-32768,8192,1024,64}; % of copy bandwidth (a 2 GiB
+#                copy_ timed with events, as every other result); FP8_BENCH_ARGS adds
+#                bench/fp8_kernels.py options (--no-compile, --no-encoded, --sweep: the row
+#                kernels under six launch configurations at the largest token count)
+# Short re-run (about 60 s on an H200, well under 90 s; no check, no conformance, 32k only,
+# no torch.compile, no encoded path, the launch sweep of the three row kernels):
+#   STEPS=bench FP8_TOKENS=32768 FP8_BENCH_ARGS="--no-compile --no-encoded --sweep" \
+#     FP8_BENCH_TIMEOUT=85 OUT=... bash bench/gpu/fp8.sh
 # Run from the repo root after bench/h200_run.sh's install lines (PYTHONPATH=/tmp/site).
 # Results: $OUT/fp8/: log.txt (every step's output), conformance-checks.md,
 # conformance-compile.md (the per-op summaries, concatenated), bench.md, raw.tgz (check
@@ -85,7 +92,7 @@ for step in $STEPS; do
     bench)
       echo "== fp8 bench: fused vs unfused pair vs torch.compile"
       timeout "${FP8_BENCH_TIMEOUT:-240}" python3 bench/fp8_kernels.py bench $QUICK \
-        --tokens "${FP8_TOKENS:-32768,8192,1024,64}" --out "$DIR/raw"
+        --tokens "${FP8_TOKENS:-32768,8192,1024,64}" ${FP8_BENCH_ARGS:-} --out "$DIR/raw"
       echo "fp8 bench rc=$?"
       cp "$DIR/raw/fp8_bench.md" "$DIR/bench.md" 2>/dev/null ;;
   esac

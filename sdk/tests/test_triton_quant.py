@@ -220,3 +220,34 @@ else:
         assert sup["rms_norm_static_fp8_quant"](x, torch.ones(128)[::2], 1e-6, one) is False
         assert sup["rms_norm_dynamic_per_token_quant"](x, w, 1e-6, x[:2]) is False
         assert sup["fused_add_rms_norm_static_fp8_quant"](x, x.half(), w, 1e-6, one) is False
+
+    def test_row_launch_changes_the_launch_not_the_result():
+        """`quant.row_launch` (the bench's launch sweep) runs the row kernels with other
+        rows per program and warps: codes at most one apart from the heuristic's launch
+        (the sum of squares is ordered by the launch), scales and residual sums equal
+        within float32 rounding; bad settings are refused by name."""
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(5, 256, generator=g).to(torch.bfloat16)  # 5 rows: a partial program
+        r = torch.randn(5, 256, generator=g).to(torch.bfloat16)
+        w = (1 + torch.randn(256, generator=g) / 4).to(torch.bfloat16)
+        cases = [
+            ("rms_norm_static_fp8_quant", (x, w, 1e-6, torch.tensor([0.02]))),
+            ("rms_norm_dynamic_per_token_quant", (x, w, 1e-6, r)),
+            ("dynamic_per_token_scaled_fp8_quant", (x,)),
+        ]
+        for name, args in cases:
+            fn = getattr(quant, name)
+            want = fn(*args)
+            with quant.row_launch(4, 2):
+                got = fn(*args)
+            compare(name, got, want, torch.bfloat16, f"{name} rows=4 warps=2", [0, 0])
+            want_native = getattr(ops, name).native(*args)
+            compare(name, got, want_native, torch.bfloat16, f"{name} vs native", [0, 0])
+        with pytest.raises(ValueError, match="num_warps must be a power of two"):
+            with quant.row_launch(1, 3):
+                pass
+        with pytest.raises(ValueError, match="exceed one register tile"):
+            with quant.row_launch(2, 4):
+                quant.rms_norm_static_fp8_quant(
+                    torch.randn(2, 16384), torch.ones(16384), 1e-6, torch.ones(1)
+                )

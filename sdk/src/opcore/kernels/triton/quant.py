@@ -412,6 +412,41 @@ def _row_quant_kernel(
             )  # fmt: skip
 
 
+_row_launch: list[tuple[int, int] | None] = [None]  # row_launch's setting (one per process)
+
+
+@contextlib.contextmanager
+def row_launch(rows: int, num_warps: int) -> Iterator[None]:
+    """Within the block, the row kernels (the norm + quant ops and the per-token dynamic
+    quant) take ``rows`` rows per program on ``num_warps`` warps instead of
+    `_launch.row_params`' choice, for rows that fit one register tile: to measure launch
+    configurations on a device (``bench/fp8_kernels.py sweep``). Both must be powers of
+    two (Triton's layouts need them), ``rows * BLOCK_N <= 16384``. Not thread-safe."""
+    for name, v in (("rows", rows), ("num_warps", num_warps)):
+        if not isinstance(v, int) or v < 1 or v & (v - 1) or v > 32:
+            raise ValueError(f"row_launch: {name} must be a power of two in 1..32, got {v!r}")
+    before = _row_launch[0]
+    _row_launch[0] = (rows, num_warps)
+    try:
+        yield
+    finally:
+        _row_launch[0] = before
+
+
+def _row_params(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
+    """`_launch.row_params`, or row_launch's setting where the row fits one tile."""
+    block_n, rows, single, warps = _launch.row_params(n_rows, n_cols)
+    forced = _row_launch[0]
+    if forced is not None and single:
+        rows, warps = forced
+        if rows * block_n > _launch.MAX_FUSED_COLS:
+            raise ValueError(
+                f"row_launch: {rows} rows of {block_n} columns exceed one register tile "
+                f"({_launch.MAX_FUSED_COLS} elements)"
+            )
+    return block_n, rows, single, warps
+
+
 def _rows_quant(
     x, residual, weight, epsilon, scale, *, norm: bool, dynamic: bool, what: str
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -428,7 +463,7 @@ def _rows_quant(
         return q, scales, res
     sx = require_row_stride(x, f"{what}: x")
     sr = 0 if residual is None else require_row_stride(residual, f"{what}: residual")
-    block_n, rows, single, warps = _launch.row_params(n_rows, n_cols)
+    block_n, rows, single, warps = _row_params(n_rows, n_cols)
     _row_quant_kernel[(_launch.cdiv(n_rows, rows),)](
         x,
         sx,
