@@ -1,112 +1,340 @@
-"""Before/after of a tuning table: `opcore bench` records with tuning off and on, per row.
+"""A tuning table against no table and against the peers: `opcore bench` records per row.
 
-Each row is one op x layout x token count of the ``triton`` provider. The time compared is
-graph replay at 1-32 tokens (where recorded), else the device time. A row is "tuned" when
-the table has an entry for its op, dtype, token count and shape, else "unseen" (another
-hidden size or token count: the table's nearest bucket, or the heuristic). When the "on"
-run also timed peers, the best peer and opcore's ratio to it are shown.
+Inputs are `opcore bench` outputs: ``bench.json`` files or the JSON Lines files of
+``--jsonl`` (written record by record, so a run cut short by its time limit still counts);
+several may be given per side and any of them may be missing (named in the report, never a
+crash). ``--off``: the ``triton`` provider with ``OPCORE_TUNING=off``; ``--on``: with the
+table, and the peers timed in the same processes (``compile``, ``F.rms_norm``, ``liger``,
+``flaggems``; ``--peers`` changes the list: ``native`` is not one by default).
 
-    python bench/tune_compare.py --table T.json --off OFF/bench.json --on ON/bench.json \
-        [--out compare.md]
+A row is one op x layout x token count. Its time is graph replay at 1-32 tokens (where
+recorded), else the device time (median, us). A row is "tuned" when the table has an
+entry for its op, shape and token count, else "unseen" (another hidden size or token
+count: the table's nearest bucket, or the heuristic). Per row: off, on, off/on, the best
+peer, on/peer, within 3 % of it, at or ahead of it, and for a miss its likely cause, read
+from the numbers (decode sizes launch-bound, spreads overlapping, % of copy bandwidth, the
+table's entry, whether the table helped). The target (issue 17): within 3 % of the best
+peer on every tuned row, at or ahead on at least 80 % of them.
+
+    python bench/tune_compare.py --table T.json --off OFF.jsonl [...] --on ON.jsonl [...] \\
+        [--out compare.md] [--json compare.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from typing import Any
 
 PROVIDER = "triton"
+PEERS = ("compile", "F.rms_norm", "liger", "flaggems")
+WITHIN = 1.03
+AHEAD_TARGET = 0.80
+DECODE_MAX = 32
 
 
-def _time(rec: dict[str, Any]) -> float | None:
-    if rec.get("tokens", 0) <= 32 and rec.get("graph_us"):
-        return float(rec["graph_us"])
-    value = rec.get("device_us") or rec.get("cpu_us")
-    return None if value is None else float(value)
+def timer_of(rec: dict[str, Any]) -> str | None:
+    """The timer a row is compared with: graph replay at decode sizes, else device."""
+    if rec.get("tokens", 0) <= DECODE_MAX and rec.get("graph_us"):
+        return "graph"
+    for t in ("device", "cpu"):
+        if rec.get(f"{t}_us"):
+            return t
+    return None
 
 
-def _rows(path: str) -> dict[tuple, dict[str, dict[str, Any]]]:
-    with open(path) as f:
-        records = json.load(f)["records"]
-    rows: dict[tuple, dict[str, dict[str, Any]]] = {}
-    for r in records:
-        if r.get("skipped") or r.get("error") or _time(r) is None:
+def time_of(rec: dict[str, Any]) -> float | None:
+    t = timer_of(rec)
+    return None if t is None else float(rec[f"{t}_us"])
+
+
+def iqr_of(rec: dict[str, Any]) -> float:
+    t = timer_of(rec)
+    sp = rec.get(f"{t}_spread") or {}
+    return float(sp.get("iqr_over_median") or 0.0)
+
+
+def read_records(path: str) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+    """``(records, environment, problem)`` of a bench.json or a JSON Lines file; a missing
+    or unreadable file gives no records and says why (a truncated last line is skipped)."""
+    if not os.path.isfile(path):
+        return [], {}, f"{path}: not written (the step did not run or did not finish)"
+    records: list[dict[str, Any]] = []
+    env: dict[str, Any] = {}
+    problem = None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        return [], {}, f"{path}: unreadable ({exc})"
+    if path.endswith(".json"):
+        try:
+            data = json.loads(text)
+            return list(data.get("records", [])), dict(data.get("environment", {})), None
+        except json.JSONDecodeError as exc:
+            return [], {}, f"{path}: not JSON ({exc})"
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
             continue
-        rows.setdefault((r["op"], r["layout"], r["tokens"], r["hidden"]), {})[r["provider"]] = r
-    return rows
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            problem = f"{path}: line {n} cut short (the step was stopped while writing it)"
+            continue
+        if obj.get("type") == "header":
+            env = env or dict(obj.get("environment", {}))
+        else:
+            records.append(obj)
+    return records, env, problem
+
+
+def collect(paths: list[str]) -> tuple[dict[tuple, dict[str, dict]], dict, list[str], list]:
+    """Rows ``(op, layout, tokens, hidden) -> {provider: record}`` of every file (a later
+    record of the same row and provider wins), the first environment, the problems, and
+    the failed or skipped records."""
+    rows: dict[tuple, dict[str, dict]] = {}
+    env: dict[str, Any] = {}
+    problems: list[str] = []
+    failed: list[dict[str, Any]] = []
+    for p in paths:
+        records, e, problem = read_records(p)
+        env = env or e
+        if problem:
+            problems.append(problem)
+        for r in records:
+            key = (r.get("op"), r.get("layout"), r.get("tokens"), r.get("hidden"))
+            if r.get("error") or r.get("skipped"):
+                failed.append(r)
+                continue
+            if time_of(r) is None:
+                continue
+            rows.setdefault(key, {})[r["provider"]] = r
+    return rows, env, problems, failed
+
+
+def shape_of(op: str, layout: str) -> tuple:
+    """The table's ``shape`` for a bench layout: ``H=4096`` -> (4096,), ``I=14336`` ->
+    (14336,) (gelu_and_mul: (14336, "tanh")), ``llama 32/8x128`` -> (32, 8, 128)."""
+    tail = layout.split()[-1]
+    if "=" in tail:
+        n = int(tail.split("=")[1])
+        return (n, "tanh") if op == "gelu_and_mul" else (n,)
+    heads, d = tail.split("x")
+    hq, hkv = heads.split("/")
+    return (int(hq), int(hkv), int(d))
+
+
+def table_index(table: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    return {(e["op"], tuple(e["shape"]), int(e["tokens"])): e for e in table.get("entries", [])}
+
+
+def likely_cause(
+    on: dict[str, Any],
+    off: dict[str, Any] | None,
+    peer: dict[str, Any],
+    entry: Any,
+    provider: str = PROVIDER,
+) -> str:
+    """A short reading of why opcore is behind ``peer`` on this row, from the numbers."""
+    t_on, t_peer = time_of(on), time_of(peer)
+    assert t_on is not None and t_peer is not None
+    gap = t_on - t_peer
+    noise = max(iqr_of(on), iqr_of(peer)) * t_peer
+    parts = []
+    if gap <= noise:
+        parts.append(f"gap {gap:.2f} us within the spread (IQR {noise:.2f} us): noise-level")
+    if on["tokens"] <= DECODE_MAX:
+        parts.append(
+            f"decode size, launch-bound: {gap:.2f} us of fixed cost per call "
+            "(grid, warps, argument handling in the replayed kernel)"
+        )
+    else:
+        t = timer_of(on)
+        pct_on, pct_peer = on.get(f"{t}_pct_copy"), peer.get(f"{t}_pct_copy")
+        if pct_on is not None and pct_peer is not None:
+            parts.append(
+                f"bandwidth: opcore {pct_on:.0f} % of copy vs the peer's {pct_peer:.0f} %"
+                + (" (both near the copy rate)" if pct_on >= 85 else " (opcore's launch config)")
+            )
+    if entry is None:
+        parts.append("no table entry for this shape/bucket: heuristic or nearest bucket")
+    elif off is not None:
+        t_off = time_of(off)
+        if t_off is not None and t_off < t_on * 0.99:
+            parts.append(f"the table's config is slower than the heuristic ({t_off:.2f} us off)")
+        elif entry.get("configs", {}).get(provider) is None:
+            parts.append("the search kept the heuristic (no candidate beat it beyond noise)")
+    return "; ".join(parts)
+
+
+def compare(
+    table: dict[str, Any],
+    off_paths: list[str],
+    on_paths: list[str],
+    peer_names: tuple[str, ...] = PEERS,
+    provider: str = PROVIDER,
+) -> tuple[str, dict[str, Any]]:
+    """The report (Markdown) and its numbers; ``peer_names``: the providers of the "on"
+    records that count as peers; ``provider``: opcore's provider compared with them."""
+    off, _, off_problems, _off_failed = collect(off_paths)
+    on, env, on_problems, on_failed = collect(on_paths)
+    index = table_index(table)
+    search = table.get("search", {})
+    lines = [
+        "# Tuning table: before/after and against the peers (`opcore bench`)",
+        "",
+        f"- table: {table.get('environment')}",
+        f"- search: {search.get('spent_s')} s of a {search.get('budget_s')} s budget "
+        f"({search.get('date')}), timer {search.get('timer')}; "
+        f"{sum(len(e.get('rejected', [])) for e in table.get('entries', []))} candidates "
+        "rejected by the gate",
+        f"- bench: {env.get('device')} {env.get('date')}, torch {env.get('torch')}, triton "
+        f"{env.get('triton')}, liger {env.get('liger_kernel')}, flag_gems "
+        f"{env.get('flag_gems')}, copy {env.get('copy_gbs') or 0:.0f} GB/s",
+        "- time: graph replay at 1-32 tokens, else device time (median, us); off/on: the "
+        "table's speedup; on/peer: opcore's time over the best peer's (<= 1.03: within "
+        "3 %; <= 1: at or ahead)",
+    ]
+    for p in off_problems + on_problems:
+        lines.append(f"- missing: {p}")
+    lines.append("")
+    summary: dict[str, Any] = {"rows": [], "problems": off_problems + on_problems}
+    keys = sorted(set(off) | set(on), key=lambda k: (k[0], k[3], k[1], k[2]))
+    for kind in ("tuned", "unseen"):
+        head = (
+            "## Tuned rows (the issue's grid)"
+            if kind == "tuned"
+            else "## Unseen rows (sizes the table was not tuned on)"
+        )
+        lines += [
+            head,
+            "",
+            "| op | layout | hidden | tokens | off | on | off/on | best peer | on/peer "
+            "| within 3 % | at or ahead | likely cause of a miss |",
+            "|---|---|---:|---:|---:|---:|---:|---|---:|:-:|:-:|---|",
+        ]
+        speedups, ratios = [], []
+        misses = []
+        for key in keys:
+            op, layout, tokens, hidden = key
+            entry = index.get((op, shape_of(op, layout), tokens))
+            if ("tuned" if entry is not None else "unseen") != kind:
+                continue
+            a = off.get(key, {}).get(provider)
+            b = on.get(key, {}).get(provider)
+            ta = time_of(a) if a else None
+            tb = time_of(b) if b else None
+            peers = {p: r for p, r in on.get(key, {}).items() if p in peer_names}
+            best = min(peers, key=lambda p: time_of(peers[p]) or float("inf")) if peers else None
+            tp = time_of(peers[best]) if best else None
+            row: dict[str, Any] = {
+                "kind": kind, "op": op, "layout": layout, "tokens": tokens,
+                "off_us": ta, "on_us": tb, "peer": best, "peer_us": tp,
+            }  # fmt: skip
+            cells = [f"{ta:.2f}" if ta else "n/m", f"{tb:.2f}" if tb else "n/m"]
+            cells.append(f"{ta / tb:.3f}" if ta and tb else "")
+            if ta and tb:
+                speedups.append(ta / tb)
+            cause = ""
+            if tb and tp and best and b:
+                ratio = tb / tp
+                within, ahead = ratio <= WITHIN, ratio <= 1.0
+                ratios.append((within, ahead))
+                row.update(ratio=ratio, within=within, ahead=ahead)
+                if not ahead:
+                    cause = likely_cause(b, a, peers[best], entry, provider)
+                    row["cause"] = cause
+                    misses.append((op, layout, tokens, ratio, best, cause, within))
+                cells += [
+                    f"{best} {tp:.2f}",
+                    f"{ratio:.3f}",
+                    "yes" if within else "**no**",
+                    "yes" if ahead else "no",
+                ]
+            else:
+                cells += [best or "not measured", "", "", ""]
+            cells.append(cause)
+            lines.append(f"| {op} | {layout} | {hidden} | {tokens} | " + " | ".join(cells) + " |")
+            summary["rows"].append(row)
+        lines.append("")
+        if speedups:
+            lines.append(
+                f"- {kind} rows with both off and on: {len(speedups)}; off/on geometric mean "
+                f"{statistics.geometric_mean(speedups):.3f}, worst {min(speedups):.3f}, "
+                f"best {max(speedups):.3f}"
+            )
+        if ratios:
+            n = len(ratios)
+            w = sum(1 for x, _ in ratios if x)
+            ah = sum(1 for _, y in ratios if y)
+            lines.append(
+                f"- against the best peer ({n} rows with a peer): within 3 % on {w}/{n}, at "
+                f"or ahead on {ah}/{n} ({100 * ah / n:.0f} %)"
+            )
+            if kind == "tuned":
+                met = w == n and ah >= AHEAD_TARGET * n
+                lines.append(
+                    f"- target (within 3 % on every row, at or ahead on >= 80 %): "
+                    f"{'met' if met else 'not met'}"
+                )
+                summary["target_met"] = met
+            summary[kind] = {"rows": n, "within": w, "ahead": ah}
+        else:
+            lines.append(f"- {kind}: no row has both opcore and a peer measured")
+        if misses:
+            lines += ["", f"Misses ({kind}; behind the best peer):", ""]
+            for op, layout, tokens, ratio, best, cause, within in sorted(
+                misses, key=lambda m: -m[3]
+            ):
+                lines.append(
+                    f"- {op} {layout} T={tokens}: {ratio:.3f}x {best}"
+                    f"{'' if within else ' (beyond 3 %)'}: {cause}"
+                )
+        lines.append("")
+    if on_failed:
+        lines += ["## Peers skipped or failed", ""]
+        seen = set()
+        for r in on_failed:
+            why = r.get("error") or r.get("skipped")
+            k = (r.get("op"), r.get("provider"), why)
+            if k in seen:
+                continue
+            seen.add(k)
+            lines.append(f"- {r.get('op')} / {r.get('provider')}: {why}")
+        lines.append("")
+    return "\n".join(lines) + "\n", summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--table", required=True)
-    ap.add_argument("--off", required=True)
-    ap.add_argument("--on", required=True)
-    ap.add_argument("--out", default=None)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--table", required=True, help="the tuning table (JSON)")
+    ap.add_argument("--off", nargs="+", default=[], help="bench.json / .jsonl, tuning off")
+    ap.add_argument("--on", nargs="+", default=[], help="bench.json / .jsonl, table and peers")
+    ap.add_argument("--out", default=None, help="write the Markdown report here")
+    ap.add_argument("--json", default=None, help="write the per-row numbers here")
+    ap.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help=f"providers counted as peers (default {','.join(PEERS)})",
+    )
+    ap.add_argument("--provider", default=PROVIDER, help=f"opcore's provider ({PROVIDER})")
     args = ap.parse_args(argv)
-    with open(args.table) as f:
-        table = json.load(f)
-    off, on = _rows(args.off), _rows(args.on)
-    tuned_tokens: dict[tuple, set[int]] = {}
-    for e in table["entries"]:
-        tuned_tokens.setdefault((e["op"],), set()).add(e["tokens"])
-    hidden_tuned = set(table["search"].get("hidden", []))
-    lines = [
-        "# Tuning table before/after (`opcore bench`, provider triton)",
-        "",
-        f"- table: {table['environment']}",
-        f"- search: {table['search'].get('spent_s')} s of {table['search'].get('budget_s')} s "
-        f"budget, timer {table['search'].get('timer')}; "
-        f"{sum(len(e['rejected']) for e in table['entries'])} candidates rejected by the gate",
-        "- time: graph replay at 1-32 tokens, else device time (median, us); speedup = off / on",
-        "",
-        "| kind | op | layout | tokens | off (us) | on (us) | speedup | best peer | on / peer |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|",
-    ]
-    speedups: dict[str, list[float]] = {"tuned": [], "unseen": []}
-    within = ahead = compared = 0
-    for key in sorted(set(off) & set(on), key=lambda k: (k[0], k[3], k[1], k[2])):
-        op, layout, tokens, hidden = key
-        a, b = off[key].get(PROVIDER), on[key].get(PROVIDER)
-        if a is None or b is None:
-            continue
-        ta, tb = _time(a), _time(b)
-        assert ta is not None and tb is not None
-        tuned = hidden in hidden_tuned and tokens in tuned_tokens.get((op,), set())
-        kind = "tuned" if tuned else "unseen"
-        speedups[kind].append(ta / tb)
-        peers = {p: _time(r) for p, r in on[key].items() if p != PROVIDER and _time(r)}
-        peer_txt = ratio_txt = ""
-        if peers:
-            best = min(peers, key=lambda p: peers[p] or float("inf"))
-            tp = peers[best]
-            assert tp is not None
-            peer_txt, ratio_txt = f"{best} {tp:.2f}", f"{tb / tp:.3f}"
-            compared += 1
-            within += tb <= 1.03 * tp
-            ahead += tb <= tp
-        lines.append(
-            f"| {kind} | {op} | {layout} | {tokens} | {ta:.2f} | {tb:.2f} | {ta / tb:.3f} | "
-            f"{peer_txt} | {ratio_txt} |"
-        )
-    lines.append("")
-    for kind, values in speedups.items():
-        if values:
-            lines.append(
-                f"- {kind} rows: {len(values)}, geometric-mean speedup "
-                f"{statistics.geometric_mean(values):.3f}, worst {min(values):.3f}, "
-                f"best {max(values):.3f}"
-            )
-    if compared:
-        lines.append(
-            f"- against the best peer: within 3 % on {within}/{compared} rows, at or ahead "
-            f"on {ahead}/{compared}"
-        )
-    text = "\n".join(lines) + "\n"
+    try:
+        with open(args.table, encoding="utf-8") as f:
+            table = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"tune_compare: the table {args.table!r} cannot be read: {exc}")
+        return 2
+    peers = tuple(p for p in args.peers.split(",") if p)
+    text, summary = compare(table, args.off, args.on, peers, args.provider)
     if args.out:
-        with open(args.out, "w") as f:
+        with open(args.out, "w", encoding="utf-8") as f:
             f.write(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=1)
     print(text)
     return 0
 

@@ -1,56 +1,87 @@
 #!/usr/bin/env bash
-# Issue 17: `opcore tune` on the GPU over the issue's grid, then `opcore bench` of the triton
-# provider with tuning off and on over the same rows plus sizes the table was not tuned on.
+# Issue 17, final run: the cuda plugin's shipped H200 tuning table against no table and
+# against the peers. No search: `opcore bench` with OPCORE_TUNING=<the shipped table> ("on")
+# and OPCORE_TUNING=off ("off"), bf16.
 #
-# Device time: about 5 minutes on an H200 (tune: TUNE_BUDGET_S=150 s of search plus start-up;
-# bench off and on: about 60 s each, JIT compiles included). Every step under `timeout`;
-# LIMIT_tune=420 in run_all.sh covers it. SKIP_BENCH=1: the tune step only (about 3 min).
+# Device time: at most 240 s on an H200 (the step limits below sum to 235 s and each step
+# is also cut at the overall deadline; most steps end well before their limit).
 #
-# Grid (bf16): tokens 1,32,4096,32768 x hidden 4096, 8192; the bench's Llama layouts give
-# norms at hidden 4096/8192, silu/gelu_and_mul at intermediate 14336/28672, rotary and the
-# fused split at 32/8 and 64/8 heads of 128. Unseen: hidden 5120, 7168 and tokens 2048, 16384.
+# Steps (each a separate `opcore bench` process under `timeout`, writing one record per
+# line to its .jsonl as it is measured, so a step cut short keeps every row it finished):
+#   info        (20 s)  `opcore.tuning.info()` with OPCORE_TUNING unset: the shipped table
+#                       is found through the plugin's entry point and applies (not stale)
+#   on-4096     (60 s)  triton + peers, tokens 1,32,4096,32768 x hidden 4096 (norms at 4096,
+#                       silu/gelu_and_mul at 14336, rotary and the fused split at 32/8x128)
+#   on-8192     (60 s)  the same at hidden 8192 (28672; 64/8x128)
+#   off-issue   (30 s)  triton only, tuning off, both hidden sizes
+#   on-unseen   (45 s)  triton + peers, tokens 2048,16384 x hidden 5120,7168 (never tuned),
+#                       then 4096,8192 (tuned shapes at token counts between the buckets)
+#   off-unseen  (20 s)  triton only, tuning off, the same
+# Peers: compile (torch.compile of the op's native function, static shapes: one compile per
+# shape, the steps' main cost), F.rms_norm, liger, flaggems; BENCH_PEERS overrides. The
+# unseen rows skip the decode sizes (1, 32) at 5120/7168 to keep the compiles bounded.
+# Then bench/tune_compare.py writes compare.md / compare.json from whatever was written.
 #
-# Writes $OUT/tune/: table.json (the tuning table), tune.log, bench-off/ and bench-on/
-# (bench.json, bench.md), compare.md (before/after per row, tuned rows and unseen rows).
+# Writes $OUT/tune/: info.json, <step>.jsonl and <step>/ (bench.json, bench.md when the
+# step finished), <step>.log, compare.md, compare.json.
 #
 #   bash bench/gpu/tune.sh                         (after bench/gpu/run_all.sh's install)
-#   DRY=1 OUT=/tmp/o bash bench/gpu/tune.sh        (CPU, Triton interpreter, tiny grid)
-# Knobs: TUNE_BUDGET_S, TUNE_OPS, BENCH_PEERS (extra bench providers for the "on" run, e.g.
-# "compile,F.rms_norm,liger,flaggems"; default none: the peers cost compile time).
+#   DRY=1 OUT=/tmp/o bash bench/gpu/tune.sh        (CPU, Triton interpreter, tiny shapes;
+#                                                   peer: native eager, as a stand-in)
 set -u
 dir="$OUT/tune"; mkdir -p "$dir"
+table=plugins/cuda/src/opcore_plugin_cuda/tuning/nvidia-h200-torch2.11-triton3.6.json
 ops=${TUNE_OPS:-rms_norm,fused_add_rms_norm,silu_and_mul,gelu_and_mul,rotary_embedding,split_qkv_rmsnorm_rope}
+budget=${TUNE_TOTAL_S:-236}
 if [ -n "${DRY:-}" ]; then
   export TRITON_INTERPRET=1 OPCORE_PLATFORM=cpu
   # the cpu platform does not load the Triton kernels itself
   cli=(python3 -c "import sys, opcore.kernels.triton; from opcore.cli import main; sys.exit(main())")
-  tokens=1,8; hidden=256; all_tokens=1,8,16; all_hidden=256,384; quick=--quick
-  budget=${TUNE_BUDGET_S:-20}; ops=${TUNE_OPS:-rms_norm,silu_and_mul}; t_tune=300; t_bench=300
+  tokens=1,8; hidden_a=256; hidden_b=384; unseen_tokens=16; unseen_hidden=320,256
+  peers=${BENCH_PEERS:-native}; extra=(--quick); rep=5; cmp_peers=$peers
 else
   cli=(python3 -c "import sys; from opcore.cli import main; sys.exit(main())")
-  tokens=1,32,4096,32768; hidden=4096,8192; all_tokens=1,32,2048,4096,16384,32768
-  all_hidden=4096,8192,5120,7168; quick=
-  budget=${TUNE_BUDGET_S:-150}; t_tune=$((budget + 90)); t_bench=${BENCH_TIMEOUT:-100}
+  tokens=1,32,4096,32768; hidden_a=4096; hidden_b=8192
+  unseen_tokens=2048,16384; unseen_hidden=5120,7168,4096,8192
+  peers=${BENCH_PEERS:-compile,F.rms_norm,liger,flaggems}; extra=(); rep=10
+  cmp_peers=compile,F.rms_norm,liger,flaggems
 fi
-echo "== opcore tune (budget ${budget}s) $(date -u +%T)"
-timeout "$t_tune" env OPCORE_TUNING=off "${cli[@]}" tune --ops "$ops" --tokens "$tokens" \
-  --hidden "$hidden" --dtypes bfloat16 --budget-s "$budget" --out "$dir/table.json" $quick \
-  2>&1 | tee "$dir/tune.log"
-echo "tune rc=${PIPESTATUS[0]}"
-[ -f "$dir/table.json" ] || { echo "no table written: stopping"; exit 1; }
+[ -f "$table" ] || { echo "no shipped table at $table: stopping"; exit 1; }
+start=$SECONDS
 
-[ -n "${SKIP_BENCH:-}" ] && { echo "SKIP_BENCH set: no bench"; exit 0; }
-peers=${BENCH_PEERS:+,$BENCH_PEERS}
-for mode in off on; do
-  echo "== opcore bench, tuning $mode $(date -u +%T)"
-  setting=off; [ "$mode" = on ] && setting="$dir/table.json"
-  provs=triton; [ "$mode" = on ] && provs="triton$peers"
-  timeout "$t_bench" env OPCORE_TUNING="$setting" "${cli[@]}" bench --ops "$ops" \
-    --providers "$provs" --tokens "$all_tokens" --hidden "$all_hidden" --rep-ms 15 $quick \
-    --out "$dir/bench-$mode" > "$dir/bench-$mode.log" 2>&1
-  echo "bench $mode rc=$?"; tail -3 "$dir/bench-$mode.log"
-done
-python3 bench/tune_compare.py --table "$dir/table.json" --off "$dir/bench-off/bench.json" \
-  --on "$dir/bench-on/bench.json" --out "$dir/compare.md"
-echo "compare rc=$?"
+step() {  # step NAME LIMIT_S TUNING PROVIDERS TOKENS HIDDEN
+  local name=$1 limit=$2 tuning=$3 provs=$4 toks=$5 hid=$6 left rc
+  left=$((budget - (SECONDS - start)))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 5 ]; then echo "== $name: skipped (overall deadline)"; return; fi
+  echo "== $name (limit ${limit}s, OPCORE_TUNING=$tuning) $(date -u +%T)"
+  timeout -k 5 "$limit" env OPCORE_TUNING="$tuning" "${cli[@]}" bench --ops "$ops" \
+    --providers "$provs" --tokens "$toks" --hidden "$hid" --rep-ms "$rep" "${extra[@]}" \
+    --out "$dir/$name" --jsonl "$dir/$name.jsonl" > "$dir/$name.log" 2>&1
+  rc=$?
+  echo "$name rc=$rc ($((SECONDS - start)) s so far); $(grep -c '"provider"' \
+    "$dir/$name.jsonl" 2>/dev/null || echo 0) records"
+  tail -n 2 "$dir/$name.log"
+}
+
+echo "== info: the shipped table through the plugin's entry point $(date -u +%T)"
+timeout -k 5 20 env -u OPCORE_TUNING python3 -c "
+import json, sys, opcore.tuning as t
+i = t.info(); json.dump(i, open(sys.argv[1], 'w'), indent=1)
+print('used:', i['used']); print('stale:', len(i['stale']), i['stale'][:3])
+print('other devices:', i['other_devices'])" "$dir/info.json" 2>&1 | tail -n 8
+
+step on-4096 60 "$table" "triton,$peers" "$tokens" "$hidden_a"
+step on-8192 60 "$table" "triton,$peers" "$tokens" "$hidden_b"
+step off-issue 30 off triton "$tokens" "$hidden_a,$hidden_b"
+step on-unseen 45 "$table" "triton,$peers" "$unseen_tokens" "$unseen_hidden"
+step off-unseen 20 off triton "$unseen_tokens" "$unseen_hidden"
+
+timeout 20 python3 bench/tune_compare.py --table "$table" \
+  --off "$dir/off-issue.jsonl" "$dir/off-unseen.jsonl" \
+  --on "$dir/on-4096.jsonl" "$dir/on-8192.jsonl" "$dir/on-unseen.jsonl" \
+  --peers "$cmp_peers" --out "$dir/compare.md" --json "$dir/compare.json" \
+  > "$dir/compare.log" 2>&1
+echo "compare rc=$? ($((SECONDS - start)) s in all)"
+grep -E "^- (against|target|tuned|unseen|missing)" "$dir/compare.md" 2>/dev/null
 date -u

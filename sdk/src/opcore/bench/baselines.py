@@ -1,6 +1,7 @@
 """What `opcore bench` times for a case: every registered provider that accepts the
 arguments, plus baselines (native eager, torch.compile of the native function, F.rms_norm,
-Liger kernels when importable, and for the fused split the unfused chain of providers).
+Liger and FlagGems kernels when importable, and for the fused split the unfused chain of
+providers).
 
 Each entry is a zero-argument callable over the case's prepared tensors; anything not
 available says why in the skip map instead of disappearing.
@@ -22,6 +23,13 @@ BASELINES: dict[str, tuple[str, ...] | None] = {
     "compile": None,
     "F.rms_norm": ("rms_norm",),
     "liger": (
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "gelu_and_mul",
+        "rotary_embedding",
+    ),
+    "flaggems": (
         "rms_norm",
         "fused_add_rms_norm",
         "silu_and_mul",
@@ -100,6 +108,13 @@ def providers(case: Case, wanted: set[str] | None = None) -> tuple[dict[str, Fn]
             skipped["liger"] = why
         else:
             fns["liger"] = fn
+
+    if want("flaggems"):
+        fn, why = _flaggems(case)
+        if fn is None:
+            skipped["flaggems"] = why
+        else:
+            fns["flaggems"] = fn
 
     if case.op == "split_qkv_rmsnorm_rope" and want("triton-unfused"):
         fn, why = _unfused_split(case)
@@ -181,3 +196,49 @@ def _liger(case: Case) -> tuple[Fn | None, str]:
     except Exception as exc:
         return None, f"Liger kernel for {case.op} unavailable: {type(exc).__name__}: {exc}"
     return None, f"Liger has no {case.op} kernel"
+
+
+def _flaggems(case: Case) -> tuple[Fn | None, str]:
+    """FlagGems' kernel for ``case.op`` over the same tensors (its fused norms and rotary
+    work in place, as opcore's in-place providers are timed; the activations take the gate
+    and the up halves apart, prepared outside the timed region)."""
+    if case.args and isinstance(case.args[0], torch.Tensor) and case.args[0].device.type == "cpu":
+        return None, "FlagGems' Triton kernels need an accelerator, not the host cpu"
+    try:
+        import flag_gems  # noqa: F401
+    except Exception as exc:
+        return None, f"flag_gems not importable ({type(exc).__name__})"
+    try:
+        if case.op == "rms_norm":
+            from flag_gems.ops.rms_norm import rms_norm
+
+            x, w, eps = case.args
+            return functools.partial(rms_norm, x, [x.shape[-1]], w, eps), ""
+        if case.op == "fused_add_rms_norm":
+            from flag_gems.fused import fused_add_rms_norm
+
+            x, r, w, eps = case.args
+            return functools.partial(fused_add_rms_norm, x, r, [x.shape[-1]], w, eps), ""
+        if case.op == "silu_and_mul":
+            from flag_gems.fused import silu_and_mul
+
+            return functools.partial(silu_and_mul, case.extras["gate"], case.extras["up"]), ""
+        if case.op == "gelu_and_mul":
+            from flag_gems.fused import gelu_and_mul
+
+            gate, up = case.extras["gate"], case.extras["up"]
+            return functools.partial(gelu_and_mul, gate, up, case.args[1]), ""
+        if case.op == "rotary_embedding":
+            from flag_gems.fused import apply_rotary_pos_emb
+
+            positions, q, k, d, cache, _neox = case.args
+            # (tokens, heads, head size) views of the same rows; cos and sin halves of the
+            # cache with a unit last stride, as the kernel requires
+            cos, sin = cache[:, : d // 2], cache[:, d // 2 :]
+            q3, k3 = q.view(q.shape[0], -1, d), k.view(k.shape[0], -1, d)
+            return functools.partial(
+                apply_rotary_pos_emb, q3, k3, cos, sin, positions, False, True
+            ), ""
+    except Exception as exc:
+        return None, f"FlagGems kernel for {case.op} unavailable: {type(exc).__name__}: {exc}"
+    return None, f"FlagGems has no {case.op} kernel"

@@ -67,10 +67,22 @@ def build(
     """The case for ``op`` at ``tokens`` x ``hidden`` (random data; never zeros)."""
     es = torch.empty((), dtype=dtype).element_size()
     inter, hq, hkv, d = _quick_dims(hidden, quick)
-    g = torch.Generator(device="cpu").manual_seed(tokens * 31 + hidden)
+    seed = tokens * 31 + hidden
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    # The data is drawn where it is used: on the host, a 32k-token activation input (two
+    # billion values) would take seconds to draw and gigabytes to stage.
+    dev = torch.device(device)
+    gd = g
+    if dev.type != "cpu":
+        try:
+            gd = torch.Generator(device=dev).manual_seed(seed)
+        except (RuntimeError, TypeError):  # a device without generators: draw on the host
+            gd = g
 
     def randn(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
+        where = dev if gd is not g else "cpu"
+        x = torch.randn(*shape, generator=gd, dtype=torch.float32, device=where)
+        return x.to(device=dev, dtype=dtype)
 
     if op in ("rms_norm", "fused_add_rms_norm"):
         x, w = randn(tokens, hidden), randn(hidden)

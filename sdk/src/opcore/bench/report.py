@@ -199,7 +199,10 @@ def plot(result: dict[str, Any], path: str, metric: str = "time") -> str | None:
     for ax, (op, layout) in zip(axes.flat, panels, strict=False):
         mine = [r for r in recs if r["op"] == op and r["layout"] == layout]
         for prov in sorted({r["provider"] for r in mine}):
-            pts = sorted((r["tokens"], r) for r in mine if r["provider"] == prov)
+            # by tokens alone: two hidden sizes may share a layout (records are not ordered)
+            pts = sorted(
+                ((r["tokens"], r) for r in mine if r["provider"] == prov), key=lambda p: p[0]
+            )
             xs = [t for t, _ in pts]
             ax.plot(xs, [r[key] for _, r in pts], marker="o", label=prov, color=colours[prov])
             if metric == "time":

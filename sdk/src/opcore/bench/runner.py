@@ -80,6 +80,12 @@ def environment(device: torch.device, platform: Any | None = None) -> dict[str, 
         env["liger_kernel"] = version("liger-kernel")
     except Exception:
         env["liger_kernel"] = None
+    try:  # the distribution's version only: importing FlagGems is the peer's business
+        from importlib.metadata import version
+
+        env["flag_gems"] = version("flag_gems")
+    except Exception:
+        env["flag_gems"] = None
     if device.type != platform.device_type:
         return env  # the host cpu under another platform: nothing of the platform's to add
     try:
@@ -239,7 +245,11 @@ def _run(opts: Options, log, platform: Any, threads_why: str) -> dict[str, Any]:
                     case = cases.build(op, tokens, hidden, opts.dtype, device, quick=opts.quick)
                     fns, skipped = baselines.providers(case, opts.providers)
                     for name, why in skipped.items():
-                        records.append(_record(case, name, env, None, skipped=why))
+                        rec = _record(case, name, env, None, skipped=why)
+                        records.append(rec)
+                        if sink:  # a run cut short still says why a peer is missing
+                            sink.write(json.dumps(rec) + "\n")
+                            sink.flush()
                     for name, fn in fns.items():
                         try:
                             with torch.inference_mode():

@@ -59,7 +59,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=_names,
         default=None,
         help="only these providers/baselines "
-        "(e.g. triton,native,compile,F.rms_norm,liger,triton-unfused)",
+        "(e.g. triton,native,compile,F.rms_norm,liger,flaggems,triton-unfused)",
     )
     p.add_argument(
         "--tokens",

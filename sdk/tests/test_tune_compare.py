@@ -1,0 +1,86 @@
+"""bench/tune_compare.py's plumbing on the CPU, over real `opcore bench --jsonl` records:
+rows split into tuned and unseen by the table, opcore against the best peer (within 3 %,
+at or ahead), a missing input and a line cut short reported instead of a crash, and the
+FlagGems peer skipped on the host CPU with its reason. Timings are not checked
+(performance is measured by benchmarks, not tests)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from opcore.bench import baselines
+from opcore.cli import main
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "tune_compare.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("tune_compare_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_jsonl(tmp_path: Path, name: str, providers: str) -> Path:
+    out = tmp_path / f"{name}.jsonl"
+    rc = main(["bench", "--quick", "--device", "cpu", "--ops", "rms_norm", "--tokens", "1,3",
+               "--providers", providers, "--out", str(tmp_path / name),
+               "--jsonl", str(out)])  # fmt: skip
+    assert rc == 0
+    return out
+
+
+def test_compare_splits_rows_and_judges_them_against_the_best_peer(tmp_path):
+    tc = load_script()
+    off = bench_jsonl(tmp_path, "off", "native")
+    on = bench_jsonl(tmp_path, "on", "native,F.rms_norm,flaggems")
+    # a step stopped mid-line: its last record is cut short
+    text = on.read_text()
+    on.write_text(text + text.splitlines()[-1][:40])
+    table = {
+        "environment": {"device": "cpu"},
+        "search": {"spent_s": 1.0, "budget_s": 2.0},
+        "entries": [
+            {"op": "rms_norm", "shape": [256], "tokens": 1, "dtype": "bfloat16",
+             "configs": {}, "rejected": []},
+        ],
+    }  # fmt: skip
+    report, summary = tc.compare(
+        table, [str(off)], [str(on), str(tmp_path / "never.jsonl")], ("F.rms_norm",), "native"
+    )
+    recs = [json.loads(line) for line in text.splitlines()]
+    t = {(r["provider"], r["tokens"]): r["cpu_us"] for r in recs if r.get("cpu_us")}
+    rows = {(r["kind"], r["tokens"]): r for r in summary["rows"]}
+    assert set(rows) == {("tuned", 1), ("unseen", 3)}
+    for (_kind, tokens), row in rows.items():
+        ratio = t[("native", tokens)] / t[("F.rms_norm", tokens)]
+        assert row["peer"] == "F.rms_norm"
+        assert abs(row["ratio"] - ratio) < 1e-9
+        assert row["within"] == (ratio <= 1.03) and row["ahead"] == (ratio <= 1.0)
+        assert ("cause" in row) == (ratio > 1.0)
+    assert summary["tuned"]["rows"] == 1 and summary["unseen"]["rows"] == 1
+    assert "never.jsonl: not written" in report
+    assert "cut short" in report
+    # FlagGems' kernels need an accelerator: skipped with the reason, listed in the report
+    assert "rms_norm / flaggems: FlagGems' Triton kernels need an accelerator" in report
+
+
+def test_compare_without_any_input_still_writes_a_report(tmp_path, capsys):
+    tc = load_script()
+    table_path = tmp_path / "t.json"
+    table_path.write_text(json.dumps({"entries": [], "search": {}}))
+    out = tmp_path / "compare.md"
+    rc = tc.main(["--table", str(table_path), "--off", str(tmp_path / "a.jsonl"),
+                  "--on", str(tmp_path / "b.json"), "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    text = out.read_text()
+    assert "a.jsonl: not written" in text and "b.json: not written" in text
+    assert "no row has both opcore and a peer measured" in text
+
+
+def test_flaggems_is_a_known_peer_of_the_ops_it_has_kernels_for():
+    assert "flaggems" in baselines.known_names(["rms_norm"])
+    assert "flaggems" not in baselines.known_names(["split_qkv_rmsnorm_rope"])
