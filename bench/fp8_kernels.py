@@ -330,9 +330,10 @@ def _cases(tokens: int, hidden: int, inter: int, device):
 def _copy_bandwidth(timer, device, nbytes: int, reps: int) -> float:
     """Bytes per second of a device-to-device copy of ``nbytes`` (read + write counted),
     captured in a graph with `_timer`. Only the reference where the platform has no timing
-    events: in a CUDA graph the copy becomes a memcpy node, which the H200 ran at 2710
-    GB/s against 4249 GB/s for the same copy launched as a kernel (the fused kernels then
-    showed up to 160 % "of copy"; bench/results/2026-12-01-h200-fp8/)."""
+    events: captured in a CUDA graph, the H200's 1 GiB ``copy_`` measured 2710 GB/s, against
+    4249 GB/s for `opcore.bench.timing.copy_bandwidth_gbs` outside a graph in the same
+    batch of runs (the fused kernels then showed up to 160 % "of copy";
+    bench/results/2026-12-01-h200-fp8/)."""
     src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
     dst = torch.empty_like(src)
     return 2 * nbytes / timer(lambda: dst.copy_(src), reps)
