@@ -270,7 +270,9 @@ def test_a_found_table_for_another_device_is_skipped_without_a_warning(
     (tmp_path / "opcore" / "tuning").mkdir(parents=True)
     _write_other_device_table(tmp_path / "opcore" / "tuning" / "other.json")
     state = runtime.reload()
-    assert state.used == [] and len(state.elsewhere) == 1 and state.stale == []
+    # (the tables installed plugins ship, for their devices, are listed there too)
+    mine = [x for x in state.elsewhere if x.startswith(str(tmp_path))]
+    assert state.used == [] and len(mine) == 1 and state.stale == []
     assert not [w for w in recwarn if w.category is runtime.TuningWarning]
 
 

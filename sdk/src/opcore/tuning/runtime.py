@@ -246,7 +246,9 @@ def _load(required: tuple[str, ...]) -> None:
                     state.stale.append(f"{label}: {e.op}/{prov} ({gone})")
                     continue
                 fresh.append(prov)
-            if fresh:
+            # The order is used whole or not at all: without a stale provider the rest
+            # would put its successor first, an order nobody measured.
+            if fresh and len(fresh) == len(e.order):
                 tuned_ord.setdefault((e.op, dtype, e.shape), {}).setdefault(b, tuple(fresh))
             for prov, cfg in e.configs.items():
                 impl = op.impls.get(prov)
