@@ -3,7 +3,9 @@
 Reads the run's ``conformance.jsonl`` and writes one Markdown table: per op, provider and
 dtype, each property (``batch_invariant`` from ``batch_invariance``, ``deterministic``
 from ``determinism``, ``capture_safe`` from ``capture_safety``) as declared / holds,
-with the failures and the "could claim" findings listed below it.
+with the failures and the "could claim" findings listed below it. The attention
+backends' checks (``attention.batch_invariance`` ...) appear as op ``attention``, one row
+per backend variant.
 
     python bench/properties_summary.py RUN/conformance.jsonl [--out properties.md]
 """
@@ -30,11 +32,17 @@ def summarise(path: str) -> str:
     with open(path, encoding="utf-8") as f:
         for line in f:
             r = json.loads(line)
-            if r.get("type") != "case" or r.get("check") not in CHECKS:
+            # The attention backends' checks (attention.batch_invariance, ...) count too,
+            # per backend variant (the case's sample).
+            check = (r.get("check") or "").removeprefix("attention.")
+            if r.get("type") != "case" or check not in CHECKS:
                 continue
-            prop = CHECKS[r["check"]]
+            prop = CHECKS[check]
             details = r.get("details") or {}
-            key = (r["op"], r["provider"], r["dtype"])
+            provider = r["provider"]
+            if r["check"].startswith("attention.") and r.get("sample"):
+                provider = f"{provider} ({r['sample']})"
+            key = (r["op"], provider, r["dtype"])
             status = r["status"]
             if status == "pass":
                 mark = "declared, holds" if details.get("declared") else "holds (could claim)"
@@ -43,12 +51,12 @@ def summarise(path: str) -> str:
                 failures.append(f"- `{r['id']}`: {r['message']}")
             elif status == "unsupported" and "does not declare" in (r.get("message") or ""):
                 mark = "not declared, does not hold"
-                refuted.add((r["op"], r["provider"], r["dtype"], prop))
+                refuted.add((r["op"], provider, r["dtype"], prop))
             else:
                 mark = status
             cells[key][prop].append(mark)
             if details.get("could_claim"):
-                claims.append((r["op"], r["provider"], r["dtype"], prop))
+                claims.append((r["op"], provider, r["dtype"], prop))
     lines = [
         "| op | provider | dtype | " + " | ".join(CHECKS.values()) + " |",
         "|---|---|---|" + "---|" * len(CHECKS),

@@ -138,9 +138,14 @@ class _Batch:
         )
 
     def run(self, rows: list[int], meta: Any = None, query: Any = None) -> torch.Tensor:
-        index = torch.tensor(rows, device=self.device)
-        q = self.query.index_select(0, index) if query is None else query
-        return self.impl.forward(q, self.cache, meta if meta is not None else self.metadata(rows))
+        """The backend's forward over sequences ``rows``. With ``query`` and ``meta`` given
+        (the capture check) it runs the forward alone: no host tensor is made or copied to
+        the device, so a capture failure is the backend's own."""
+        if query is None:
+            query = self.query.index_select(0, torch.tensor(rows, device=self.device))
+        return self.impl.forward(
+            query, self.cache, meta if meta is not None else self.metadata(rows)
+        )
 
 
 def _body(check: str, cls: Any, name: str, variant: str, settings: dict, dtype: torch.dtype):
