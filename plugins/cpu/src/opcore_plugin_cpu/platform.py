@@ -68,6 +68,16 @@ NATIVE_PROPERTIES = {
     "gelu_and_mul": frozenset({"deterministic"}),
     "rotary_embedding": _INVARIANT,
     "split_qkv_rmsnorm_rope": _INVARIANT,
+    # fp8 quantization (measured the same way, 2026-12-01): the scales are maxima, exact
+    # in any order, and the norms' sums are batch-invariant here as above.
+    "scaled_fp8_quant": _INVARIANT,
+    "dynamic_per_token_scaled_fp8_quant": _INVARIANT,
+    "per_token_group_quant_fp8": _INVARIANT,
+    "rms_norm_static_fp8_quant": _INVARIANT,
+    "fused_add_rms_norm_static_fp8_quant": _INVARIANT,
+    "rms_norm_dynamic_per_token_quant": _INVARIANT,
+    "silu_and_mul_fp8_quant": _INVARIANT,
+    "silu_and_mul_per_token_group_fp8_quant": _INVARIANT,
 }
 
 

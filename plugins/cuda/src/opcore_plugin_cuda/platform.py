@@ -52,11 +52,17 @@ def fp8_for_capability(cap: tuple[int, int] | None) -> torch.dtype | None:
 _CAP = nvml_min_capability()
 
 
-# What the native functions have on this device (docs/properties.md), checked by
-# `opcore conformance --checks properties` on an H200 (bench/gpu/properties.sh). Torch's
-# elementwise kernels compute each element alone; its row reductions (the norms) choose
-# how many threads share a row from the tensor's shape, so a row's sum may be added up in
-# another order in a larger batch: deterministic, but not batch-invariant.
+# What the native functions have on this device (docs/properties.md), as `opcore
+# conformance` measured it on an H200 (torch 2.11, 2026-12-01; bench/results/
+# 2026-12-01-h200-properties). Torch's elementwise kernels compute each element alone, and
+# a max is exact in any order, so the activations, rotary and the quantizers whose scales
+# are row or group maxima are batch-invariant. Its row reductions (the norms) choose how
+# many threads share a row from the tensor's shape, so a row's sum may be added up in
+# another order in a larger batch: rms_norm differed in every dtype, fused_add_rms_norm
+# and rms_norm_dynamic_per_token_quant in float32. The other norm-based ops held on the
+# rows checked (the fp8 or bf16 rounding of the output absorbed a last-bit difference of
+# the sum) but share that reduction, so they do not claim it. All were deterministic and
+# replayed from a CUDA graph.
 _ALL = frozenset({"batch_invariant", "deterministic", "capture_safe"})
 _REDUCING = frozenset({"deterministic", "capture_safe"})
 NATIVE_PROPERTIES = {
@@ -66,6 +72,14 @@ NATIVE_PROPERTIES = {
     "gelu_and_mul": _ALL,
     "rotary_embedding": _ALL,
     "split_qkv_rmsnorm_rope": _REDUCING,
+    "scaled_fp8_quant": _ALL,
+    "dynamic_per_token_scaled_fp8_quant": _ALL,
+    "per_token_group_quant_fp8": _ALL,
+    "silu_and_mul_fp8_quant": _ALL,
+    "silu_and_mul_per_token_group_fp8_quant": _ALL,
+    "rms_norm_static_fp8_quant": _REDUCING,
+    "fused_add_rms_norm_static_fp8_quant": _REDUCING,
+    "rms_norm_dynamic_per_token_quant": _REDUCING,
 }
 
 
