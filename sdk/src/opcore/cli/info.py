@@ -60,8 +60,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="show the platform decision, plugins, ops, layers and attention backends",
         description="Show which platform is active and why, every candidate plugin, the "
         "providers each op would use, layer bindings and attention candidates. Exit status: "
-        "0 reported, 1 platform not resolved (or a plugin failed under strict mode), "
-        "2 invalid OPCORE_* variable or option.",
+        "0 reported (also when a required provider property leaves ops without a "
+        "provider: they are listed, and calling one raises), 1 platform not resolved (or a "
+        "plugin failed under strict mode), 2 invalid OPCORE_* variable or option.",
     )
     parser.add_argument("--json", action="store_true", help="print the stable JSON schema")
     # No platform options here: `info` must also report a resolution that failed.
@@ -172,7 +173,9 @@ def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[st
             except Exception as exc:
                 data[section] = {"error": f"{type(exc).__name__}: {exc}"}
     # An op whose priority cannot be decided is a configuration error (its user list names
-    # a provider nobody registered): every call of it would raise.
+    # a provider nobody registered): every call of it would raise. An op that no provider
+    # of the required properties serves is not (ir.info's "missing_properties"): the
+    # config is valid and the other ops run; it is reported per op and its calls raise.
     op_errors = [
         op["error"] for op in ((data["ops"] or {}).get("ops") or {}).values() if op.get("error")
     ]
@@ -313,6 +316,7 @@ def _render_ops(data: Any) -> list[str]:
         return early
     rows = [["OP", "EFFECTIVE PRIORITY", "PROVIDERS [PROPERTIES]", "NOT USABLE HERE"]]
     errors = []
+    missing = []
     required: list[str] = []
     for name, op in sorted(data["ops"].items()):
         required = op.get("required_properties") or required
@@ -322,6 +326,9 @@ def _render_ops(data: Any) -> list[str]:
         if op.get("error"):  # its priority could not be decided: no list to show
             errors.append(f"  {name}: error: {op['error']}")
             priority = "ERROR (below)"
+        elif op.get("missing_properties"):  # valid config; a call of this op raises
+            missing.append(f"  {name}: {op['missing_properties']}")
+            priority = "NONE WITH REQUIRED PROPERTIES (below)"
         else:
             priority = " > ".join(op["effective_priority"])
         rows.append([name, priority, providers, "; ".join(unusable + skipped)])
@@ -334,6 +341,15 @@ def _render_ops(data: Any) -> list[str]:
         *_table(rows),
         f"  {legend}",
         *errors,
+        *(
+            [
+                f"  {len(missing)} op(s) have no provider with the required properties; "
+                "calling one raises MissingPropertyError (docs/properties.md):",
+                *missing,
+            ]
+            if missing
+            else []
+        ),
         "",
     ]
 

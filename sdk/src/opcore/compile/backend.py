@@ -59,6 +59,7 @@ from opcore.compile.passes import (
 )
 from opcore.compile.record import CompileRecord
 from opcore.ir.op import PRIORITY_SCOPE, all_ops, registry_generation
+from opcore.ir.priority import MissingPropertyError
 from opcore.platforms.kernels import ensure_kernels_loaded
 from opcore.scopes import current_scopes
 
@@ -243,8 +244,16 @@ def _graph_key(key: str, gm: fx.GraphModule) -> str:
 
 def effective_priorities(config: Any) -> dict[str, list[str]]:
     """``{op name: the providers tried, in order}`` under ``config`` (and the open
-    `set_priority` blocks), for every registered op."""
-    return {name: op.effective_priority(config) for name, op in all_ops().items()}
+    `set_priority` blocks), for every registered op. An op that no provider of the
+    config's required properties serves maps to ``[]``: compiling a graph that does not
+    call it still works, and lowering a call of it raises `MissingPropertyError`."""
+    out: dict[str, list[str]] = {}
+    for name, op in all_ops().items():
+        try:
+            out[name] = op.effective_priority(config)
+        except MissingPropertyError:
+            out[name] = []
+    return out
 
 
 def _check_inference(gm: fx.GraphModule) -> None:

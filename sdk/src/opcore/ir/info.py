@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from opcore.ir.op import all_ops
+from opcore.ir.priority import MissingPropertyError
 from opcore.platforms.kernels import ensure_kernels_loaded, kernel_load_errors
 
 
@@ -12,7 +13,9 @@ def info(config: Any = None) -> dict[str, Any]:
     """Per op: its schema, registered providers (supported here, in place, accepts every
     argument, identity hash, declared properties), the providers supported here, the
     effective priority under ``config`` (default: the current config) and why the others
-    are left out.
+    are left out. An op whose priority cannot be decided has ``error`` (its user list
+    names an unknown provider); one that no provider of the config's required properties
+    serves has ``missing_properties`` (the `MissingPropertyError` a call of it raises).
 
     Also ``kernel_load_errors``: failures of the platform's kernel hooks."""
     ensure_kernels_loaded()
@@ -37,6 +40,10 @@ def info(config: Any = None) -> dict[str, Any]:
         }
         try:
             decision = op.decision(config)
+        except MissingPropertyError as exc:
+            # Not a configuration error: the config is valid and every other op runs;
+            # calling this one raises this error (docs/properties.md, Requiring them).
+            entry["missing_properties"] = str(exc)
         except ValueError as exc:
             entry["error"] = str(exc)
         else:
