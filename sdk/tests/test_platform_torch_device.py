@@ -286,6 +286,9 @@ print(json.dumps({
     "capability": p.get_device_capability(0),
     "seed": torch.initial_seed(),
     "summary": p.device_summary(),
+    "torch_has_graph_class": getattr(torch.accelerator, "Graph", None) is not None,
+    "graph_class": repr(p.graph_class()),
+    "capture": repr(p.capture_graph(lambda: None)),
 }))
 """
 
@@ -302,3 +305,7 @@ def test_every_query_answers_from_a_python_backends_registered_device_module():
     assert got["seed"] == 11
     assert got["summary"]["count"] == 2
     assert [d["index"] for d in got["summary"]["devices"]] == [0, 1]
+    # torch has a graph class for every accelerator, but this device's runtime has no
+    # graphs: the platform says so (None) instead of handing out a class that refuses.
+    assert got["torch_has_graph_class"] is True
+    assert got["graph_class"] == "None" and got["capture"] == "None"

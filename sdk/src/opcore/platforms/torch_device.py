@@ -165,14 +165,15 @@ class TorchDevicePlatform(Platform):
     def graph_class(self) -> Any:
         """The class that captures and replays work on this device (``capture_begin``,
         ``capture_end``, ``replay``): ``torch.accelerator.Graph`` where this torch has it and
-        its accelerator is this platform's device type, else ``None`` (no graphs). A plugin
-        whose torch predates that class but has a device-specific one of the same shape
-        returns it here; `capture_graph` needs nothing else."""
+        its accelerator is this platform's device type and its runtime has graphs, else
+        ``None`` (no graphs). A plugin whose torch predates that class but has a
+        device-specific one of the same shape returns it here; `capture_graph` needs
+        nothing else."""
         graph_cls = getattr(torch.accelerator, "Graph", None)
         accelerator = torch.accelerator.current_accelerator()
         if graph_cls is None or accelerator is None or accelerator.type != self.device_type:
             return None
-        return graph_cls
+        return graph_cls if _constructs(graph_cls, self.device_type) else None
 
     def capture_graph(self, fn: Callable[[], object]) -> Callable[[], object] | None:
         """``fn`` captured with `graph_class` on a side stream (after three warm-up calls
@@ -204,3 +205,22 @@ class TorchDevicePlatform(Platform):
             torch.accelerator.set_stream(caller)
         caller.wait_stream(side)
         return graph.replay
+
+
+_GRAPHS: dict[tuple[Any, str], bool] = {}
+
+
+def _constructs(graph_cls: Any, device_type: str) -> bool:
+    """Whether ``graph_cls()`` can be made on this device type: torch has the class for
+    every accelerator, but a device whose runtime registers no graph support refuses it
+    ("Graph is not supported on device type ..."). Asked once per class and device type;
+    making a graph object captures nothing."""
+    key = (graph_cls, device_type)
+    if key not in _GRAPHS:
+        try:
+            graph_cls()
+        except RuntimeError:
+            _GRAPHS[key] = False
+        else:
+            _GRAPHS[key] = True
+    return _GRAPHS[key]
