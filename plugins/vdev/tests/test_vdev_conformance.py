@@ -17,6 +17,17 @@ from opcore.testing import run_python
 CLI = "import sys; from opcore.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
+def _not_applicable_here(rec: dict) -> bool:
+    """The cases the virtual device cannot run, each with its reason: capture safety (no
+    graphs), native's supports_args (it has none), the FP8 fusions (no fp8 storage)."""
+    message = rec.get("message") or ""
+    return rec["status"] == "not_applicable" and (
+        (rec["check"].endswith("capture_safety") and "has no graphs" in message)
+        or (rec["check"] == "supports_args" and "declares no supports_args" in message)
+        or (rec["check"] == "compile.quant_fusion" and "cannot hold" in message)
+    )
+
+
 def test_conformance_passes_on_vdev0(tmp_path):
     args = [
         "conformance",
@@ -43,6 +54,8 @@ def test_conformance_passes_on_vdev0(tmp_path):
         statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
         checks.add(rec["check"])
         vdev_cases += rec.get("provider") == "vdev"
+        if rec["status"] == "not_applicable":
+            assert _not_applicable_here(rec), rec
     assert set(statuses) <= {"pass", "not_applicable"}, statuses
     assert statuses["pass"] > 300 and vdev_cases > 100
     assert {
@@ -120,4 +133,8 @@ def test_vdev_attention_backend_passes_the_attention_cases(tmp_path):
     cases = [json.loads(line) for line in (tmp_path / "conformance.jsonl").read_text().splitlines()]
     cases = [c for c in cases if c.get("type") == "case"]
     assert cases and {c["provider"] for c in cases} == {"VDEV"}
-    assert {c["status"] for c in cases} == {"pass"}
+    # Capture safety needs graphs, which the virtual device has not: not_applicable, saying
+    # so; every other attention case passes.
+    capture = [c for c in cases if c["check"] == "attention.capture_safety"]
+    assert capture and all(_not_applicable_here(c) for c in capture), capture
+    assert {c["status"] for c in cases if c not in capture} == {"pass"}

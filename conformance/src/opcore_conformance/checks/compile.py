@@ -506,11 +506,29 @@ def _dynamic_batch_body(mode: str):
     return body
 
 
+def _require_fp8_tensors(ctx) -> None:
+    """``NotApplicable`` where the device cannot hold the fp8 tensors the quantized ops
+    produce (a device without fp8 storage, such as the virtual device): no fusion of them
+    can run there, whatever the compiler does."""
+    from opcore.ir.quant import fp8_dtype
+
+    dtype = fp8_dtype()
+    try:
+        torch.empty(1, dtype=dtype, device=ctx.device)
+    except (RuntimeError, TypeError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise NotApplicable(
+            f"device {ctx.device} cannot hold {dtype} tensors ({type(exc).__name__}: {first}): "
+            "the FP8 quantization fusions cannot run here"
+        ) from None
+
+
 def _quant_fusion_body(mode: str):
     def body(ctx, _tol) -> dict[str, Any]:
         fn = getattr(_testing(), "quant_fusions_fire", None)
         if fn is None:
             raise NotApplicable("this opcore has no quantization fusions to check")
+        _require_fp8_tensors(ctx)
         with _compiling(ctx, mode):
             m = _run(
                 f"the FP8 quantization fusions ({mode})",

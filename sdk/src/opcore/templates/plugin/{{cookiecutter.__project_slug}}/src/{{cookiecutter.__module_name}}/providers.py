@@ -35,7 +35,14 @@ def _supports_rms_norm(x, weight, epsilon, variance_size=None) -> bool:
 
 
 # supported: static availability. A kernel library would pass whether it imported.
-@ops.rms_norm.register_impl(PROVIDER, supported=True, supports_args=_supports_rms_norm)
+# properties: what the kernel guarantees by construction (docs/properties.md), which
+# `opcore conformance` checks on the device. This body has no atomics, so it is
+# deterministic; whether a row's bits depend on the batch (batch_invariant) depends on how
+# the device's reduction splits a row, and capture_safe on its graph mechanism: declare
+# those once the checks have measured them on your device (they report "could claim").
+@ops.rms_norm.register_impl(
+    PROVIDER, supported=True, supports_args=_supports_rms_norm, properties={"deterministic"}
+)
 def rms_norm(x, weight, epsilon, variance_size=None):
     """RMS normalization over the last dim: fp32 math (fp64 for fp64 input), then cast
     back to the input dtype, like the native reference."""
