@@ -357,3 +357,28 @@ def test_reduction_configs_are_left_out_when_batch_invariance_is_required(monkey
         assert runtime.launch_config("rms_norm", name, torch.bfloat16, 5, (64,)) is None
     monkeypatch.setenv(runtime.ENV, "off")
     runtime.reload()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "gelu_and_mul",
+        "rotary_embedding",
+        "split_qkv_rmsnorm_rope",
+    ],
+)
+def test_the_routers_flat_key_is_the_key_functions(op):
+    from opcore.bench import cases
+
+    keyfn, flat = buckets.key_function(op), buckets.flat_key_function(op)
+    assert keyfn is not None and flat is not None
+    args = cases.build(op, 5, 256, torch.bfloat16, "cpu", quick=True).args
+    dtype, tokens, shape = keyfn(*args)
+    assert flat(args) == ((dtype, *shape), tokens)
+    if op in ("rms_norm", "silu_and_mul"):  # tokens from a 3-d input: rows of the last dim
+        x3 = args[0].reshape(1, 5, -1)
+        dtype, tokens, shape = keyfn(x3, *args[1:])
+        assert flat((x3, *args[1:])) == ((dtype, *shape), tokens) and tokens == 5

@@ -77,14 +77,85 @@ _KEYS: dict[str, Callable[..., Key]] = {
 }
 
 
+# The router's form of the same keys, on the argument tuple as dispatch holds it: a flat
+# ``(dtype, *shape)`` and the token count, reading sizes as they are (no ``int()``, no
+# nested tuple, no argument unpacking). The router falls back to the key functions above
+# where a size is symbolic (tracing). Measured in bench/results/dispatch_overhead.md.
+FlatKey = tuple[tuple, Any]
+
+
+def _norm_flat(a: tuple) -> FlatKey:
+    x = a[0]
+    s = x.shape
+    n = s[-1]
+    return (x.dtype, n), (s[0] if len(s) == 2 else x.numel() // (n or 1))
+
+
+def _silu_flat(a: tuple) -> FlatKey:
+    x = a[0]
+    s = x.shape
+    n = s[-1]
+    return (x.dtype, n // 2), (s[0] if len(s) == 2 else x.numel() // (n or 1))
+
+
+def _gelu_flat(a: tuple) -> FlatKey:
+    x = a[0]
+    s = x.shape
+    n = s[-1]
+    t = s[0] if len(s) == 2 else x.numel() // (n or 1)
+    return (x.dtype, n // 2, a[1] if len(a) > 1 else "none"), t
+
+
+def _rotary_flat(a: tuple) -> FlatKey:
+    positions, query, key, head_size = a[0], a[1], a[2], a[3]
+    t = positions.numel()
+    per = t * head_size
+    if not per:
+        return (query.dtype, 0, 0, head_size), t
+    nk = 0 if key is None else key.numel() // per
+    return (query.dtype, query.numel() // per, nk, head_size), t
+
+
+def _split_flat(a: tuple) -> FlatKey:
+    return (a[0].dtype, a[6], a[7], a[8]), a[4].numel()
+
+
+_FLAT: dict[str, Callable[[tuple], FlatKey]] = {
+    "rms_norm": _norm_flat,
+    "fused_add_rms_norm": _norm_flat,
+    "silu_and_mul": _silu_flat,
+    "gelu_and_mul": _gelu_flat,
+    "rotary_embedding": _rotary_flat,
+    "split_qkv_rmsnorm_rope": _split_flat,
+}
+
+
 def register_bucket_key(op: str, fn: Callable[..., Key]) -> None:
     """Declare how ``op``'s positional arguments map to ``(dtype, tokens, shape)``."""
     _KEYS[op] = fn
+    _FLAT.pop(op, None)  # the router derives its form from ``fn`` (`flat_key_function`)
 
 
 def key_function(op: str) -> Callable[..., Key] | None:
     """The key function of ``op``, or ``None`` when it has none."""
     return _KEYS.get(op)
+
+
+def flat_key_function(op: str) -> Callable[[tuple], FlatKey] | None:
+    """``args -> ((dtype, *shape), tokens)`` for ``op`` (the same key as `key_function`'s,
+    flat, over the argument tuple), or ``None`` when the op has no key function."""
+    fast = _FLAT.get(op)
+    if fast is not None:
+        return fast
+    keyfn = _KEYS.get(op)
+    if keyfn is None:
+        return None
+
+    def flat(a: tuple) -> FlatKey:
+        dtype, tokens, shape = keyfn(*a)
+        return (dtype,) + tuple(shape), tokens
+
+    return flat
 
 
 def shape_of(value: Any) -> tuple:

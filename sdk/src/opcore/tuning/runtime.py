@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from opcore.tuning import table as _table
-from opcore.tuning.buckets import MAX_BUCKET, key_function, token_bucket
+from opcore.tuning.buckets import MAX_BUCKET, flat_key_function, key_function, token_bucket
 from opcore.tuning.space import space_for
 
 logger = logging.getLogger("opcore.tuning")
@@ -413,24 +413,37 @@ def router_for(op: str, decision: Any, impls: Mapping[str, Any]) -> Callable[[tu
         # priority.decide's reason for a listed provider cut after one taking everything
         if reason.startswith("after ") and name in impls:
             allowed[name] = impls[name]
+    fast = flat_key_function(op)
+    assert fast is not None  # an op with a key function has its flat form
     first = decision.chain[0].provider
+    # (dtype, *shape) -> the Impl to route to per token bucket (None: the chain's first),
+    # all decided here, so a call is a key, one dictionary lookup and one list index.
     table: dict[tuple, list] = {}
-    for key, orders in rows.items():
+    for (dtype, shape), orders in rows.items():
         row = []
         for order in orders:
             pick = next((allowed[p] for p in order if p in allowed), None)
             row.append(None if pick is None or pick.provider == first else pick)
         if any(r is not None for r in row):
-            table[key] = row
+            table[(dtype,) + tuple(shape)] = row
     if not table:
         return None
+    get = table.get
 
     def route(args: tuple) -> Any:
-        dtype, tokens, shape = keyfn(*args)
-        row = table.get((dtype, shape))
-        if row is None:
-            return None
-        impl = row[(tokens - 1).bit_length() if tokens > 1 else 0]
+        try:
+            key, t = fast(args)
+            row = get(key)
+            if row is None:
+                return None
+            impl = row[(t - 1).bit_length() if t > 1 else 0]
+        except (TypeError, AttributeError):
+            # symbolic sizes (tracing): the key function reads their hints
+            dtype, t, shape = keyfn(*args)
+            row = get((dtype,) + tuple(shape))
+            if row is None:
+                return None
+            impl = row[(t - 1).bit_length() if t > 1 else 0]
         if impl is None:
             return None
         sa = impl.supports_args
