@@ -432,6 +432,7 @@ def bench(
     compile_native: bool,
     encoded: bool = True,
     do_sweep: bool = False,
+    save=None,
 ):
     from opcore.ir import ops
     from opcore.kernels.triton import INTERPRETED, quant
@@ -499,10 +500,14 @@ def bench(
                     else ""
                 )
             )
-    swept = sweep(timer, max(token_counts), hidden, reps, copy_bw, device) if do_sweep else []
-    return {"device": str(device), "copy_gbps": copy_bw / 1e9, "copy_how": copy_how,
-            "copy_graph_gbps": copy_graph, "hidden": hidden, "intermediate": inter,
-            "rows": rows, "sweep": swept}  # fmt: skip
+    result = {"device": str(device), "copy_gbps": copy_bw / 1e9, "copy_how": copy_how,
+              "copy_graph_gbps": copy_graph, "hidden": hidden, "intermediate": inter,
+              "rows": rows, "sweep": []}  # fmt: skip
+    if do_sweep:
+        if save is not None:  # the table so far, in case the sweep runs out of time
+            save(result)
+        result["sweep"] = sweep(timer, max(token_counts), hidden, reps, copy_bw, device)
+    return result
 
 
 def _markdown(result: dict) -> str:
@@ -605,21 +610,29 @@ def main(argv=None) -> int:
         status = 1 if result["failures"] else 0
     else:
         tokens = [int(t) for t in args.tokens.split(",")]
-        opts = {"encoded": not args.no_encoded, "do_sweep": args.sweep}
+        opts = {"encoded": not args.no_encoded, "do_sweep": args.sweep, "save": None}
+        if args.out:
+            opts["save"] = lambda r: _save(args.out, "fp8_bench", r, _markdown(r))
         if args.quick:
             result = bench(device, [16, 64], 256, 256, 2, not args.no_compile, **opts)
         else:
             result = bench(device, tokens, 4096, 14336, 20, not args.no_compile, **opts)
         status = 0
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
         suffix = "" if args.what == "bench" or args.ops == ",".join(QUANT_OPS) else "_" + args.ops
-        with open(os.path.join(args.out, f"fp8_{args.what}{suffix}.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        if args.what == "bench":
-            with open(os.path.join(args.out, "fp8_bench.md"), "w") as f:
-                f.write(_markdown(result))
+        md = _markdown(result) if args.what == "bench" else None
+        _save(args.out, f"fp8_{args.what}{suffix}", result, md)
     return status
+
+
+def _save(out: str, stem: str, result: dict, md: str | None) -> None:
+    """``out/stem.json`` and, given ``md``, ``out/fp8_bench.md``."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{stem}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    if md is not None:
+        with open(os.path.join(out, "fp8_bench.md"), "w") as f:
+            f.write(md)
 
 
 if __name__ == "__main__":

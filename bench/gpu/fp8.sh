@@ -19,8 +19,9 @@
 #                copy_ timed with events, as every other result); FP8_BENCH_ARGS adds
 #                bench/fp8_kernels.py options (--no-compile, --no-encoded, --sweep: the row
 #                kernels under six launch configurations at the largest token count)
-# Short re-run (about 60 s on an H200, well under 90 s; no check, no conformance, 32k only,
-# no torch.compile, no encoded path, the launch sweep of the three row kernels):
+# Short re-run (expected 60-80 s on an H200, bounded at 85 s: about 30 Triton builds, no
+# check, no conformance, 32k only, no torch.compile, no encoded path, then the launch sweep
+# of the three row kernels; the main table is written before the sweep starts):
 #   STEPS=bench FP8_TOKENS=32768 FP8_BENCH_ARGS="--no-compile --no-encoded --sweep" \
 #     FP8_BENCH_TIMEOUT=85 OUT=... bash bench/gpu/fp8.sh
 # Run from the repo root after bench/h200_run.sh's install lines (PYTHONPATH=/tmp/site).
