@@ -302,7 +302,9 @@ def _unavailable(op_name: str):
 # The elementwise kernels compute each element by one fixed expression, so no launch
 # configuration can change a row's bits (batch_invariant); the norms reduce a row in an
 # order set by ROWS and num_warps, which follow the row count (provider
-# "triton_batch_invariant" fixes them).
+# "triton_batch_invariant" fixes them). On an H200 every claim below held
+# (bench/results/2026-12-01-h200-properties); the norms' batch invariance also held on the
+# rows checked, but is not claimed for the reason above.
 _ELEMENTWISE = frozenset({"batch_invariant", "deterministic", "capture_safe"})
 _REDUCING = frozenset({"deterministic", "capture_safe"})
 PROPERTIES = {
