@@ -55,7 +55,12 @@ run_lane() { local gpu=$1; shift; for t in "$@"; do run_topic "$t" "$gpu"; done;
 
 for t in ${ALL_GPUS:-}; do run_topic "$t" all; done
 if [ "$gpus" -ge 2 ]; then
-  run_lane 0 ${LANE0:-} & run_lane 1 ${LANE1:-} & wait
+  # Wait for the two lanes by pid: a bare `wait` also waits for the `tee` of the log's
+  # process substitution, which ends only when this script does (a deadlock until the
+  # call's limit: two device calls of 2026-12-01 lost 3.5 and 2 minutes to it).
+  run_lane 0 ${LANE0:-} & lane0=$!
+  run_lane 1 ${LANE1:-} & lane1=$!
+  wait "$lane0" "$lane1"
 else
   run_lane 0 ${LANE0:-} ${LANE1:-}
 fi
