@@ -33,10 +33,12 @@ PEERS = ("compile", "F.rms_norm", "liger", "flaggems")
 WITHIN = 1.03
 AHEAD_TARGET = 0.80
 DECODE_MAX = 32
+NOISY = 0.10  # a device time whose IQR/median is above this does not decide a row
 
 
 def timer_of(rec: dict[str, Any]) -> str | None:
-    """The timer a row is compared with: graph replay at decode sizes, else device."""
+    """The timer a record is compared with alone: graph replay at decode sizes, else
+    device (`row_timer` decides for a whole row)."""
     if rec.get("tokens", 0) <= DECODE_MAX and rec.get("graph_us"):
         return "graph"
     for t in ("device", "cpu"):
@@ -45,13 +47,31 @@ def timer_of(rec: dict[str, Any]) -> str | None:
     return None
 
 
-def time_of(rec: dict[str, Any]) -> float | None:
-    t = timer_of(rec)
-    return None if t is None else float(rec[f"{t}_us"])
+def row_timer(recs: list[dict[str, Any]]) -> str | None:
+    """One timer for every record of a row: graph replay at decode sizes; else device
+    time, unless one of them has a device IQR over `NOISY` (host contention delays the
+    launches between the timing events) and all have graph replay, which is then used for
+    the whole row (a warm-cache time, the same for every provider)."""
+    if not recs:
+        return None
+    kinds = {timer_of(r) for r in recs}
+    if len(kinds) != 1:
+        return "graph" if all(r.get("graph_us") for r in recs) else None
+    t = kinds.pop()
+    if t == "device" and all(r.get("graph_us") for r in recs):
+        if any(iqr_of(r, "device") > NOISY for r in recs):
+            return "graph"
+    return t
 
 
-def iqr_of(rec: dict[str, Any]) -> float:
-    t = timer_of(rec)
+def time_of(rec: dict[str, Any], timer: str | None = None) -> float | None:
+    t = timer or timer_of(rec)
+    value = None if t is None else rec.get(f"{t}_us")
+    return None if value is None else float(value)
+
+
+def iqr_of(rec: dict[str, Any], timer: str | None = None) -> float:
+    t = timer or timer_of(rec)
     sp = rec.get(f"{t}_spread") or {}
     return float(sp.get("iqr_over_median") or 0.0)
 
@@ -136,12 +156,13 @@ def likely_cause(
     peer: dict[str, Any],
     entry: Any,
     provider: str = PROVIDER,
+    timer: str | None = None,
 ) -> str:
     """A short reading of why opcore is behind ``peer`` on this row, from the numbers."""
-    t_on, t_peer = time_of(on), time_of(peer)
+    t_on, t_peer = time_of(on, timer), time_of(peer, timer)
     assert t_on is not None and t_peer is not None
     gap = t_on - t_peer
-    noise = max(iqr_of(on), iqr_of(peer)) * t_peer
+    noise = max(iqr_of(on, timer), iqr_of(peer, timer)) * t_peer
     parts = []
     if gap <= noise:
         parts.append(f"gap {gap:.2f} us within the spread (IQR {noise:.2f} us): noise-level")
@@ -151,7 +172,7 @@ def likely_cause(
             "(grid, warps, argument handling in the replayed kernel)"
         )
     else:
-        t = timer_of(on)
+        t = timer or timer_of(on)
         pct_on, pct_peer = on.get(f"{t}_pct_copy"), peer.get(f"{t}_pct_copy")
         if pct_on is not None and pct_peer is not None:
             parts.append(
@@ -161,7 +182,7 @@ def likely_cause(
     if entry is None:
         parts.append("no table entry for this shape/bucket: heuristic or nearest bucket")
     elif off is not None:
-        t_off = time_of(off)
+        t_off = time_of(off, timer)
         if t_off is not None and t_off < t_on * 0.99:
             parts.append(f"the table's config is slower than the heuristic ({t_off:.2f} us off)")
         elif entry.get("configs", {}).get(provider) is None:
@@ -193,9 +214,11 @@ def compare(
         f"- bench: {env.get('device')} {env.get('date')}, torch {env.get('torch')}, triton "
         f"{env.get('triton')}, liger {env.get('liger_kernel')}, flag_gems "
         f"{env.get('flag_gems')}, copy {env.get('copy_gbs') or 0:.0f} GB/s",
-        "- time: graph replay at 1-32 tokens, else device time (median, us); off/on: the "
-        "table's speedup; on/peer: opcore's time over the best peer's (<= 1.03: within "
-        "3 %; <= 1: at or ahead)",
+        "- time (median, us): graph replay at 1-32 tokens, else device time (events around "
+        "each call, caches flushed); where a device time of the row is too noisy to decide "
+        f"(IQR over {NOISY:.0%} of the median: host contention), graph replay for the whole "
+        "row, marked 'device noisy'; off/on: the table's speedup; on/peer: opcore's time "
+        "over the best peer's (<= 1.03: within 3 %; <= 1: at or ahead)",
     ]
     for p in off_problems + on_problems:
         lines.append(f"- missing: {p}")
@@ -211,9 +234,9 @@ def compare(
         lines += [
             head,
             "",
-            "| op | layout | hidden | tokens | off | on | off/on | best peer | on/peer "
+            "| op | layout | hidden | tokens | timer | off | on | off/on | best peer | on/peer "
             "| within 3 % | at or ahead | likely cause of a miss |",
-            "|---|---|---:|---:|---:|---:|---:|---|---:|:-:|:-:|---|",
+            "|---|---|---:|---:|---|---:|---:|---:|---|---:|:-:|:-:|---|",
         ]
         speedups, ratios = [], []
         misses = []
@@ -224,16 +247,23 @@ def compare(
                 continue
             a = off.get(key, {}).get(provider)
             b = on.get(key, {}).get(provider)
-            ta = time_of(a) if a else None
-            tb = time_of(b) if b else None
             peers = {p: r for p, r in on.get(key, {}).items() if p in peer_names}
-            best = min(peers, key=lambda p: time_of(peers[p]) or float("inf")) if peers else None
-            tp = time_of(peers[best]) if best else None
+            timer = row_timer([r for r in (a, b, *peers.values()) if r])
+            ta = time_of(a, timer) if a else None
+            tb = time_of(b, timer) if b else None
+            best = (
+                min(peers, key=lambda p: time_of(peers[p], timer) or float("inf"))
+                if peers
+                else None
+            )
+            tp = time_of(peers[best], timer) if best else None
             row: dict[str, Any] = {
-                "kind": kind, "op": op, "layout": layout, "tokens": tokens,
+                "kind": kind, "op": op, "layout": layout, "tokens": tokens, "timer": timer,
                 "off_us": ta, "on_us": tb, "peer": best, "peer_us": tp,
             }  # fmt: skip
-            cells = [f"{ta:.2f}" if ta else "n/m", f"{tb:.2f}" if tb else "n/m"]
+            noisy = timer == "graph" and tokens > DECODE_MAX
+            cells = [f"{timer}{' (device noisy)' if noisy else ''}"]
+            cells += [f"{ta:.2f}" if ta else "n/m", f"{tb:.2f}" if tb else "n/m"]
             cells.append(f"{ta / tb:.3f}" if ta and tb else "")
             if ta and tb:
                 speedups.append(ta / tb)
@@ -244,7 +274,7 @@ def compare(
                 ratios.append((within, ahead))
                 row.update(ratio=ratio, within=within, ahead=ahead)
                 if not ahead:
-                    cause = likely_cause(b, a, peers[best], entry, provider)
+                    cause = likely_cause(b, a, peers[best], entry, provider, timer)
                     row["cause"] = cause
                     misses.append((op, layout, tokens, ratio, best, cause, within))
                 cells += [

@@ -84,3 +84,19 @@ def test_compare_without_any_input_still_writes_a_report(tmp_path, capsys):
 def test_flaggems_is_a_known_peer_of_the_ops_it_has_kernels_for():
     assert "flaggems" in baselines.known_names(["rms_norm"])
     assert "flaggems" not in baselines.known_names(["split_qkv_rmsnorm_rope"])
+
+
+def test_a_noisy_device_time_hands_the_row_to_graph_replay():
+    tc = load_script()
+
+    def rec(tokens, device_iqr):
+        return {"tokens": tokens, "device_us": 10.0, "graph_us": 8.0,
+                "device_spread": {"iqr_over_median": device_iqr},
+                "graph_spread": {"iqr_over_median": 0.0}}  # fmt: skip
+
+    assert tc.row_timer([rec(4096, 0.02), rec(4096, 0.05)]) == "device"
+    assert tc.row_timer([rec(4096, 0.02), rec(4096, 0.4)]) == "graph"  # one noisy: all move
+    assert tc.row_timer([rec(32, 0.4), rec(32, 0.0)]) == "graph"  # decode sizes: replay
+    no_graph = {"tokens": 4096, "device_us": 9.0, "device_spread": {"iqr_over_median": 0.4}}
+    assert tc.row_timer([rec(4096, 0.02), no_graph]) == "device"  # nothing to move to
+    assert tc.time_of(rec(4096, 0.4), "graph") == 8.0
