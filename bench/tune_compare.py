@@ -181,12 +181,15 @@ def likely_cause(
             )
     if entry is None:
         parts.append("no table entry for this shape/bucket: heuristic or nearest bucket")
-    elif off is not None:
-        t_off = time_of(off, timer)
-        if t_off is not None and t_off < t_on * 0.99:
-            parts.append(f"the table's config is slower than the heuristic ({t_off:.2f} us off)")
-        elif entry.get("configs", {}).get(provider) is None:
+    else:
+        # the search kept the heuristic: the table holds the heuristic's own configuration
+        best = (entry.get("best") or {}).get(provider) or {}
+        kept = best.get("config") is None if best else provider not in entry.get("configs", {})
+        t_off = time_of(off, timer) if off is not None else None
+        if kept:
             parts.append("the search kept the heuristic (no candidate beat it beyond noise)")
+        elif t_off is not None and t_off < t_on * 0.99:
+            parts.append(f"the table's config is slower than the heuristic ({t_off:.2f} us off)")
     return "; ".join(parts)
 
 
