@@ -757,7 +757,11 @@ def parse_args(argv=None):
     p.add_argument("--tiny", action="store_true", help="CPU check of the plumbing: " + str(TINY))
     p.add_argument("--shape", choices=sorted(MODEL_SETS), default="8b")
     p.add_argument("--models", default=None, help="comma list of " + ", ".join(SHAPES))
-    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help="comma list, or none (only the --eager-nocudnn / --eager-static runs)",
+    )
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--batch", default="1,32")
     p.add_argument("--prefill", type=int, default=2048)
@@ -958,7 +962,8 @@ def main(argv=None) -> int:
         run_child(args)
         return 0
     models = args.models.split(",") if args.models else list(MODEL_SETS[args.shape])
-    configs = args.configs.split(",")
+    # "none": only the extra variants (--eager-nocudnn / --eager-static)
+    configs = [] if args.configs == "none" else args.configs.split(",")
     unknown = [c for c in configs if c not in CONFIGS] + [m for m in models if m not in SHAPES]
     if unknown:
         raise SystemExit(

@@ -24,9 +24,12 @@
 #   bench/results/2026-12-01-h200-hf/README.md):
 #         LANE0=hf LIMIT_hf=200 HF_CONFIGS=compile,opcore-compile HF_BUDGET=175 \
 #         HF_EAGER_NOCUDNN=hf,opcore,liger HF_EAGER_STATIC=hf,opcore bash bench/gpu/run_all.sh
+#   a third run, the eager decode rows still missing (10 runs of ~16 s; no compile):
+#         LANE0=hf LIMIT_hf=200 HF_CONFIGS=none HF_MODELS=qwen3-8b,llama3-8b HF_BUDGET=175 \
+#         HF_EAGER_NOCUDNN=liger,hf,opcore HF_EAGER_STATIC=hf,opcore bash bench/gpu/run_all.sh
 #   CPU check of the plumbing (tiny configs, 1 layer, a few steps):
 #         HF_TINY=1 OUT=/tmp/out bash bench/gpu/hf.sh
-# Environment: HF_LAYERS (2), HF_BUDGET (270 s), HF_CONFIGS, HF_MODELS, HF_COMPILE_LIMIT
+# Environment: HF_LAYERS (2), HF_BUDGET (270 s), HF_CONFIGS (or none), HF_MODELS, HF_COMPILE_LIMIT
 # (150 s), HF_EAGER_STATIC (hf,opcore), HF_EAGER_NOCUDNN (none), HF_ARGS (extra args).
 set -u
 dir="${OUT:?OUT is not set}/hf"

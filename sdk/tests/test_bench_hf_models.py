@@ -96,6 +96,17 @@ def test_run_order_graphed_first_when_compiled_together_and_variants_last():
     assert {t["status"] for t in m.targets(results, [1])} == {"not measured"}
 
 
+def test_configs_none_runs_only_the_variants(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(SCRIPT), "--tiny", "--models", "tiny-qwen3", "--configs", "none",
+           "--batch", "1", "--eager-static", "opcore", "--out", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (result,) = json.loads((tmp_path / "hf_models.json").read_text())["results"]
+    assert result["config"] == "opcore (static cache)" and result["cache"] == "static"
+    assert [r["batch"] for r in result["rows"]] == [1]
+
+
 def test_tiny_compiled_together_then_measured_alone(tmp_path):
     """The graphed configuration compiles in its child, waits for the go file, and is then
     measured with no further compile; the eager variant without cuDNN SDPA runs after it."""
