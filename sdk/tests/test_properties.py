@@ -14,7 +14,7 @@ import torch
 from opcore.compile.cache_key import key_material
 from opcore.config import ConfigError, create_config, set_current_config
 from opcore.ir import Properties, info, ops
-from opcore.ir.priority import MissingPropertyError
+from opcore.ir.priority import MissingPropertyError, PriorityWarning
 from opcore.properties import PROPERTY_NAMES, as_properties
 from opcore.testing.ir import temporary_impl, temporary_op
 
@@ -129,7 +129,8 @@ def test_native_with_the_property_is_the_fallback():
         )
         op.declare_native_properties({"batch_invariant"})
         with op.set_priority(["inv"]), set_current_config(BI):
-            assert op.effective_priority() == ["inv", "native"]
+            with pytest.warns(PriorityWarning, match="'native' was appended as the last resort"):
+                assert op.effective_priority() == ["inv", "native"]
             assert op(torch.ones(8)).tolist() == [2.0] * 8
 
 

@@ -451,6 +451,9 @@ def _render_tuning(data: Any) -> list[str]:
         out += _table(rows)
     if data["other_devices"]:
         out.append(f"  for other devices (not used here): {len(data['other_devices'])}")
+    excluded = data.get("excluded_by_required_properties", [])
+    if excluded:
+        out.append(f"  left out for the required properties (not stale): {len(excluded)}")
     if data["stale"]:
         out.append(f"  ignored (stale or invalid): {len(data['stale'])}")
         out += [f"    {s}" for s in data["stale"][:10]]

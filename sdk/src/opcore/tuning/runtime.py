@@ -64,6 +64,10 @@ class State:
     used: list[str] = dataclasses.field(default_factory=list)
     stale: list[str] = dataclasses.field(default_factory=list)
     elsewhere: list[str] = dataclasses.field(default_factory=list)  # other devices' tables
+    # Parts a required property leaves out (a reduction config from a table not tuned for
+    # batch invariance): current, not stale, so re-tuning would not bring them back and no
+    # warning is given; `info` lists them.
+    excluded: list[str] = dataclasses.field(default_factory=list)
     coverage: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     identity: str = "none"
     required: tuple[str, ...] = ()
@@ -263,7 +267,7 @@ def _load(required: tuple[str, ...]) -> None:
                     continue
                 assert space is not None
                 if space.reduction_params and not invariant_ok:
-                    state.stale.append(
+                    state.excluded.append(
                         f"{label}: {e.op}/{prov} (batch_invariant is required; the table "
                         f"was not tuned for it)"
                     )
@@ -500,6 +504,7 @@ def info() -> dict[str, Any]:
         "used": list(s.used),
         "stale": list(s.stale),
         "other_devices": list(s.elsewhere),
+        "excluded_by_required_properties": list(s.excluded),
         "identity": s.identity,
         "required_properties": list(s.required),
         "coverage": {
