@@ -131,23 +131,11 @@ class TPDecoder:
 
 
 def _time(platform, comm, fn, iters, warmup) -> float:
-    for _ in range(warmup):
-        fn()
-    platform.synchronize()
-    comm.barrier()
-    start, end = platform.timing_event(), platform.timing_event()
-    if start is not None and end is not None:
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end)) * 1e3 / iters
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    platform.synchronize()
-    return (time.perf_counter() - t0) * 1e6 / iters
+    """Microseconds per call of ``fn`` on this rank, the ranks starting the timed loop
+    together (a barrier after the warm-up)."""
+    from opcore.bench.timing import loop_us
+
+    return loop_us(fn, platform, iters=iters, warmup=warmup, ready=comm.barrier)
 
 
 def rank_body(comm, cfg: dict) -> list[dict]:

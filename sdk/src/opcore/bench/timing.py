@@ -8,9 +8,16 @@
   graphs.
 - `host_median_us`: median wall time, with the platform's `synchronize` inside the timed
   region when the device runs asynchronously; for devices without timing events.
+- `loop_us`: mean time per call over one loop of calls, from the platform's timing events
+  around the loop (the host clock around `synchronize` without events); warm caches, no
+  flush, so that processes running the loop together (collectives) stay in step.
 
 Each has a ``*_samples_us`` twin returning every sample, from which `spread` gives the
 minimum, quartiles, median and repetitions that `opcore bench` records.
+
+`bench_samples_us` is the one procedure `opcore bench` applies to every (op, shape,
+provider) and `opcore tune` to every candidate; `compared_timer` names the timer whose
+samples the two compare at a token count.
 
 A platform answers which of these apply (`timers`); nothing here names a device type.
 """
@@ -194,6 +201,80 @@ def graph_median_us(
     """Median of `graph_samples_us` (same arguments), or ``None`` where that is."""
     samples = graph_samples_us(fn, platform, rep_ms=rep_ms, estimate_us=estimate_us)
     return None if samples is None else statistics.median(samples)
+
+
+def loop_us(
+    fn: Callable[[], object],
+    platform: Any,
+    *,
+    iters: int,
+    warmup: int,
+    ready: Callable[[], object] | None = None,
+) -> float:
+    """Microseconds per call of ``fn``: ``warmup`` calls, `synchronize`, ``ready()`` (when
+    given: say, a barrier so that the ranks of a collective start together), then ``iters``
+    calls between two of ``platform``'s timing events, or timed with the host clock up to a
+    `synchronize` where the platform has no events.
+
+    Raises:
+        ValueError: ``iters`` is not at least 1.
+    """
+    if iters < 1:
+        raise ValueError(f"loop_us: iters is {iters}; expected at least 1")
+    for _ in range(warmup):
+        fn()
+    platform.synchronize()
+    if ready is not None:
+        ready()
+    start, end = platform.timing_event(), platform.timing_event()
+    if start is not None and end is not None:
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) * 1e3 / iters
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    platform.synchronize()
+    return (time.perf_counter() - t0) * 1e6 / iters
+
+
+# At or below this many tokens (decode sizes) results compare graph replay, where launch
+# gaps would otherwise decide; above it, device time per call after a cache flush.
+GRAPH_TOKENS = 32
+
+
+def bench_samples_us(
+    fn: Callable[[], object], platform: Any, timers: str, *, rep_ms: int, graph: bool = True
+) -> dict[str, list[float]]:
+    """The samples `opcore bench` takes of ``fn()`` with ``timers`` (see `timers`):
+    ``{"cpu": host_samples_us(...)}`` with host timers (synchronizing a device that runs
+    asynchronously); else ``{"device": device_samples_us(...), "graph": graph_samples_us(...)}``,
+    the graph's call count sized from the device median, ``"graph"`` left out where the
+    platform has no graphs or ``graph`` is false."""
+    if timers == "host":
+        sync = platform.synchronize if platform.device_type != "cpu" else None
+        return {"cpu": host_samples_us(fn, synchronize=sync)}
+    device = device_samples_us(fn, platform, rep_ms=rep_ms)
+    out = {"device": device}
+    if graph:
+        replay = graph_samples_us(
+            fn, platform, rep_ms=rep_ms, estimate_us=statistics.median(device)
+        )
+        if replay is not None:
+            out["graph"] = replay
+    return out
+
+
+def compared_timer(samples: dict[str, Sequence[float]], tokens: int) -> str:
+    """The timer of ``samples`` (a `bench_samples_us` answer) that results compare at
+    ``tokens``: ``"graph"`` at or below `GRAPH_TOKENS` where present, else ``"device"``,
+    else ``"cpu"``."""
+    if tokens <= GRAPH_TOKENS and "graph" in samples:
+        return "graph"
+    return "device" if "device" in samples else "cpu"
 
 
 def copy_bandwidth_gbs(platform: Any, nbytes: int = 1 << 31) -> float | None:
