@@ -29,7 +29,7 @@ import torch
 
 from opcore_conformance import status as S
 from opcore_conformance.case import Case, CheckFailed, NotApplicable, Unsupported, case_id
-from opcore_conformance.checks.properties import verdict
+from opcore_conformance.checks.properties import capture, verdict
 from opcore_conformance.tensors import bitwise_equal, compare
 
 OP = "attention"
@@ -226,23 +226,7 @@ def _capture(ctx, data: _Batch, declared, who: str) -> dict[str, Any]:
     def step() -> None:
         holder["out"] = data.run(rows, meta, query)
 
-    try:
-        replay = ctx.platform.capture_graph(step)
-    except Exception as exc:
-        text = str(exc).strip().splitlines()
-        return verdict(
-            "capture_safe" in declared,
-            "capture_safe",
-            False,
-            who,
-            f"capturing its forward raised {type(exc).__name__}: {text[0] if text else ''}",
-            {},
-        )
-    if replay is None:
-        raise NotApplicable(
-            f"platform {ctx.platform.name!r} has no graphs (Platform.capture_graph returned "
-            f"None): capture safety cannot be checked here"
-        )
+    replay = capture(ctx, step, declared, who, "its forward")
     g = data.generator
     query.copy_(torch.randn(query.shape, generator=g).to(query.dtype))
     data.cache.copy_(torch.randn(data.cache.shape, generator=g).to(data.cache.dtype))

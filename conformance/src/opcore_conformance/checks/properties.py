@@ -27,7 +27,7 @@ at the sample's scale, integers in its range).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -83,6 +83,27 @@ def verdict(
     if declared:
         raise CheckFailed(f"{who} declares {prop}, but {what_differed}", metrics)
     raise Unsupported(f"{who} does not declare {prop} (and it does not hold: {what_differed})")
+
+
+def capture(
+    ctx: Any, step: Callable[[], object], declared: frozenset[str], who: str, what: str
+) -> Callable[[], object]:
+    """``step`` captured into a device graph (``Platform.capture_graph``): its replay. A
+    capture that raises is the ``capture_safe`` `verdict` that does not hold ("capturing
+    ``what`` raised ..."; it raises); a platform without graphs raises `NotApplicable`."""
+    try:
+        replay = ctx.platform.capture_graph(step)
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        failed = f"capturing {what} raised {type(exc).__name__}: {text[0] if text else ''}"
+        verdict("capture_safe" in declared, "capture_safe", False, who, failed, {})
+        raise  # not reached: a verdict that does not hold raises
+    if replay is None:
+        raise NotApplicable(
+            f"platform {ctx.platform.name!r} has no graphs (Platform.capture_graph "
+            f"returned None): capture safety cannot be checked here"
+        )
+    return replay
 
 
 def declared_properties(op: Any, provider: str) -> frozenset[str]:
@@ -177,6 +198,18 @@ def batch_layouts(generator: torch.Generator) -> Iterator[tuple[int, list[int], 
             yield batch, chosen, where
 
 
+def _row_case(
+    ctx: Any, op_name: str, provider: str, dtype: str, sample_name: str
+) -> tuple[Any, RowSample, str]:
+    """The op, the row layout of its sample ``sample_name`` (the one `pick_row_sample`
+    draws rows from, else `Unsupported`) and the case's subject for messages."""
+    op = irapi.get_op(op_name)
+    picked = pick_row_sample(op, ctx.cache.samples(op, dtype, ctx.quick))
+    if picked is None or picked[0] != sample_name:
+        raise Unsupported(f"{op_name}: this sample is not the one rows are drawn from")
+    return op, picked[1], f"{op_name} with provider {provider!r}"
+
+
 def _batch_indices(batch: int, probes: list[int], where: list[int], g) -> torch.Tensor:
     index = torch.randint(0, POOL_ROWS, (batch,), generator=g)
     for row, pos in zip(probes, where, strict=True):
@@ -186,12 +219,7 @@ def _batch_indices(batch: int, probes: list[int], where: list[int], g) -> torch.
 
 def _batch_body(op_name: str, provider: str, dtype: str, sample_name: str):
     def body(ctx, _tol) -> dict[str, Any]:
-        op = irapi.get_op(op_name)
-        picked = pick_row_sample(op, ctx.cache.samples(op, dtype, ctx.quick))
-        if picked is None or picked[0] != sample_name:
-            raise Unsupported(f"{op_name}: this sample is not the one rows are drawn from")
-        _, rows = picked
-        who = f"{op_name} with provider {provider!r}"
+        op, rows, who = _row_case(ctx, op_name, provider, dtype, sample_name)
         g = torch.Generator().manual_seed(SEED)
         pool_cpu = rows.pool(POOL_ROWS, g)
         pool = tuple(a.to(ctx.device) if isinstance(a, torch.Tensor) else a for a in pool_cpu)
@@ -240,12 +268,7 @@ def _batch_body(op_name: str, provider: str, dtype: str, sample_name: str):
 # --------------------------------------------------------------------------- capture safety
 def _capture_body(op_name: str, provider: str, dtype: str, sample_name: str):
     def body(ctx, tol) -> dict[str, Any]:
-        op = irapi.get_op(op_name)
-        picked = pick_row_sample(op, ctx.cache.samples(op, dtype, ctx.quick))
-        if picked is None or picked[0] != sample_name:
-            raise Unsupported(f"{op_name}: this sample is not the one rows are drawn from")
-        _, rows = picked
-        who = f"{op_name} with provider {provider!r}"
+        op, rows, who = _row_case(ctx, op_name, provider, dtype, sample_name)
         declared = declared_properties(op, provider)
         g = torch.Generator().manual_seed(SEED + 1)
         args_cpu = rows.pool(rows.rows, g)
@@ -256,23 +279,7 @@ def _capture_body(op_name: str, provider: str, dtype: str, sample_name: str):
             holder["out"] = op(*args)
 
         with forced(op, provider, args, {}):
-            try:
-                replay = ctx.platform.capture_graph(step)
-            except Exception as exc:
-                text = str(exc).strip().splitlines()
-                return verdict(
-                    "capture_safe" in declared,
-                    "capture_safe",
-                    False,
-                    who,
-                    f"capturing it raised {type(exc).__name__}: {text[0] if text else ''}",
-                    {},
-                )
-            if replay is None:
-                raise NotApplicable(
-                    f"platform {ctx.platform.name!r} has no graphs (Platform.capture_graph "
-                    f"returned None): capture safety cannot be checked here"
-                )
+            replay = capture(ctx, step, declared, who, "it")
             # New values into the captured buffers: rows, weights, tables alike.
             for a, a_cpu in zip(args, args_cpu, strict=True):
                 if isinstance(a, torch.Tensor) and a.ndim:
