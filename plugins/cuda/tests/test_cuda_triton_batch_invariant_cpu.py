@@ -9,28 +9,14 @@ imported. The cpu platform does not register the provider, so the run imports it
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 pytest.importorskip("triton")
 pytest.importorskip("opcore_conformance")
 
-CODE = (
-    "import sys, opcore.kernels.triton as kt\n"
-    "assert kt.INTERPRETED, 'kernels were not built under the interpreter'\n"
-    "from opcore.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))\n"
-)
 
-
-def test_batch_invariant_provider_passes_numerics_and_its_claim(tmp_path):
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OPCORE_PLATFORM": "cpu"}
-    args = [
-        "conformance",
+def test_batch_invariant_provider_passes_numerics_and_its_claim(interpreted_conformance):
+    records = interpreted_conformance(
         "--import",
         "opcore.kernels.triton.batch_invariant",
         "--providers",
@@ -41,17 +27,9 @@ def test_batch_invariant_provider_passes_numerics_and_its_claim(tmp_path):
         "float32,bfloat16",
         "--expectations",
         "none",
-        "--no-progress",
-        "--report-dir",
-        str(tmp_path),
-    ]
-    proc = subprocess.run(
-        [sys.executable, "-c", CODE, *args], env=env, capture_output=True, text=True, timeout=900
     )
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     statuses: dict[tuple[str, str], int] = {}
-    for line in (tmp_path / "conformance.jsonl").read_text().splitlines():
-        rec = json.loads(line)
+    for rec in records:
         if rec.get("provider") == "triton_batch_invariant":
             key = (rec["check"], rec["status"])
             statuses[key] = statuses.get(key, 0) + 1
