@@ -389,3 +389,103 @@ def test_the_routers_flat_key_is_the_key_functions(op):
         x3 = args[0].reshape(1, 5, -1)
         dtype, tokens, shape = keyfn(x3, *args[1:])
         assert flat((x3, *args[1:])) == ((dtype, *shape), tokens) and tokens == 5
+
+
+# ------------------------------------------------------------- search vs bench timing
+DRIFT_CHILD = r"""
+import json, time
+import torch
+from opcore.bench import cases, timing
+from opcore.ir import ops
+from opcore.platforms import get_current_platform
+from opcore.tuning import search
+
+calls = {"drifty": 0}
+
+
+def _sleep_then_native(seconds):
+    def impl(x, weight, epsilon, variance_size=None):
+        time.sleep(seconds)
+        return ops.rms_norm.native(x, weight, epsilon, variance_size)
+    return impl
+
+
+# The incumbent (listed first by the platform), a real improvement, and a candidate whose
+# speed drifts: fast for its first 30 calls (its gate run and its own timing, 24 calls),
+# three times slower than the incumbent afterwards, as a clock or a neighbour's load can
+# change between two separate measurements.
+ops.rms_norm.register_impl("steady")(_sleep_then_native(0.002))
+ops.rms_norm.register_impl("quick")(_sleep_then_native(0.0005))
+
+
+@ops.rms_norm.register_impl("drifty")
+def drifty(x, weight, epsilon, variance_size=None):
+    calls["drifty"] += 1
+    time.sleep(0.0001 if calls["drifty"] <= 30 else 0.006)
+    return ops.rms_norm.native(x, weight, epsilon, variance_size)
+
+
+platform = get_current_platform()
+type(platform).get_default_ir_op_priority = lambda self, c: {
+    "rms_norm": ["steady", "drifty", "quick", "native"]
+}
+case = cases.build("rms_norm", 1, 256, torch.bfloat16, "cpu", quick=True)
+opts = search.Options(ops=("rms_norm",), tokens=(1,), hidden=(256,), log=lambda s: None)
+timer = search.Timer(platform, platform.device(), opts.rep_ms)
+out = {}
+for providers in (("steady", "drifty"), ("steady", "drifty", "quick")):
+    calls["drifty"] = 0
+    opts.providers = providers
+    entry = search.tune_bucket(ops.rms_norm, case.args, timer, time.perf_counter() + 60, opts)
+    # What `opcore bench` then measures for each provider, through its own procedure.
+    benched = {}
+    for name in providers:
+        fn = lambda name=name: ops.rms_norm.impls[name].impl_fn(*case.args)
+        s = timing.bench_samples_us(fn, platform, timing.timers(platform, platform.device()),
+                                    rep_ms=60)
+        benched[name] = timing.spread(s["cpu"]).median_us
+    out["+".join(providers)] = {"entry": entry, "benched": benched}
+print("RESULT " + json.dumps(out, default=str))
+"""
+
+
+@pytest.fixture(scope="module")
+def drift():
+    env = {**os.environ, "OPCORE_PLATFORM": "cpu", "OPCORE_TUNING": "off"}
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIFT_CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
+def test_a_candidate_timed_fast_alone_but_slower_side_by_side_is_not_chosen(drift):
+    got = drift["steady+drifty"]
+    e = got["entry"]
+    # Alone, the drifting candidate looked faster than the incumbent beyond noise ...
+    assert e["best"]["drifty"]["median_us"] < 0.5 * e["best"]["steady"]["median_us"]
+    assert e["incumbent"] == "steady"
+    # ... measured in alternation with it, it lost, and the incumbent kept the head
+    verdicts = [c for c in e["confirmations"] if c["provider"] == "drifty"]
+    assert verdicts and not verdicts[0]["accepted"] and verdicts[0]["against"] == "incumbent"
+    assert e["order"][0] == "steady"
+    # the bench's own procedure agrees the rejected candidate is the slower one
+    assert got["benched"]["drifty"] > got["benched"]["steady"]
+
+
+def test_the_search_never_picks_what_the_bench_measures_slower(drift):
+    for got in drift.values():
+        head, inc = got["entry"]["order"][0], got["entry"]["incumbent"]
+        # never slower than the incumbent as `opcore bench` measures them (beyond noise)
+        assert got["benched"][head] <= got["benched"][inc] * (1 + 0.2), got["benched"]
+    # and a real improvement still wins, after the drifting candidate lost its comparison
+    e = drift["steady+drifty+quick"]["entry"]
+    assert e["order"][0] == "quick"
+    assert [c["provider"] for c in e["confirmations"]] == ["drifty", "quick"]
+    assert [c["accepted"] for c in e["confirmations"]] == [False, True]
+    assert e["best"]["quick"]["timer"] == "cpu"

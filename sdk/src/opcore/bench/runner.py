@@ -156,14 +156,8 @@ def _time(fn, platform: Any, timers: str, rep_ms: int) -> dict[str, Any]:
         out[f"{timer}_spread"] = sp.as_dict()
         return sp
 
-    if timers == "host":
-        sync = platform.synchronize if platform.device_type != "cpu" else None
-        put("cpu", timing.host_samples_us(fn, synchronize=sync))
-        return out
-    device = put("device", timing.device_samples_us(fn, platform, rep_ms=rep_ms))
-    graph = timing.graph_samples_us(fn, platform, rep_ms=rep_ms, estimate_us=device.median_us)
-    if graph is not None:
-        put("graph", graph)
+    for timer, samples in timing.bench_samples_us(fn, platform, timers, rep_ms=rep_ms).items():
+        put(timer, samples)
     return out
 
 

@@ -28,7 +28,7 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -268,7 +268,7 @@ def bench_samples_us(
     return out
 
 
-def compared_timer(samples: dict[str, Sequence[float]], tokens: int) -> str:
+def compared_timer(samples: Mapping[str, Sequence[float]], tokens: int) -> str:
     """The timer of ``samples`` (a `bench_samples_us` answer) that results compare at
     ``tokens``: ``"graph"`` at or below `GRAPH_TOKENS` where present, else ``"device"``,
     else ``"cpu"``."""

@@ -7,14 +7,24 @@ For each bucket (the `opcore.bench.cases` arguments of an op at ``tokens`` x ``h
 3. Every candidate: each supported provider that accepts the arguments (and declares the
    required properties), with its heuristic and each configuration of its launch space,
    nearest the heuristic first.
-   A candidate is run once and gated; a wrong one is recorded as rejected and never
-   timed. A passing one is timed on the device: graph replay (launch gaps removed) at
-   decode sizes where the platform has graphs, else timing events around each call after
-   a cache flush; the host clock where the platform has no events.
-4. A provider's best configuration replaces its heuristic, and a provider replaces the
-   incumbent at the head of the order, only when it is faster beyond noise: by more than
+   A candidate is run once (out of place) and gated; a wrong one is recorded as rejected
+   and never timed. A passing one is timed exactly as `opcore bench` times the op and
+   shape, through the one procedure both use (`opcore.bench.timing.bench_samples_us`):
+   the provider's own function (in place where the provider works in place) on a copy of
+   the arguments; graph replay of about 1 ms of calls at decode sizes (at most
+   `opcore.bench.timing.GRAPH_TOKENS` tokens) where the platform has graphs, else timing
+   events around each call after a cache flush; the host clock where the platform has no
+   events.
+4. A provider's best configuration (faster than the rest beyond noise: by more than
    ``max(min_gain, (spread_a + spread_b) / 2)``, spread being the interquartile range
-   over the median.
+   over the median) is kept only when it also wins `confirm` against the provider's
+   heuristic: the two measured in alternation, ``CONFIRM_ROUNDS`` pairs, the upper quartile
+   of the per-round ratios below ``1 - min_gain``. A provider replaces the incumbent at the
+   head of the order only when it wins `confirm` against the incumbent (with the
+   incumbent's kept configuration) in the same way; those timed faster than the incumbent
+   are tried fastest first, and the first that wins takes the head. A drift between two
+   separate measurements cannot pick a loser: both sides of every comparison that changes
+   a choice are measured side by side.
 
 ``budget_s`` bounds the whole search: each bucket gets an equal share of what is left,
 the incumbent is always measured, and candidates are tried until the share is spent.
@@ -30,18 +40,22 @@ import functools
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from opcore.bench import timing
 from opcore.tuning import gate, runtime, table
 from opcore.tuning.buckets import key_function
 from opcore.tuning.space import space_for
 
-DECODE_GRAPH_TOKENS = 32  # at or below: time CUDA-graph-style replay where the platform can
 MIN_GAIN = 0.01
-FLUSH_BYTES = 256 << 20
+# Alternated incumbent / candidate pairs a change must win (`confirm`).
+CONFIRM_ROUNDS = 5
+# Milliseconds per timer per candidate: `opcore bench`'s default, so that both take the
+# same samples.
+REP_MS = 60.0
 
 
 @dataclasses.dataclass
@@ -55,7 +69,7 @@ class Options:
     quick: bool = False
     providers: tuple[str, ...] | None = None
     properties: tuple[str, ...] = ()
-    rep_ms: float = 20.0
+    rep_ms: float = REP_MS
     min_gain: float = MIN_GAIN
     log: Callable[[str], None] = print
 
@@ -82,68 +96,86 @@ def beats(a: Timing, b: Timing, min_gain: float) -> bool:
     return a.median_us < b.median_us * (1 - margin)
 
 
-def _summary(samples_us: list[float], timer: str) -> Timing:
-    s = sorted(samples_us)
-    med = statistics.median(s)
-    q1, q3 = s[len(s) // 4], s[(3 * len(s)) // 4]
-    return Timing(med, (q3 - q1) / med if med > 0 else 0.0, len(s), timer)
-
-
 class Timer:
-    """Device time where the platform has timing events (graph replay at decode sizes
-    where it has graphs), else the host clock."""
+    """`opcore bench`'s procedure (`opcore.bench.timing.bench_samples_us`), read the way
+    its results are compared (`opcore.bench.timing.compared_timer`): graph replay at decode
+    sizes where the platform has graphs, device time after a cache flush above them, the
+    host clock where the platform has no timing events."""
 
     def __init__(self, platform: Any, device: torch.device, rep_ms: float):
         self.platform = platform
         self.rep_ms = rep_ms
-        self.events = device.type == platform.device_type and platform.timing_event() is not None
-        self.flush = (
-            torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device) if self.events else None
-        )
+        self.timers = timing.timers(platform, device)
 
     @property
     def kind(self) -> str:
-        return "device" if self.events else "host"
-
-    def _events(self, calls: Sequence[Callable[[], object]], flush: bool) -> list[float]:
-        p = self.platform
-        starts = [p.timing_event() for _ in calls]
-        ends = [p.timing_event() for _ in calls]
-        for call, s, e in zip(calls, starts, ends, strict=True):
-            if flush and self.flush is not None:
-                self.flush.zero_()
-            s.record()
-            call()
-            e.record()
-        p.synchronize()
-        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
+        return "device" if self.timers == "device" else "host"
 
     def measure(self, fn: Callable[[], object], tokens: int) -> Timing:
-        if not self.events:
-            fn()
-            samples: list[float] = []
-            deadline = time.perf_counter() + self.rep_ms / 1e3
-            while len(samples) < 5 or (time.perf_counter() < deadline and len(samples) < 200):
-                t0 = time.perf_counter()
-                fn()
-                samples.append((time.perf_counter() - t0) * 1e6)
-            return _summary(samples, "host")
-        est = statistics.median(self._events([fn] * 5, flush=False))
-        if tokens <= DECODE_GRAPH_TOKENS:
-            n = max(1, min(100, math.ceil(200.0 / max(est, 1e-3))))
+        samples = timing.bench_samples_us(
+            fn,
+            self.platform,
+            self.timers,
+            rep_ms=max(1, round(self.rep_ms)),
+            graph=tokens <= timing.GRAPH_TOKENS,
+        )
+        timer = timing.compared_timer(samples, tokens)
+        sp = timing.spread(samples[timer])
+        return Timing(sp.median_us, sp.rel_iqr, sp.reps, timer)
 
-            def calls() -> None:
-                for _ in range(n):
-                    fn()
 
-            replay = self.platform.capture_graph(calls)
-            if replay is not None:
-                replay()
-                reps = max(10, min(60, math.ceil(self.rep_ms * 1e3 / (n * max(est, 1e-3)))))
-                per = [t / n for t in self._events([replay] * reps, flush=False)]
-                return _summary(per, "graph")
-        reps = max(10, min(200, math.ceil(self.rep_ms * 1e3 / max(est, 1e-3))))
-        return _summary(self._events([fn] * reps, flush=True), "device")
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One provider with one configuration (``None``: its heuristic), timed through the
+    callable `opcore bench` times: the provider's own function (in place where the
+    provider works in place), on the bucket's timing copy of the arguments."""
+
+    provider: str
+    config: dict[str, int] | None
+    fn: Callable[[], object]
+    op_name: str
+
+    def context(self) -> contextlib.AbstractContextManager[None]:
+        if self.config is None:
+            return contextlib.nullcontext()
+        return runtime.forced(self.op_name, self.provider, self.config)
+
+
+def confirm(
+    timer: Timer,
+    candidate: Candidate,
+    incumbent: Candidate,
+    tokens: int,
+    min_gain: float,
+    rounds: int = CONFIRM_ROUNDS,
+) -> dict[str, Any]:
+    """Whether ``candidate`` beats ``incumbent`` beyond noise, both measured by the same
+    procedure in alternation (``rounds`` pairs, the pair's order swapped every round, so a
+    drift of the device or host between them falls on both): accepted when the upper
+    quartile of the per-round ratios candidate / incumbent is below ``1 - min_gain``, that is
+    in at least three rounds of four the candidate is faster by more than ``min_gain``.
+    The evidence (ratios, medians) is returned with ``"accepted"``."""
+    ratios: list[float] = []
+    cand_us: list[float] = []
+    inc_us: list[float] = []
+    for i in range(rounds):
+        pair = (incumbent, candidate) if i % 2 == 0 else (candidate, incumbent)
+        got: dict[int, float] = {}
+        for c in pair:
+            with c.context():
+                got[id(c)] = timer.measure(c.fn, tokens).median_us
+        cand_us.append(got[id(candidate)])
+        inc_us.append(got[id(incumbent)])
+        ratios.append(got[id(candidate)] / max(got[id(incumbent)], 1e-9))
+    q = timing.spread(ratios)
+    return {
+        "accepted": q.p75_us < 1 - min_gain,
+        "ratio_median": round(q.median_us, 4),
+        "ratio_p75": round(q.p75_us, 4),
+        "candidate_us": round(statistics.median(cand_us), 3),
+        "incumbent_us": round(statistics.median(inc_us), 3),
+        "rounds": rounds,
+    }
 
 
 def _distance(config: dict[str, int], default: dict[str, int]) -> float:
@@ -181,6 +213,9 @@ def tune_bucket(
     if incumbent in providers:  # measured first: it is what a better choice must beat
         providers.remove(incumbent)
         providers.insert(0, incumbent)
+    # Timed on a copy, as `opcore bench` times every provider on its case's arguments: an
+    # in-place provider overwrites them, and the gate needs the originals.
+    timed_args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
     measured: dict[str, dict[str, Any]] = {}
     rejected: list[dict[str, Any]] = []
     best: dict[str, tuple[Any, Timing]] = {}
@@ -204,9 +239,8 @@ def tune_bucket(
                 runtime.forced(op.name, prov, cfg) if cfg is not None else contextlib.nullcontext()
             )
             with ctx:
-                fn = impl.functional
                 try:
-                    value = fn(*args)
+                    value = impl.functional(*args)
                 except Exception as exc:  # a configuration the kernel cannot launch
                     rejected.append(
                         {"provider": prov, "config": cfg, "reason": f"{type(exc).__name__}: {exc}"}
@@ -218,7 +252,7 @@ def tune_bucket(
                     rejected.append({"provider": prov, "config": cfg, "reason": verdict.reason})
                     continue
                 try:
-                    t = timer.measure(functools.partial(fn, *args), tokens)
+                    t = timer.measure(functools.partial(impl.impl_fn, *timed_args), tokens)
                 except Exception as exc:  # capture or replay refused this candidate
                     rejected.append(
                         {"provider": prov, "config": cfg, "reason": f"timing failed: {exc}"}
@@ -233,14 +267,41 @@ def tune_bucket(
                 best[prov] = (None, t)
             elif prov not in best or beats(t, best[prov][1], opts.min_gain):
                 best[prov] = (dict(cfg), t)
-    # Order: the incumbent first unless another provider beats it beyond noise.
+
+    def cand(prov: str, cfg: Any) -> Candidate:
+        return Candidate(prov, cfg, functools.partial(op.impls[prov].impl_fn, *timed_args), op.name)
+
+    # A change is kept only when it wins the alternated comparison against what it would
+    # replace: a provider's configuration against its heuristic, then the new head of the
+    # order against the incumbent, else the incumbent stays.
+    confirmations: list[dict[str, Any]] = []
+    for prov, (cfg, _t) in list(best.items()):
+        if cfg is None or prov not in heuristic:
+            continue
+        verdict_c = confirm(timer, cand(prov, cfg), cand(prov, None), tokens, opts.min_gain)
+        confirmations.append({"provider": prov, "config": cfg, "against": "heuristic", **verdict_c})
+        if not verdict_c["accepted"]:
+            best[prov] = (None, heuristic[prov])
     ranked = sorted(best, key=lambda p: best[p][1].median_us)
     order = list(ranked)
     if incumbent in best:
-        head = ranked[0]
-        if head != incumbent and not beats(best[head][1], best[incumbent][1], opts.min_gain):
-            order.remove(incumbent)
-            order.insert(0, incumbent)
+        # Each provider timed faster than the incumbent, fastest first, until one wins the
+        # alternated comparison against the incumbent (with its kept configuration).
+        order = [incumbent] + [p for p in ranked if p != incumbent]
+        for prov in ranked[: ranked.index(incumbent)]:
+            verdict_h = confirm(
+                timer,
+                cand(prov, best[prov][0]),
+                cand(incumbent, best[incumbent][0]),
+                tokens,
+                opts.min_gain,
+            )
+            confirmations.append(
+                {"provider": prov, "config": best[prov][0], "against": "incumbent", **verdict_h}
+            )
+            if verdict_h["accepted"]:
+                order = [prov] + [p for p in ranked if p != prov]
+                break
     configs_out: dict[str, dict[str, int]] = {}
     for prov, (cfg, _t) in best.items():
         space = space_for(op.name, prov)
@@ -261,6 +322,7 @@ def tune_bucket(
         "best": {p: {"config": c, **t.to_dict()} for p, (c, t) in best.items()},
         "heuristic": {p: t.to_dict() for p, t in heuristic.items()},
         "rejected": rejected,
+        "confirmations": confirmations,
     }
 
 
