@@ -489,3 +489,76 @@ def test_the_search_never_picks_what_the_bench_measures_slower(drift):
     assert [c["provider"] for c in e["confirmations"]] == ["drifty", "quick"]
     assert [c["accepted"] for c in e["confirmations"]] == [False, True]
     assert e["best"]["quick"]["timer"] == "cpu"
+
+
+# ------------------------------------------------------------------ the router's memo
+def test_the_router_memo_answers_as_the_table_per_shape_dtype_and_supports_args(
+    monkeypatch, tmp_path
+):
+    from opcore.ir import ops
+    from opcore.platforms import get_current_platform
+    from opcore.testing.ir import temporary_impl
+
+    assert buckets.keyed_by_first_arg("rms_norm")
+
+    def noop(x, weight, epsilon, variance_size=None):
+        return x
+
+    def routed(x, weight, epsilon, variance_size=None):
+        return x
+
+    def contiguous_only(x, weight, epsilon, variance_size=None):
+        return x.is_contiguous()
+
+    def accepts(x, weight, epsilon, variance_size=None):
+        return True
+
+    cls = type(get_current_platform())
+    monkeypatch.setattr(
+        cls, "get_default_ir_op_priority", lambda self, c: {"rms_norm": ["t_noop", "t_routed"]}
+    )
+    with (
+        temporary_impl(ops.rms_norm, "t_noop", noop, supports_args=accepts),
+        temporary_impl(ops.rms_norm, "t_routed", routed, supports_args=contiguous_only),
+    ):
+        ids = {p: ops.rms_norm.identity_hash(p) for p in ("t_noop", "t_routed")}
+        entry = {"op": "rms_norm", "dtype": "float32", "shape": [64], "configs": {}}
+        doc = {
+            "format": table.FORMAT,
+            "version": table.VERSION,
+            "environment": runtime.environment(),
+            "providers": {"rms_norm": ids},
+            "entries": [
+                {**entry, "tokens": 1, "order": ["t_noop", "t_routed"]},
+                {**entry, "tokens": 4, "order": ["t_routed", "t_noop"]},
+            ],
+        }
+        path = tmp_path / "table.json"
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv(runtime.ENV, str(path))
+        runtime.reload()
+        try:
+            w = torch.ones(64)
+
+            def pick(x):
+                return ops.rms_norm.dispatch(x, w, 1e-6).provider
+
+            wide = torch.randn(4, 128)
+            cases = [
+                (torch.randn(4, 64), "t_routed"),
+                (torch.randn(1, 64), "t_noop"),  # its bucket keeps the order
+                (torch.randn(4, 64), "t_routed"),  # a memo hit
+                (torch.randn(1, 4, 64), "t_routed"),  # 3-d: 4 tokens, another memo key
+                (torch.randn(4, 32), "t_noop"),  # a shape the table has no entry for
+                (torch.randn(4, 64, dtype=torch.float64), "t_noop"),  # another dtype
+                (wide[:, :64], "t_noop"),  # same shape and dtype; supports_args says no
+                (torch.randn(4, 64), "t_routed"),  # the memo holds no supports_args verdict
+            ]
+            for _ in range(2):
+                assert [pick(x) for x, _ in cases] == [want for _, want in cases]
+            # the eager call goes the same way
+            x = torch.randn(4, 64)
+            assert ops.rms_norm(x, w, 1e-6) is x
+        finally:
+            monkeypatch.setenv(runtime.ENV, "off")
+            runtime.reload()

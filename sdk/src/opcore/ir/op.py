@@ -277,7 +277,13 @@ class IrOp:
                 c = self._refresh()
             fn = c[5]
             if fn is None:
-                fn = self._select(c, args, None).functional
+                r = c[6]
+                # A tuning table's router, called from here (not through _select) when
+                # dispatch is not logged: one Python frame less on a routed call.
+                impl = r(args) if r is not None and not c[4] else None
+                if impl is None:
+                    impl = self._select(c, args, None, r is not None and not c[4])
+                fn = impl.functional
             return fn(*args)
         except TypeError:
             self._check_arity(args, None)
@@ -350,8 +356,13 @@ class IrOp:
             self._check_arity(args, kwargs)
             raise
 
-    def _select(self, c: tuple, args: tuple, kwargs: Mapping[str, Any] | None) -> Impl:
-        if c[6] is not None and not kwargs:  # a tuning table reorders some buckets
+    def _select(
+        self, c: tuple, args: tuple, kwargs: Mapping[str, Any] | None, asked: bool = False
+    ) -> Impl:
+        """The provider for ``args``: the tuning table's router first (unless ``asked``:
+        the caller asked it already and it declined), then the chain's first that accepts
+        them."""
+        if c[6] is not None and not kwargs and not asked:  # a table reorders some buckets
             routed = c[6](args)
             if routed is not None:
                 if c[4]:

@@ -130,10 +130,25 @@ _FLAT: dict[str, Callable[[tuple], FlatKey]] = {
 }
 
 
+# Ops whose key is a function of the first argument's shape and dtype alone: the router
+# memoizes its choice per ``(shape, dtype)`` of that argument.
+FIRST_ARG_KEYED = frozenset({"rms_norm", "fused_add_rms_norm", "silu_and_mul"})
+
+
 def register_bucket_key(op: str, fn: Callable[..., Key]) -> None:
     """Declare how ``op``'s positional arguments map to ``(dtype, tokens, shape)``."""
     _KEYS[op] = fn
     _FLAT.pop(op, None)  # the router derives its form from ``fn`` (`flat_key_function`)
+    _FIRST_ARG_REDECLARED.add(op)
+
+
+_FIRST_ARG_REDECLARED: set[str] = set()
+
+
+def keyed_by_first_arg(op: str) -> bool:
+    """Whether ``op``'s bucket key depends on its first argument's shape and dtype only
+    (a built-in key not redeclared by `register_bucket_key`)."""
+    return op in FIRST_ARG_KEYED and op not in _FIRST_ARG_REDECLARED
 
 
 def key_function(op: str) -> Callable[..., Key] | None:

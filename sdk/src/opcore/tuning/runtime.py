@@ -41,7 +41,13 @@ from typing import Any
 import torch
 
 from opcore.tuning import table as _table
-from opcore.tuning.buckets import MAX_BUCKET, flat_key_function, key_function, token_bucket
+from opcore.tuning.buckets import (
+    MAX_BUCKET,
+    flat_key_function,
+    key_function,
+    keyed_by_first_arg,
+    token_bucket,
+)
 from opcore.tuning.space import space_for
 
 logger = logging.getLogger("opcore.tuning")
@@ -395,6 +401,10 @@ def forced(op: str, provider: str, config: Mapping[str, int]) -> Iterator[None]:
             _FORCED.pop((op, provider), None)
 
 
+# Most (shape, dtype) pairs a router memoizes before it starts over.
+MEMO_SIZE = 1024
+
+
 def router_for(op: str, decision: Any, impls: Mapping[str, Any]) -> Callable[[tuple], Any] | None:
     """For dispatch: a function ``args -> Impl | None`` choosing, per bucket, the first
     provider of the table's measured order that the priority rule allows and that accepts
@@ -434,26 +444,55 @@ def router_for(op: str, decision: Any, impls: Mapping[str, Any]) -> Callable[[tu
         return None
     get = table.get
 
-    def route(args: tuple) -> Any:
+    def lookup(args: tuple) -> Any:
+        """The bucket's Impl (None: the chain's first), before ``supports_args``."""
         try:
             key, t = fast(args)
             row = get(key)
             if row is None:
                 return None
-            impl = row[(t - 1).bit_length() if t > 1 else 0]
+            return row[(t - 1).bit_length() if t > 1 else 0]
         except (TypeError, AttributeError):
             # symbolic sizes (tracing): the key function reads their hints
             dtype, t, shape = keyfn(*args)
             row = get((dtype,) + tuple(shape))
             if row is None:
                 return None
-            impl = row[(t - 1).bit_length() if t > 1 else 0]
+            return row[(t - 1).bit_length() if t > 1 else 0]
+
+    if not keyed_by_first_arg(op):
+
+        def route(args: tuple) -> Any:
+            impl = lookup(args)
+            if impl is None:
+                return None
+            sa = impl.supports_args
+            return impl if sa is None or sa(*args) is True else None
+
+        return route
+
+    # The key is the first argument's shape and dtype: the lookup's answer is memoized per
+    # (shape, dtype), a call then costs one dictionary access instead of the key's work.
+    memo: dict[tuple, Any] = {}
+
+    def route_memo(args: tuple) -> Any:
+        try:
+            x = args[0]
+            k = (x.shape, x.dtype)
+            impl = memo[k]
+        except KeyError:
+            impl = lookup(args)
+            if len(memo) >= MEMO_SIZE:  # bounded: a run of ever new shapes
+                memo.clear()
+            memo[k] = impl
+        except (TypeError, AttributeError, IndexError):  # symbolic sizes are not hashed
+            impl = lookup(args)
         if impl is None:
             return None
         sa = impl.supports_args
         return impl if sa is None or sa(*args) is True else None
 
-    return route
+    return route_memo
 
 
 def explain_note(op: str, provider: str | None, args: tuple) -> str | None:
