@@ -115,7 +115,16 @@ def _validate_fused_all_reduce_add_rms_norm(x, residual, weight, epsilon, group)
             c.bad_like(
                 op, "residual", residual, "x", x, shape=tuple(x.shape), shape_text=" like 'x'"
             )
-        c.check_norm_weight(op, weight, x)
+        if weight is not None:
+            if not (
+                weight.dtype is dt
+                and weight.ndim == 1
+                and weight.numel() == x.shape[-1]
+                and weight.device == x.device
+            ):
+                c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
+        elif not x.ndim:
+            c.bad_float(op, "x", x)
     except AttributeError:
         c.not_tensors(op, x=x, residual=residual, weight=weight)
         raise

@@ -155,25 +155,6 @@ def positive_int_ok(value: object) -> bool:
     return (type(value) is int and value > 0) or isinstance(value, SymInt)
 
 
-# --------------------------------------------------------------------------- norm arguments
-def check_norm_weight(op: str, weight: torch.Tensor | None, x: torch.Tensor) -> None:
-    """The RMSNorm weight rule, shared by every op that normalises ``x``'s last dim:
-    ``weight`` is ``None`` or a ``[x.shape[-1]]`` tensor of ``x``'s dtype on its device.
-    With no weight ``x`` must still have a last dim; with one, a 0-dim ``x`` raises the
-    ``IndexError`` of ``x.shape[-1]``, which the caller turns into its message for ``x``
-    (so a valid call reads ``x.ndim`` only when there is no weight)."""
-    if weight is not None:
-        if not (
-            weight.dtype is x.dtype
-            and weight.ndim == 1
-            and weight.numel() == x.shape[-1]
-            and weight.device == x.device
-        ):
-            bad_weight(op, "weight", weight, x.shape[-1], "x", x)
-    elif not x.ndim:
-        bad_float(op, "x", x)
-
-
 # --------------------------------------------------------------------------- rope arguments
 def heads_ok(t: torch.Tensor, lead: torch.Size, head_size: int) -> bool:
     """``t`` is ``[*lead, hidden]`` with ``hidden`` a multiple of ``head_size``, or

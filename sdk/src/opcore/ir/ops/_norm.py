@@ -60,17 +60,27 @@ def fused_add_rms_norm(
 
 # The validators follow the rule in `_checks`: each rule is one condition, written once; a
 # failing one calls a helper that raises the message (a valid call pays only the compares).
-# "x has a last dim" is the ``x.shape[-1]`` in the weight rule (`_checks.check_norm_weight`)
-# when there is a weight (an IndexError, turned into the message below) and ``x.ndim`` when
-# there is none: a tensor attribute read costs ~50 ns, and this runs on every eager call.
+# "x has a last dim" is the ``x.shape[-1]`` in the weight rule when there is a weight (an
+# IndexError, turned into the message below) and ``x.ndim`` when there is none: a tensor
+# attribute read costs ~50 ns, and this runs on every eager call.
 @rms_norm.register_validator
 def _validate_rms_norm(x, weight, epsilon, variance_size=None):
     try:
-        if x.dtype not in _FLOAT:
+        dt = x.dtype
+        if dt not in _FLOAT:
             c.bad_float("rms_norm", "x", x)
         if not (type(epsilon) is float and 0.0 <= epsilon < _INF) and not c.other_eps_ok(epsilon):
             c.bad_eps("rms_norm", "epsilon", epsilon)
-        c.check_norm_weight("rms_norm", weight, x)
+        if weight is not None:
+            if not (
+                weight.dtype is dt
+                and weight.ndim == 1
+                and weight.numel() == x.shape[-1]
+                and weight.device == x.device
+            ):
+                c.bad_weight("rms_norm", "weight", weight, x.shape[-1], "x", x)
+        elif not x.ndim:
+            c.bad_float("rms_norm", "x", x)
         if variance_size is not None and not _variance_ok(variance_size, x.shape[-1]):
             c.bad_positive_int(
                 "rms_norm",
@@ -101,7 +111,16 @@ def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=N
             c.bad_like(
                 op, "x_residual", x_residual, "x", x, shape=tuple(x.shape), shape_text=" like 'x'"
             )
-        c.check_norm_weight(op, weight, x)
+        if weight is not None:
+            if not (
+                weight.dtype is dt
+                and weight.ndim == 1
+                and weight.numel() == x.shape[-1]
+                and weight.device == x.device
+            ):
+                c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
+        elif not x.ndim:
+            c.bad_float(op, "x", x)
         if variance_size is not None and not _variance_ok(variance_size, x.shape[-1]):
             c.bad_positive_int(
                 op, "variance_size", variance_size, at_most=x.shape[-1], of="the last dim of 'x'"

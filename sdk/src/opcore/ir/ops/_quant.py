@@ -253,7 +253,13 @@ def _check_norm_args(op: str, x, weight, epsilon) -> None:
     _check_x(op, x)
     if not (type(epsilon) is float and 0.0 <= epsilon < c.INF) and not c.other_eps_ok(epsilon):
         c.bad_eps(op, "epsilon", epsilon)
-    c.check_norm_weight(op, weight, x)
+    if weight is not None and not (
+        weight.dtype is x.dtype
+        and weight.ndim == 1
+        and weight.numel() == x.shape[-1]
+        and weight.device == x.device
+    ):
+        c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
 
 
 def _check_residual(op: str, residual, x) -> None:
