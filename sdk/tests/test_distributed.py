@@ -189,3 +189,15 @@ def test_a_platform_communicator_path_is_checked():
         communicator_class(FakePlatformForPaths("no_such_module_xyz.Comm"))
     with pytest.raises(ValueError, match="not a subclass of Communicator"):
         communicator_class(FakePlatformForPaths("torch.Tensor"))
+
+
+def test_run_ranks_refuses_a_function_the_ranks_cannot_import():
+    """Each rank imports ``fn`` (this module, loaded by pytest from its file, included):
+    a lambda or a nested function is refused up front, naming it."""
+
+    def nested(comm):
+        return comm.rank
+
+    for fn in (lambda comm: comm.rank, nested):
+        with pytest.raises(ValueError, match="module-level function"):
+            run_ranks(fn, 2, timeout_s=10)

@@ -14,10 +14,13 @@ outcome says what happened to it.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import os
 import pickle
 import queue as queue_module
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -93,11 +96,56 @@ def _exit_with_parent(poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="opcore-rank-parent-watch", daemon=True).start()
 
 
+@dataclasses.dataclass(frozen=True)
+class _FunctionRef:
+    """Where a rank finds ``fn``: its module's name and file, and its qualified name.
+
+    A spawned process unpickles a function by importing its module by name, which fails
+    for a module that was loaded from a file and not through ``sys.path`` (pytest's
+    ``--import-mode=importlib`` loads test modules so). The rank imports the module by
+    name when it can, else loads it from the file under the same name."""
+
+    module: str
+    file: str | None
+    qualname: str
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> _FunctionRef | Callable[..., Any]:
+        module = getattr(fn, "__module__", None)
+        qualname = getattr(fn, "__qualname__", "")
+        if not module or "<locals>" in qualname or "<lambda>" in qualname:
+            raise ValueError(
+                f"run_ranks: fn must be a module-level function (each rank imports it), "
+                f"got {qualname or fn!r}"
+            )
+        if module == "__main__":
+            return fn  # spawn re-runs the main script as __mp_main__ and finds it there
+        file = getattr(sys.modules.get(module), "__file__", None)
+        return cls(module, file, qualname)
+
+    def resolve(self) -> Callable[..., Any]:
+        try:
+            mod = importlib.import_module(self.module)
+        except ImportError:
+            if self.file is None:
+                raise
+            spec = importlib.util.spec_from_file_location(self.module, self.file)
+            if spec is None or spec.loader is None:
+                raise
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[self.module] = mod
+            spec.loader.exec_module(mod)
+        obj: Any = mod
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
 def _rank_main(
     rank: int,
     world_size: int,
     port: int,
-    fn: Callable[..., Any],
+    fn: _FunctionRef | Callable[..., Any],
     args: tuple,
     results: Any,
     comm_timeout_s: float,
@@ -122,7 +170,8 @@ def _rank_main(
             init_method=f"tcp://127.0.0.1:{port}",
             timeout_s=comm_timeout_s,
         )
-        value = fn(comm, *args)
+        target = fn.resolve() if isinstance(fn, _FunctionRef) else fn
+        value = target(comm, *args)
         # Reported before the teardown, which can block when a peer is gone: the parent
         # has the result either way. Pickled here so no tensor travels through shared
         # memory that dies with this process.
@@ -181,6 +230,7 @@ def run_ranks(
     """
     if not (isinstance(world_size, int) and world_size >= 1):
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    ref = _FunctionRef.of(fn)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
@@ -190,7 +240,7 @@ def run_ranks(
     procs = [
         ctx.Process(
             target=_rank_main,
-            args=(r, world_size, port, fn, args, results, comm_timeout_s, env or {}, threads),
+            args=(r, world_size, port, ref, args, results, comm_timeout_s, env or {}, threads),
             name=f"opcore-rank-{r}",
             daemon=True,
         )
