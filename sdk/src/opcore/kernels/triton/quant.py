@@ -339,13 +339,6 @@ def _row_quant_kernel(
         cols = tl.arange(0, BLOCK_N)
         mask = row_mask & (cols < n_cols)[None, :]
         if NORM:
-            # The weight is loaded with the row, not after the sum of squares: issued after
-            # the block reduction, its L2 round trip lengthens every program's chain (load,
-            # reduce, scale, store); the kernels without a residual, whose programs move the
-            # fewest bytes, fell short of the copy rate at 32k tokens on the first H200 run
-            # (bench/results/2026-12-01-h200-fp8/).
-            if HAS_WEIGHT:
-                w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0)
             x = _row_values(
                 x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
                 True, HAS_RESIDUAL, False, False, EMULATE,
@@ -353,7 +346,8 @@ def _row_quant_kernel(
             rstd = tl.rsqrt(tl.sum(x * x, axis=1) * inv_n + eps)
             y = x * rstd[:, None]
             if HAS_WEIGHT:
-                y = y * w.to(tl.float32)[None, :]
+                w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+                y = y * w[None, :]
             y = _round_to(y, x_ptr.dtype.element_ty, EMULATE).to(tl.float32)
         else:
             y = _row_values(
