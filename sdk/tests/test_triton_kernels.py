@@ -193,6 +193,30 @@ else:
         ref = torch.nn.functional.gelu(g, approximate="tanh") * u
         check(activation.gelu_and_mul(x, "tanh"), ref, torch.bfloat16)
 
+    @pytest.mark.parametrize("cols_first", [0, 1])
+    @pytest.mark.parametrize("rows, block_c", [(1, 512), (4, 512), (2, 1024)])
+    def test_act_and_mul_every_tile_order(monkeypatch, cols_first, rows, block_c):
+        # A tuned configuration (the launch space's COLS_FIRST: a 1-D grid walking columns
+        # first) on 7 rows x 1000 columns: row blocks and column tiles both end masked.
+        from opcore.kernels.triton import spaces
+
+        cfg = {"BLOCK_C": block_c, "ROWS": rows, "num_warps": 2, "COLS_FIRST": cols_first}
+        assert spaces.ACT_SPACE.validate(cfg, (1000,)) is None
+        monkeypatch.setattr(activation, "launch_config", lambda *a: cfg)
+        x = torch.randn(7, 2 * 1000, dtype=torch.bfloat16) * 3
+        g, u = x.double()[..., :1000], x.double()[..., 1000:]
+        check(activation.silu_and_mul(x), g * torch.sigmoid(g) * u, torch.bfloat16)
+        ref = torch.nn.functional.gelu(g, approximate="tanh") * u
+        check(activation.gelu_and_mul(x, "tanh"), ref, torch.bfloat16)
+
+    def test_cols_first_is_searched_only_where_there_are_many_row_blocks():
+        from opcore.kernels.triton import spaces
+
+        many = spaces.act_candidates(spaces.COLS_FIRST_MIN_TOKENS, (14336,))
+        few = spaces.act_candidates(32, (14336,))
+        assert {c["COLS_FIRST"] for c in many} == {0, 1} and {c["COLS_FIRST"] for c in few} == {0}
+        assert spaces.ACT_SPACE.validate({**many[0], "COLS_FIRST": 2}, (14336,))
+
     # ------------------------------------------------------------------ launch parameters
     def test_column_tile_divides_the_width_when_it_can():
         from opcore.kernels.triton import _launch

@@ -2,7 +2,10 @@
 
 ``x[..., :d]`` is the gate and ``x[..., d:]`` the up projection, ``d = x.shape[-1] // 2``.
 A program covers a ``[ROWS, BLOCK_C]`` tile of the ``[rows, d]`` output, reading the two
-halves of the same input rows; the math is fp32 and the product is rounded once.
+halves of the same input rows; the math is fp32 and the product is rounded once. Tiles are
+numbered on a 2-D grid ``(row blocks, column tiles)``, or with ``COLS_FIRST`` on a 1-D grid
+whose consecutive programs walk along a row block's columns, so programs that run together
+touch neighbouring memory (the order a flattened pointwise loop has; a launch-space choice).
 """
 
 from __future__ import annotations
@@ -31,9 +34,18 @@ def _act_and_mul_kernel(
     ACT: tl.constexpr,
     BLOCK_C: tl.constexpr,
     ROWS: tl.constexpr,
+    COLS_FIRST: tl.constexpr,
 ):
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if COLS_FIRST:
+        col_tiles = tl.cdiv(d, BLOCK_C)
+        pid = tl.program_id(0).to(tl.int64)
+        row_block = pid // col_tiles
+        col_tile = pid % col_tiles
+    else:
+        row_block = tl.program_id(0).to(tl.int64)
+        col_tile = tl.program_id(1)
+    rows = row_block * ROWS + tl.arange(0, ROWS)
+    cols = col_tile * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (rows < n_rows)[:, None] & (cols < d)[None, :]
     x_rows = x_ptr + rows[:, None] * x_stride + cols[None, :]
     g = tl.load(x_rows, mask=mask, other=0.0).to(tl.float32)
@@ -65,11 +77,24 @@ def _act_and_mul(x: torch.Tensor, act: int, shape: tuple) -> torch.Tensor:
     cfg = launch_config(_OP_NAMES[act], PROVIDER, x.dtype, n_rows, shape)
     if cfg is None:
         block_c, rows, warps = _launch.elementwise_params(n_rows, d)
+        cols_first = 0
     else:
         block_c, rows, warps = cfg["BLOCK_C"], cfg["ROWS"], cfg["num_warps"]
-    grid = (_launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c))
+        cols_first = cfg["COLS_FIRST"]
+    row_blocks, col_tiles = _launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c)
+    grid = (row_blocks * col_tiles,) if cols_first else (row_blocks, col_tiles)
     _act_and_mul_kernel[grid](
-        x, stride, out, d, n_rows, d, ACT=act, BLOCK_C=block_c, ROWS=rows, num_warps=warps
+        x,
+        stride,
+        out,
+        d,
+        n_rows,
+        d,
+        ACT=act,
+        BLOCK_C=block_c,
+        ROWS=rows,
+        COLS_FIRST=bool(cols_first),
+        num_warps=warps,
     )
     return out
 

@@ -9,7 +9,9 @@ seconds per bucket, not minutes.
   row when it is at least ``n_cols``, else a chunk of the two-pass path), ``ROWS`` per
   program, ``num_warps``. All three change the order of the sum of squares.
 - gated activations, shape ``(d,)`` (``gelu_and_mul``: ``(d, approximate)``):
-  ``BLOCK_C``, ``ROWS``, ``num_warps``; no reduction.
+  ``BLOCK_C``, ``ROWS``, ``num_warps``, ``COLS_FIRST`` (0: 2-D grid; 1: 1-D grid walking
+  columns first, tried from `COLS_FIRST_MIN_TOKENS` tokens, where the grid has many row
+  blocks); no reduction.
 - ``rotary_embedding`` and ``split_qkv_rmsnorm_rope``, shape ``(q heads, kv heads,
   head_size)``: ``SPLITS`` (programs per token sharing its heads) and ``num_warps``; the
   fused split's per-head norm sums over one head, ordered by ``num_warps``.
@@ -102,12 +104,14 @@ NORM_SPACE = LaunchSpace(
 
 
 # --------------------------------------------------------------------------- activations
-ACT_PARAMS = ("BLOCK_C", "ROWS", "num_warps")
+ACT_PARAMS = ("BLOCK_C", "ROWS", "num_warps", "COLS_FIRST")
+# Below this many tokens a tile grid has few row blocks and both orders are the same.
+COLS_FIRST_MIN_TOKENS = 1024
 
 
 def act_default(tokens: int, shape: tuple) -> Config:
     block_c, rows, warps = _launch.elementwise_params(max(tokens, 1), shape[0])
-    return {"BLOCK_C": block_c, "ROWS": rows, "num_warps": warps}
+    return {"BLOCK_C": block_c, "ROWS": rows, "num_warps": warps, "COLS_FIRST": 0}
 
 
 def act_candidates(tokens: int, shape: tuple) -> list[dict[str, int]]:
@@ -119,12 +123,16 @@ def act_candidates(tokens: int, shape: tuple) -> list[dict[str, int]]:
         elements = block_c * rows
         base = _launch.warps_for(elements, per_warp=256, cap=8)
         for w in _warps_near(base, elements):
-            out.append({"BLOCK_C": block_c, "ROWS": rows, "num_warps": w})
+            for order in (0, 1) if tokens >= COLS_FIRST_MIN_TOKENS else (0,):
+                out.append({"BLOCK_C": block_c, "ROWS": rows, "num_warps": w, "COLS_FIRST": order})
     return _dedupe(out)
 
 
 def act_check(config: Config, shape: tuple) -> str | None:
-    return _check_pow2(config, ACT_PARAMS, {"BLOCK_C": 65536, "ROWS": 1024, "num_warps": 32})
+    if config["COLS_FIRST"] not in (0, 1):
+        return f"COLS_FIRST={config['COLS_FIRST']} is not 0 or 1"
+    tiles = {k: v for k, v in config.items() if k != "COLS_FIRST"}
+    return _check_pow2(tiles, ACT_PARAMS[:3], {"BLOCK_C": 65536, "ROWS": 1024, "num_warps": 32})
 
 
 ACT_SPACE = LaunchSpace(
