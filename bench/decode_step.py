@@ -11,9 +11,11 @@ call the ops' default, non-mutating overloads); projections are plain matmuls. W
 ``maybe_inplace`` (in-place residual add + norm and rotary): the form the 2026-11-29 H200
 results in bench/results/ were measured with.
 
-Attention is a stand-in: `F.scaled_dot_product_attention` of the new tokens over a fixed,
-pre-filled KV context (``--context`` tokens, GQA), identical in both runs; the KV cache is
-not written. It stands for the attention backend, which this benchmark does not measure.
+Attention reads the new tokens' queries over a fixed, pre-filled KV context (``--context``
+tokens, GQA), identical in both runs; the KV cache is not written. ``--attention sdpa``
+(the benchmark's default) runs it as `F.scaled_dot_product_attention`, a stand-in for the
+attention backend; ``--attention opcore`` runs the backend the platform selects
+(`opcore.attention`) over a paged copy of the same context.
 
 Run: ``python bench/decode_step.py [--batch 1,8,32] [--out DIR]`` on the platform's device.
 Prints a table and writes ``decode_step.json`` / ``decode_step.md``.
@@ -22,11 +24,17 @@ Batch invariance (docs/properties.md): ``OPCORE_BATCH_INVARIANT=1 python
 bench/decode_step.py --batch-invariance 32 [--out DIR]`` decodes a batch of 32 sequences
 (each its own token and KV context) and each of 4 of them alone, and checks that every
 sequence's output is bitwise the same both ways; it writes ``batch_invariance.json`` /
-``.md`` with the step's cost in that mode relative to the default mode. The stand-ins
-(the projections and the SDPA attention) are not opcore's: cuBLAS and SDPA choose their
-kernels from the batch size, so in this mode both run at a fixed 32 rows (zero rows
-added, results sliced back), which makes them batch-invariant; the table separates that
-cost from the cost of opcore's batch-invariant providers.
+``.md`` with the step's cost in that mode relative to the default mode. Its attention is
+opcore's backend (``--attention opcore``), which takes the required properties from the
+config (TRITON_PAGED fixes its split count). The projections are not opcore's: cuBLAS
+chooses its kernels from the row count, so in this check they run at a fixed 32 rows (zero
+rows added, results sliced back), which makes them batch-invariant; the table separates
+that cost from the cost of opcore's batch-invariant providers. (With ``--attention sdpa``
+the SDPA stand-in is padded the same way; it is not deterministic on the H200: see
+``--trace-repeat``.)
+
+``--trace-repeat N`` runs the step three times per mode and names the first sub-step
+whose bits differ between runs (`trace_repeat`).
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ class Decoder:
         dtype=torch.bfloat16,
         seed: int = 0,
         use_layers: bool = True,
+        attention: str = "sdpa",
     ):
         g = torch.Generator(device=device).manual_seed(seed)
 
@@ -89,8 +98,11 @@ class Decoder:
         self.x = w(batch, HIDDEN, scale=1.0)
         self.batch = batch
         self.use_layers = use_layers
+        self.attention = attention
         if use_layers:
             self._build_layers(context, device, dtype)
+        if attention == "opcore":
+            self._build_paged_kv(batch, context, device, dtype)
 
     def _build_layers(self, context: int, device, dtype) -> None:
         from opcore.layers import RMSNorm, RotaryEmbedding, SiluAndMul
@@ -107,6 +119,66 @@ class Decoder:
             HEAD, HEAD, max_position=context + 64, rope_theta=500000.0, is_neox=True
         ).to(device)
         self.act = SiluAndMul()
+
+    BLOCK = 16  # tokens per KV block of the paged cache (``--attention opcore``)
+
+    def _build_paged_kv(self, batch: int, context: int, device, dtype) -> None:
+        """``--attention opcore``: the backend the platform selects for these heads, each
+        layer's KV context copied into that backend's paged cache (sequence i in blocks
+        ``i * blocks_per_seq ...``), and the batch's metadata (built once, outside the step:
+        the forward itself does no host work)."""
+        from opcore.attention import AttentionSelectorConfig, select_backend
+
+        cfg = AttentionSelectorConfig(
+            head_size=HEAD,
+            num_heads=HEADS,
+            num_kv_heads=KV_HEADS,
+            dtype=dtype,
+            block_size=self.BLOCK,
+            device_type=device.type,
+        )
+        self.attn_cls = select_backend(cfg).backend_cls
+        self.attn_impls: dict = {}
+        per_seq = -(-context // self.BLOCK)
+        self.block_table = torch.arange(batch * per_seq, device=device, dtype=torch.int32).view(
+            batch, per_seq
+        )
+        for p in self.layers:
+            cache = self.attn_cls.allocate_kv_cache(
+                batch * per_seq, self.BLOCK, KV_HEADS, HEAD, dtype, device
+            )
+            key_cache, value_cache = self._attn_impl().split_kv_cache(cache)
+            for src, dst in ((p["k_ctx"], key_cache), (p["v_ctx"], value_cache)):
+                # [batch, kv heads, context, head] -> blocks of [BLOCK, kv heads, head]
+                t = src.new_zeros((batch, per_seq * self.BLOCK, KV_HEADS, HEAD))
+                t[:, :context] = src.transpose(1, 2)
+                dst.copy_(t.view(batch * per_seq, self.BLOCK, KV_HEADS, HEAD))
+            p["kv_cache"] = cache
+        self.context = context
+        self._build_metadata(torch.arange(batch, device=device))
+
+    def _build_metadata(self, index: torch.Tensor) -> None:
+        from opcore.attention import PagedAttentionMetadata
+
+        n = index.numel()
+        device = self.block_table.device
+        self.attn_md = PagedAttentionMetadata.build(
+            torch.arange(n + 1, device=device, dtype=torch.int32),
+            torch.full((n,), self.context, device=device, dtype=torch.int32),
+            self.block_table.index_select(0, index),
+        )
+
+    def _attn_impl(self):
+        """The backend instance for the current config's required properties (a backend may
+        settle its launch choices from them when built: TRITON_PAGED fixes its split count
+        when batch invariance is required)."""
+        from opcore.config import get_current_config
+
+        key = tuple(sorted(get_current_config().kernel.required_properties))
+        impl = self.attn_impls.get(key)
+        if impl is None:
+            impl = self.attn_impls[key] = self.attn_cls(HEADS, HEAD, KV_HEADS, HEAD**-0.5)
+        return impl
 
     def sequences(self, rows: list[int], pad_rows: int | None = None) -> Decoder:
         """A decoder over sequences ``rows`` of this one (same weights, their tokens, KV
@@ -126,7 +198,11 @@ class Decoder:
             }
             for p in self.layers
         ]
-        other._pad_ctx()
+        if self.attention == "opcore":
+            # The paged caches are shared; the rows' block tables select their sequences.
+            other._build_metadata(index)
+        else:
+            other._pad_ctx()
         return other
 
     def _pad_ctx(self) -> None:
@@ -149,6 +225,9 @@ class Decoder:
 
     def _attention(self, q: torch.Tensor, p: dict) -> torch.Tensor:
         b = q.shape[0]
+        if self.attention == "opcore":
+            out = self._attn_impl().forward(q.reshape(b, HEADS, HEAD), p["kv_cache"], self.attn_md)
+            return out.reshape(b, HEADS * HEAD)
         rows = self.pad_rows or b
         qh = q.new_zeros((rows, HEADS * HEAD)) if self.pad_rows else q
         if self.pad_rows:
@@ -161,18 +240,33 @@ class Decoder:
     def step(self) -> torch.Tensor:
         return self.step_layers() if self.use_layers else self.step_ops()
 
+    # ``--trace-repeat``: a list receiving (name, fn, inputs, output) of every sub-step, so
+    # two runs can be compared intermediate by intermediate; None: plain calls.
+    trace: list | None = None
+
+    def _call(self, name: str, fn, *args):
+        out = fn(*args)
+        if self.trace is not None:
+            keep = lambda v: v.clone() if isinstance(v, torch.Tensor) else v  # noqa: E731
+            outs = out if isinstance(out, tuple) else (out,)
+            self.trace.append((name, fn, tuple(keep(a) for a in args), [keep(o) for o in outs]))
+        return out
+
     def step_layers(self) -> torch.Tensor:
+        c = self._call
         h = self.x.clone()
         residual = torch.zeros_like(h)
-        for p in self.layers:
-            h, residual = p["in_norm_layer"](h, residual)
-            qkv = self._mm(h, p["qkv"])
+        for i, p in enumerate(self.layers):
+            h, residual = c(f"{i}.in_norm", p["in_norm_layer"], h, residual)
+            qkv = c(f"{i}.qkv_proj", self._mm, h, p["qkv"])
             q, k = qkv[:, : HEADS * HEAD], qkv[:, HEADS * HEAD : (HEADS + KV_HEADS) * HEAD]
-            q, k = self.rope(self.positions, q, k)
-            h = self._mm(self._attention(q, p), p["o"])
-            h, residual = p["post_norm_layer"](h, residual)
-            h = self._mm(self.act(self._mm(h, p["gate_up"])), p["down"])
-        out, _ = self.final_norm_layer(h, residual)
+            q, k = c(f"{i}.rotary", self.rope, self.positions, q, k)
+            a = c(f"{i}.attention", self._attention, q, p)
+            h = c(f"{i}.o_proj", self._mm, a, p["o"])
+            h, residual = c(f"{i}.post_norm", p["post_norm_layer"], h, residual)
+            gu = c(f"{i}.gate_up_proj", self._mm, h, p["gate_up"])
+            h = c(f"{i}.down_proj", self._mm, c(f"{i}.silu_and_mul", self.act, gu), p["down"])
+        out, _ = c("final_norm", self.final_norm_layer, h, residual)
         return out
 
     def step_ops(self) -> torch.Tensor:
@@ -256,6 +350,16 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.view(view), b.view(view))
 
 
+def attention_name(model: Decoder) -> str:
+    """The attention the step runs, for reports."""
+    if model.attention != "opcore":
+        return "F.scaled_dot_product_attention"
+    impl = model._attn_impl()
+    props = ",".join(sorted(impl.declared_properties()))
+    splits = getattr(impl, "num_splits", None)
+    return f"{impl.name}" + (f", num_splits={splits}" if splits else "") + f", declares {props}"
+
+
 def _standins_repeat(model: Decoder) -> dict[str, bool]:
     """Whether the non-opcore parts of the step (the first layer's projections and the SDPA
     stand-in) give the same bits twice on the same inputs: tells their run-to-run
@@ -269,7 +373,7 @@ def _standins_repeat(model: Decoder) -> dict[str, bool]:
     return {
         "qkv_matmul": _bits_equal(model._mm(h, p["qkv"]), model._mm(h, p["qkv"])),
         "gate_up_matmul": _bits_equal(model._mm(h, p["gate_up"]), model._mm(h, p["gate_up"])),
-        "sdpa": _bits_equal(model._attention(q, p), model._attention(q, p)),
+        "attention": _bits_equal(model._attention(q, p), model._attention(q, p)),
     }
 
 
@@ -292,7 +396,9 @@ def batch_invariance(args, platform, device) -> int:
         )
     )
     default_config = create_config(required_properties=[])
-    model = Decoder(n, args.context, device, use_layers=not args.direct_ops)
+    model = Decoder(
+        n, args.context, device, use_layers=not args.direct_ops, attention=args.attention
+    )
     padded = model.sequences(list(range(n)), pad_rows=n)
     probes = [j for j in PROBE_SEQUENCES if j < n]
     results: dict[str, dict] = {}
@@ -310,6 +416,7 @@ def batch_invariance(args, platform, device) -> int:
             ]
             results[mode] = {
                 "providers": providers_used(),
+                "attention": attention_name(padded),
                 "sequences_checked": probes,
                 "differ_alone_vs_batch": differ,
                 "repeat_bitwise_equal": _bits_equal(full, again),
@@ -346,8 +453,9 @@ def batch_invariance(args, platform, device) -> int:
         f"{df['differ_alone_vs_batch'] or 'none'}; repeat runs bitwise equal: "
         f"{df['repeat_bitwise_equal']} (first vs second), "
         f"{df['repeat_after_warmup_bitwise_equal']} (second vs third)",
-        f"- the stand-ins alone (not opcore's: first layer's projections and SDPA at "
-        f"{n} rows), two runs bitwise equal: {json.dumps(standins)}",
+        f"- attention: batch-invariant mode {bi['attention']}; default mode {df['attention']}",
+        f"- the first layer's projections and attention alone at {n} rows, two runs on the "
+        f"same inputs bitwise equal: {json.dumps(standins)}",
         f"- providers, batch-invariant mode: {json.dumps(bi['providers'])}",
         f"- providers, default mode: {json.dumps(df['providers'])}",
         "",
@@ -382,6 +490,112 @@ def batch_invariance(args, platform, device) -> int:
     return 0 if ok else 1
 
 
+def _bits_differ_rows(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many rows (first dim) of ``a`` and ``b`` differ bitwise."""
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    ne = a.view(view) != b.view(view)
+    return int(ne.reshape(ne.shape[0], -1).any(1).sum()) if ne.dim() else int(ne)
+
+
+def _state(model: Decoder) -> dict[str, torch.Tensor]:
+    """Every tensor the step reads besides activations: weights, KV contexts, caches."""
+    out = {"x": model.x, "positions": model.positions, "rope.cache": model.rope.cos_sin_cache}
+    for i, p in enumerate(model.layers):
+        for k, v in p.items():
+            if isinstance(v, torch.Tensor):
+                out[f"{i}.{k}"] = v
+            elif isinstance(v, torch.nn.Module):
+                out.update({f"{i}.{k}.{n}": t for n, t in v.state_dict().items()})
+    return out
+
+
+def _compare_runs(a: list, b: list) -> dict | None:
+    """The first sub-step whose output differs between traces ``a`` and ``b``, whether its
+    inputs were equal, and what replaying it on ``a``'s inputs gives."""
+    for (name, fn, args_a, outs_a), (_, _, args_b, outs_b) in zip(a, b, strict=True):
+        diff = [_bits_differ_rows(x, y) for x, y in zip(outs_a, outs_b, strict=True)]
+        if not any(diff):
+            continue
+        inputs_equal = all(
+            _bits_equal(x, y)
+            for x, y in zip(args_a, args_b, strict=True)
+            if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+        )
+        replays = []
+        for _ in range(3):
+            r = fn(*args_a)
+            r = r if isinstance(r, tuple) else (r,)
+            replays.append([o.clone() for o in r])
+        return {
+            "sub_step": name,
+            "rows_differing_per_output": diff,
+            "rows": int(outs_a[0].shape[0]),
+            "inputs_bitwise_equal": inputs_equal,
+            "replay_on_first_inputs_equals_first_output": all(
+                _bits_equal(x, y) for x, y in zip(replays[0], outs_a, strict=True)
+            ),
+            "replays_equal_each_other": all(
+                _bits_equal(x, y) for r in replays[1:] for x, y in zip(replays[0], r, strict=True)
+            ),
+            "differing_sub_steps": sum(
+                1
+                for (_, _, _, oa), (_, _, _, ob) in zip(a, b, strict=True)
+                if any(_bits_differ_rows(x, y) for x, y in zip(oa, ob, strict=True))
+            ),
+        }
+    return None
+
+
+def trace_repeat(args, device) -> int:
+    """``--trace-repeat N``: the step at batch N (plain, and with the stand-ins at N rows)
+    run three times in each mode, every sub-step's output kept; reports the first sub-step
+    whose bits differ between runs, whether its inputs were equal (a kernel that varies on
+    fixed inputs) or not (the variation came from earlier), what a replay on the first run's
+    inputs gives, and whether any weight, KV context or cache changed across the runs (a
+    stray write). Exit status 1 when any run differs."""
+    from opcore.config import create_config, set_current_config
+
+    n = args.trace_repeat
+    model = Decoder(n, args.context, device, attention=args.attention)
+    padded = model.sequences(list(range(n)), pad_rows=n)
+    single = model.sequences([0])
+    report: dict[str, dict] = {}
+    modes = (
+        ("default", create_config(required_properties=[])),
+        ("batch_invariant", create_config(required_properties=["batch_invariant"])),
+    )
+    for mode, config in modes:
+        with set_current_config(config):
+            for label, m in (("plain", model), ("padded", padded), ("alone", single)):
+                before = {k: v.clone() for k, v in _state(m).items()}
+                runs = []
+                for _ in range(3):
+                    m.trace = []
+                    m.step()
+                    runs.append(m.trace)
+                m.trace = None
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                changed = [k for k, v in _state(m).items() if not _bits_equal(v, before[k])]
+                report[f"{mode}/{label}"] = {
+                    "providers": providers_used(),
+                    "attention": attention_name(m),
+                    "run1_vs_run2": _compare_runs(runs[0], runs[1]),
+                    "run2_vs_run3": _compare_runs(runs[1], runs[2]),
+                    "state_changed": changed,
+                }
+                del runs, before
+    bad = any(r["run1_vs_run2"] or r["run2_vs_run3"] or r["state_changed"] for r in report.values())
+    text = json.dumps(report, indent=1)
+    print(text)
+    print("verdict:", "runs DIFFER" if bad else "every run bitwise equal, no state changed")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, f"trace_repeat-{args.attention}.json"), "w") as f:
+            f.write(text)
+    return 1 if bad else 0
+
+
 def _tiny() -> None:
     """Small dimensions, for a dry run of the plumbing on the CPU."""
     global HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD, INTER
@@ -409,8 +623,27 @@ def main(argv=None) -> int:
         help="check that sequences decoded alone and in a batch of N give the same bits "
         "(in batch-invariant mode) and record the mode's cost; see the module docstring",
     )
+    ap.add_argument(
+        "--trace-repeat",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the step at batch N three times per mode and report the first sub-step "
+        "whose bits differ between runs (see trace_repeat)",
+    )
+    ap.add_argument(
+        "--attention",
+        choices=("sdpa", "opcore"),
+        default=None,
+        help="the step's attention: 'sdpa' (F.scaled_dot_product_attention stand-in; the "
+        "benchmark's default) or 'opcore' (the backend the platform selects, over a paged KV "
+        "cache; the default of --batch-invariance and --trace-repeat)",
+    )
     ap.add_argument("--tiny", action="store_true", help="small dimensions (a CPU dry run)")
     args = ap.parse_args(argv)
+    if args.attention is None:
+        checks = args.batch_invariance is not None or args.trace_repeat is not None
+        args.attention = "opcore" if checks else "sdpa"
     if args.tiny:
         _tiny()
 
@@ -420,6 +653,9 @@ def main(argv=None) -> int:
     platform = get_current_platform()
     device = torch.device(args.device) if args.device else platform.device()
     ensure_kernels_loaded()
+    if args.trace_repeat is not None:
+        with torch.inference_mode():
+            return trace_repeat(args, device)
     if args.batch_invariance is not None:
         with torch.inference_mode():
             return batch_invariance(args, platform, device)

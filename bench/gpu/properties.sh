@@ -9,6 +9,10 @@
 #    decoded alone and inside a batch of 32, bitwise; run-to-run bits (first vs second and
 #    second vs third run) and the stand-ins' own repeatability; the mode's cost
 #    (batch_invariance.md).
+#    Its attention is opcore's backend (TRITON_PAGED; the SDPA stand-in it replaced there is
+#    not deterministic on the H200: 2026-12-01 results). Then --trace-repeat 32: three runs
+#    per mode with every sub-step's output kept, naming the first sub-step whose bits differ
+#    between runs (trace_repeat-opcore.json).
 # 2. The planted defects: a provider declaring batch_invariant that picks its block size
 #    from the row count, one declaring capture_safe that calls .item(); both must fail
 #    (planted.md says whether they did).
@@ -45,6 +49,17 @@ timeout "${PROPS_DECODE_TIMEOUT:-30}" env OPCORE_BATCH_INVARIANT=1 python3 bench
   --batch-invariance 32 --out "$DIR" $DECODE_ARGS > "$DIR/decode.log" 2>&1
 echo "decode rc=$? (0: bitwise identical alone vs in the batch, and run-to-run after warm-up)"
 cat "$DIR/batch_invariance.md" 2>/dev/null || tail -20 "$DIR/decode.log"
+
+echo "== properties: decode step run-to-run, sub-step by sub-step $(date -u +%T)"
+timeout "${PROPS_TRACE_TIMEOUT:-45}" python3 bench/decode_step.py --trace-repeat 32 \
+  --out "$DIR" $DECODE_ARGS > "$DIR/trace.log" 2>&1
+echo "trace rc=$? (0: three runs bitwise equal at every sub-step, no weight or cache changed)"
+python3 - "$DIR/trace_repeat-opcore.json" <<'PY' || tail -20 "$DIR/trace.log"
+import json, sys
+for key, r in json.load(open(sys.argv[1])).items():
+    print(key, "|", r["attention"], "| 1v2:", json.dumps(r["run1_vs_run2"]), "| 2v3:", json.dumps(r["run2_vs_run3"]),
+          "| state changed:", r["state_changed"])
+PY
 
 echo "== properties: planted defects $(date -u +%T)"
 timeout 25 env PYTHONPATH="$PLANTED_PATH" python3 -c "$OPCORE" \
