@@ -24,6 +24,8 @@
 # step cut by its limit loses its last hidden size first (hidden is the outer loop), so the
 # never-tuned 5120/7168 come first in on-unseen.
 # Then bench/tune_compare.py writes compare.md / compare.json from whatever was written.
+# TUNE_RECHECK=1: instead, only the decode-size rows (1, 32 tokens, both hidden sizes) with
+# the table and the peers, and without the table (<= 140 s): compare-decode.md.
 #
 # Writes $OUT/tune/: info.json, <step>.jsonl and <step>/ (bench.json, bench.md when the
 # step finished), <step>.log, compare.md, compare.json.
@@ -74,6 +76,19 @@ i = t.info(); json.dump(i, open(sys.argv[1], 'w'), indent=1)
 print('used:', i['used']); print('stale:', len(i['stale']), i['stale'][:3])
 print('other devices:', i['other_devices'])" "$dir/info.json" 2>&1 | tail -n 8
 
+if [ -n "${TUNE_RECHECK:-}" ]; then
+  # A second sample of the decode-size rows (1 and 32 tokens) in fresh processes: the
+  # first final run's decode misses were 0.04-0.10 us apart, one row 0.58 us off its own
+  # tuning-off time; this tells a stable gap from a process's draw.
+  step on-decode 110 "$table" "triton,$peers" "${tokens%%,4096*}" "$hidden_a,$hidden_b"
+  step off-decode 25 off triton "${tokens%%,4096*}" "$hidden_a,$hidden_b"
+  timeout 10 python3 bench/tune_compare.py --table "$table" --off "$dir/off-decode.jsonl" \
+    --on "$dir/on-decode.jsonl" --peers "$cmp_peers" --out "$dir/compare-decode.md" \
+    --json "$dir/compare-decode.json" > "$dir/compare.log" 2>&1
+  echo "compare rc=$? ($((SECONDS - start)) s in all)"
+  grep -E "^- (against|target|tuned)" "$dir/compare-decode.md" 2>/dev/null
+  exit 0
+fi
 step on-4096 70 "$table" "triton,$peers" "$tokens" "$hidden_a"
 step on-8192 70 "$table" "triton,$peers" "$tokens" "$hidden_b"
 step off-issue 25 off triton "$tokens" "$hidden_a,$hidden_b"
