@@ -142,6 +142,32 @@ def test_identity_hash_is_stable_and_differs_per_provider():
         ops.silu_and_mul.identity_hash("ir_test_hash")
 
 
+def test_identity_sources_enter_the_identity_hash(tmp_path, monkeypatch):
+    # A launch helper outside the provider's own file decides what it computes: editing
+    # it must change the identity (tuning tables and compile caches are keyed on it).
+    import importlib
+
+    helper = tmp_path / "ir_test_launch_helper.py"
+    helper.write_text("BLOCK = 128\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("ir_test_launch_helper")
+
+    def silu_and_mul(x):
+        return x
+
+    def identity(**options):
+        with temporary_impl(ops.silu_and_mul, "ir_test_src", silu_and_mul, **options):
+            return ops.silu_and_mul.identity_hash("ir_test_src")
+
+    plain = identity()
+    before = identity(identity_sources=[module])
+    helper.write_text("BLOCK = 256\n")
+    after = identity(identity_sources=[module])
+    assert len({plain, before, after}) == 3
+    with pytest.raises(TypeError, match="identity_sources takes modules or functions"):
+        identity(identity_sources=["ir_test_launch_helper"])
+
+
 def test_tolerance_defaults_and_overrides():
     assert ops.silu_and_mul.tolerance(torch.float32) == (1e-5, 1.3e-6)
     assert ops.rms_norm.tolerance(torch.float16) == (1e-2, 2e-3)  # per-op override

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import torch
@@ -34,7 +35,7 @@ from opcore import config as _config
 from opcore.env import env_flag
 from opcore.ir import priority, torch_lib
 from opcore.ir import schema as _schema
-from opcore.ir.identity import hash_source, hash_source_pair
+from opcore.ir.identity import hash_source, hash_source_pair, hash_sources
 from opcore.ir.outputs import fresh_outputs, map_outputs
 from opcore.ir.samples import SampleGenerator, SampleInput, seeded_samples
 from opcore.ir.tolerances import default_tolerance
@@ -122,6 +123,7 @@ class Impl:
     """
 
     __slots__ = (
+        "identity_sources",
         "provider",
         "impl_fn",
         "supported",
@@ -144,7 +146,9 @@ class Impl:
         op_name: str = "",
         functional: Callable | None = None,
         properties: Properties | None = None,
+        identity_sources: tuple = (),
     ):
+        self.identity_sources = identity_sources
         self.provider = provider
         self.impl_fn = impl_fn
         self.supported = supported
@@ -167,6 +171,10 @@ class Impl:
                 # of what this provider computes, so it is part of its identity.
                 extra = hash_source(self.functional, op_name=self.op_name, provider=self.provider)
                 identity = hash_source_pair(identity, extra)
+            if self.identity_sources:
+                # Code outside the provider's own file that decides what it computes
+                # (shared launch helpers, its launch space): part of its identity too.
+                identity = hash_source_pair(identity, hash_sources(self.identity_sources))
             self._identity = identity
         return self._identity
 
@@ -591,6 +599,7 @@ class IrOp:
         inplace: bool = False,
         functional: Callable | None = None,
         properties: Any = None,
+        identity_sources: Iterable[Any] = (),
     ) -> Callable[[Callable], Callable]:
         """Decorator registering ``fn`` as ``provider``'s implementation; returns ``fn``.
 
@@ -615,6 +624,11 @@ class IrOp:
                 `opcore.properties.Properties`; default none. The conformance suite
                 checks each one declared, and a config that requires one
                 (``kernel.required_properties``) selects only providers declaring it.
+            identity_sources: modules (or functions) outside ``fn``'s own source file
+                whose code also decides what the provider computes, such as shared launch
+                helpers or its tuning launch space. Their source files enter the
+                provider's identity hash (`identity_hash`). Compile caches and tuning
+                tables are keyed on that hash, so editing such a file invalidates them.
 
         Returns:
             The decorator; it returns ``fn`` unchanged.
@@ -647,6 +661,13 @@ class IrOp:
                 f"got {supported!r}"
             )
         declared = as_properties(properties, where=f"op {self.name!r}, provider {provider!r}")
+        sources = tuple(identity_sources)
+        for src in sources:
+            if not (inspect.ismodule(src) or callable(src)):
+                raise TypeError(
+                    f"op {self.name!r}, provider {provider!r}: identity_sources takes modules "
+                    f"or functions, got {type(src).__name__}"
+                )
         if supports_args is not None:
             _schema.check_same_parameters(
                 self.native,
@@ -696,6 +717,7 @@ class IrOp:
                     op_name=self.name,
                     functional=default_fn,
                     properties=declared,
+                    identity_sources=sources,
                 )
                 bump_generation()
             logger.debug(

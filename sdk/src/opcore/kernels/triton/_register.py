@@ -24,10 +24,21 @@ from opcore.kernels.triton._support import (
 )
 
 INTERPRETED: bool  # the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1)
+IDENTITY_SOURCES: tuple = ()  # modules in every triton provider's identity hash
 if HAS_TRITON:
-    from opcore.kernels.triton import activation, norm, qk_norm_rope, quant, rotary, spaces
+    from opcore.kernels.triton import (
+        _launch,
+        _support,
+        activation,
+        norm,
+        qk_norm_rope,
+        quant,
+        rotary,
+        spaces,
+    )
 
     INTERPRETED = type(norm._rms_norm_kernel).__name__ == "InterpretedFunction"
+    IDENTITY_SOURCES = (_launch, _support, spaces)
 else:
     INTERPRETED = False
 
@@ -337,6 +348,9 @@ def _register(op_name, impl, supports, *, inplace=False, functional=None):
         "supports_args": supports,
         "inplace": inplace,
         "properties": PROPERTIES[op_name],
+        # What a launch configuration means lives in these too: a tuning table keyed on
+        # the identity must go stale when they change (docs/tuning.md).
+        "identity_sources": IDENTITY_SOURCES,
     }
     # The out-of-place kernel serves the default overload, so it never pays for clones.
     if functional is not None and HAS_TRITON:

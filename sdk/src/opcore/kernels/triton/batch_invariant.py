@@ -232,7 +232,11 @@ def register() -> None:
         if PROVIDER in op.impls:
             continue
         op.register_impl(
-            PROVIDER, supported=HAS_TRITON, supports_args=supports, properties=PROPERTIES
+            PROVIDER,
+            supported=HAS_TRITON,
+            supports_args=supports,
+            properties=PROPERTIES,
+            identity_sources=_register.IDENTITY_SOURCES,
         )(fn)
 
 
