@@ -35,16 +35,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_models  # noqa: E402  (the sibling benchmark: model shapes, the timed step)
 
 
-def _round(bench, batch: int, patched: bool) -> float:
-    """Median decode step (ms) of one pass, with the model patched or not."""
-    from opcore.integrations.transformers import apply
+def _round(bench, batch: int, patched: bool) -> tuple[float, bool]:
+    """Median decode step (ms) of one pass, with the model patched or not, and whether the
+    model was patched during the pass (it is reverted after it)."""
+    import contextlib
 
-    patch = apply(bench.model) if patched else None
-    try:
-        return bench.decode(batch)["decode_step_ms_median"]
-    finally:
-        if patch is not None:
-            patch.revert()
+    from opcore.integrations.transformers import is_patched
+    from opcore.integrations.transformers import patched as patching
+
+    with patching(bench.model) if patched else contextlib.nullcontext():
+        was = is_patched(bench.model)
+        return bench.decode(batch)["decode_step_ms_median"], was
 
 
 def measure(model: str, args) -> list[dict]:
@@ -67,10 +68,14 @@ def measure(model: str, args) -> list[dict]:
                 _round(bench, batch, False)  # warm both forms (kernels, caches, allocator)
                 _round(bench, batch, True)
                 times: dict[str, list[float]] = {"hf": [], "opcore": []}
+                forms: dict[str, set[bool]] = {"hf": set(), "opcore": set()}
                 for r in range(args.rounds):
                     order = (False, True) if r % 2 == 0 else (True, False)
                     for patched in order:
-                        times["opcore" if patched else "hf"].append(_round(bench, batch, patched))
+                        name = "opcore" if patched else "hf"
+                        ms, was = _round(bench, batch, patched)
+                        times[name].append(ms)
+                        forms[name].add(was)
                 ratios = [o / h for o, h in zip(times["opcore"], times["hf"], strict=True)]
                 row = {
                     "model": model,
@@ -84,6 +89,8 @@ def measure(model: str, args) -> list[dict]:
                     "ratio_median": statistics.median(ratios),
                     "ratio_min": min(ratios),
                     "ratio_max": max(ratios),
+                    # the model was patched in every opcore pass and in no hf pass
+                    "forms_as_labelled": forms == {"hf": {False}, "opcore": {True}},
                 }
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
