@@ -509,6 +509,20 @@ def _state(model: Decoder) -> dict[str, torch.Tensor]:
     return out
 
 
+def traced_runs(model: Decoder, n: int) -> list[list]:
+    """``n`` runs of ``model``'s step, each run's trace (every sub-step's name, callable,
+    inputs and outputs, in order)."""
+    runs = []
+    try:
+        for _ in range(n):
+            model.trace = []
+            model.step()
+            runs.append(model.trace)
+    finally:
+        model.trace = None
+    return runs
+
+
 def _compare_runs(a: list, b: list) -> dict | None:
     """The first sub-step whose output differs between traces ``a`` and ``b``, whether its
     inputs were equal, and what replaying it on ``a``'s inputs gives."""
@@ -568,12 +582,7 @@ def trace_repeat(args, device) -> int:
         with set_current_config(config):
             for label, m in (("plain", model), ("padded", padded), ("alone", single)):
                 before = {k: v.clone() for k, v in _state(m).items()}
-                runs = []
-                for _ in range(3):
-                    m.trace = []
-                    m.step()
-                    runs.append(m.trace)
-                m.trace = None
+                runs = traced_runs(m, 3)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 changed = [k for k, v in _state(m).items() if not _bits_equal(v, before[k])]

@@ -48,22 +48,15 @@ def test_trace_names_a_non_deterministic_sub_step():
         return out
 
     model._attention = types.MethodType(flaky, model)
-    traces = []
     with torch.inference_mode():
-        for _ in range(2):
-            model.trace = []
-            model.step()
-            traces.append(model.trace)
+        traces = ds.traced_runs(model, 2)
     found = ds._compare_runs(traces[0], traces[1])
     assert found["sub_step"] == "0.attention"
     assert found["inputs_bitwise_equal"] and not found["replays_equal_each_other"]
     assert found["rows_differing_per_output"] == [1]
     # without the planted variation every sub-step repeats
     model._attention = real
-    again = []
     with torch.inference_mode():
-        for _ in range(2):
-            model.trace = []
-            model.step()
-            again.append(model.trace)
+        again = ds.traced_runs(model, 2)
+    assert model.trace is None  # tracing is off again after the runs
     assert ds._compare_runs(again[0], again[1]) is None
