@@ -209,6 +209,18 @@ else:
         ref = torch.nn.functional.gelu(g, approximate="tanh") * u
         check(activation.gelu_and_mul(x, "tanh"), ref, torch.bfloat16)
 
+    def test_triton_identity_covers_the_launch_helpers_and_spaces():
+        # A tuning table's configuration means what _launch, _support and spaces say: an
+        # edit there must change the providers' identity (the table then goes stale).
+        from opcore.ir import identity, ops
+        from opcore.kernels.triton import _launch, _support, spaces
+
+        for op in ("rms_norm", "silu_and_mul", "rotary_embedding", "scaled_fp8_quant"):
+            impl = getattr(ops, op).impls["triton"]
+            assert {_launch, _support, spaces} <= set(impl.identity_sources), op
+            own = identity.hash_source(impl.impl_fn, op_name=op, provider="triton")
+            assert impl.identity_hash() != own
+
     def test_cols_first_is_searched_only_where_there_are_many_row_blocks():
         from opcore.kernels.triton import spaces
 
