@@ -1,191 +1,68 @@
-"""`IrOp`: one op, its native function, its providers, and dispatch among them.
+"""`IrOp`: one op declared by its native function, its providers and its test metadata.
 
-Hot path (`IrOp.__call__` in eager mode): validate the arguments (metadata checks shared by
-every provider), take the cached effective priority chain, return the first provider whose
-``supports_args`` accepts the arguments, call it.
+This module declares and registers: `register_op`, `IrOp.register_impl` and the op's
+validator, fake, samples, tolerances and torch.library overloads. Calling and choosing a
+provider (the per-call path) is `opcore.ir.dispatch`, which `IrOp` extends; one provider
+is an `opcore.ir.impl.Impl`.
 
-What decides the chain is the current config and the op's `set_priority` list, both scoped
-to the thread or asyncio task (`opcore.scopes`), plus the provider registry. The cache is
-one tuple per op, checked by two compares: the identity of this context's scope stack
-(`opcore.scopes.current_scopes()`, which changes when any block is entered or left) and the
-registry generation (bumped when a provider or op is registered or removed, kernels load,
-or `invalidate_caches()` is called). On a miss the decision is looked up by value (config
-object, this op's override), so threads or blocks that alternate between a few settings
-decide each one once.
-
-When torch is tracing (Dynamo, make_fx, torch.fx proxies, any active dispatch mode) the
-call goes through ``torch.ops.opcore_ir.<name>`` instead, so the trace holds one opaque node.
+When torch is tracing (Dynamo, make_fx, torch.fx proxies, any active dispatch mode) a call
+goes through ``torch.ops.opcore_ir.<name>`` instead, so the trace holds one opaque node.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import inspect
 import logging
 import re
 import sys
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 import torch
 
-from opcore import config as _config
-from opcore.env import env_flag
-from opcore.ir import priority, torch_lib
+from opcore.ir import registry, torch_lib
 from opcore.ir import schema as _schema
-from opcore.ir.identity import hash_source, hash_source_pair, hash_sources
+from opcore.ir.dispatch import (
+    PRIORITY_SCOPE,
+    Dispatcher,
+    bump_generation,
+    invalidate_caches,
+    is_tracing,
+    log_dispatch_enabled,
+    priority_overrides,
+    registry_generation,
+)
+from opcore.ir.impl import Impl, cloning_wrapper
 from opcore.ir.outputs import fresh_outputs, map_outputs
 from opcore.ir.samples import SampleGenerator, SampleInput, seeded_samples
 from opcore.ir.tolerances import default_tolerance
-from opcore.platforms.kernels import ensure_kernels_loaded, on_kernels_loaded
-from opcore.properties import Properties, as_properties
-from opcore.scopes import ScopeKind, current_scopes
-from opcore.tuning import runtime as tuning_runtime
+from opcore.properties import as_properties
+
+__all__ = [
+    "PRIORITY_SCOPE",
+    "RESERVED_PROVIDERS",
+    "Impl",
+    "IrOp",
+    "all_ops",
+    "bump_generation",
+    "collective_ops",
+    "get_op",
+    "invalidate_caches",
+    "is_tracing",
+    "log_dispatch_enabled",
+    "priority_overrides",
+    "register_op",
+    "registry_generation",
+    "unregister_op",
+]
 
 logger = logging.getLogger("opcore.ir")
-dispatch_logger = logging.getLogger("opcore.ir.dispatch")
 
 NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
 RESERVED_PROVIDERS = frozenset({"native"})
 
-_REGISTRY: dict[str, IrOp] = {}
-_registry_lock = threading.RLock()
-# Bumped on every change that can alter a dispatch decision other than the config and the
-# set_priority scopes (those are per thread / task and keyed by identity instead).
-_GENERATION = 0
-# The open set_priority blocks of this thread / asyncio task; a frame's value is
-# (op name, providers tuple).
-PRIORITY_SCOPE = "ir_priority"  # the `opcore.scopes.Frame.kind` of set_priority blocks
-_PRIORITY_SCOPES = ScopeKind(PRIORITY_SCOPE)
-_CONFIG_SCOPE = _config.CONFIG_SCOPE
-_NO_CACHE = (None, -1, None, None, False, None, None)
-
-# Bound once: these run on every eager call. Dynamo folds is_dynamo_compiling() to True
-# while tracing; export and AOT tracing run under a dispatch mode (second check).
-_is_compiling = torch.compiler.is_dynamo_compiling
-_dispatch_stack_len = torch._C._len_torch_dispatch_stack
-_has_torch_function = torch._C._has_torch_function
-
-
-def bump_generation() -> None:
-    """Invalidate every op's dispatch cache (and compiled graphs' cache keys)."""
-    global _GENERATION
-    _GENERATION += 1
-
-
-# Decisions made while the kernels were loading saw a partial registry.
-on_kernels_loaded(bump_generation)
-
-
-# registry_generation(): a counter bumped whenever registered ops or providers change
-# (kernels loaded, `invalidate_caches()` included): what a dispatch decision depends on
-# besides the config and the `set_priority` scopes. A C-level callable (no Python frame):
-# compiled graphs call it on every call, where Dynamo's frame hook makes each Python frame
-# cost about a microsecond.
-registry_generation = functools.partial(getattr, sys.modules[__name__], "_GENERATION")
-
-
-def priority_overrides(frames: tuple | None = None) -> dict[str, tuple[str, ...]]:
-    """``{op name: providers}`` of the `set_priority` blocks open in this thread or task
-    (``frames``: an `opcore.scopes.current_scopes()` value; default: the current one). The
-    innermost block of an op wins."""
-    return dict(_PRIORITY_SCOPES.values(frames))
-
-
-def invalidate_caches() -> None:
-    """Drop every op's cached priority chain (call after mutating the current config's
-    ``kernel.ir_op_priority`` in place)."""
-    bump_generation()
-
-
-def is_tracing(args: tuple, kwargs: Mapping[str, Any] | None = None) -> bool:
-    """True when a call must go through the torch op: under Dynamo, with a torch dispatch
-    mode active (make_fx, FakeTensorMode, functionalization), or with proxy/tensor-subclass
-    arguments that override ``__torch_function__`` (torch.fx symbolic tracing)."""
-    return bool(
-        _is_compiling()
-        or _dispatch_stack_len()
-        or _has_torch_function(args)
-        or (kwargs and _has_torch_function(tuple(kwargs.values())))
-    )
-
-
-class Impl:
-    """One provider of one op.
-
-    ``impl_fn`` has the native function's parameters. ``supported`` is static (library or
-    hardware present). ``supports_args`` (or ``None`` for "every argument") decides per call
-    from metadata alone and returns a plain bool. ``inplace`` providers write their outputs
-    into the op's activations; ``functional`` is the callable the default overload uses
-    (``impl_fn``, or for an in-place provider a wrapper that clones the activations first).
-    """
-
-    __slots__ = (
-        "identity_sources",
-        "provider",
-        "impl_fn",
-        "supported",
-        "supports_args",
-        "inplace",
-        "op_name",
-        "functional",
-        "properties",
-        "_identity",
-    )
-
-    def __init__(
-        self,
-        provider: str,
-        impl_fn: Callable,
-        supported: bool,
-        supports_args: Callable[..., bool] | None,
-        inplace: bool,
-        *,
-        op_name: str = "",
-        functional: Callable | None = None,
-        properties: Properties | None = None,
-        identity_sources: tuple = (),
-    ):
-        self.identity_sources = identity_sources
-        self.provider = provider
-        self.impl_fn = impl_fn
-        self.supported = supported
-        self.supports_args = supports_args
-        self.inplace = inplace
-        self.op_name = op_name
-        self.functional = functional if functional is not None else impl_fn
-        self.properties = properties if properties is not None else Properties()
-        self._identity: str | None = None
-
-    @property
-    def supports_all_args(self) -> bool:
-        return self.supports_args is None
-
-    def identity_hash(self) -> str:
-        if self._identity is None:
-            identity = hash_source(self.impl_fn, op_name=self.op_name, provider=self.provider)
-            if self.inplace and getattr(self.functional, "__wrapped__", None) is not self.impl_fn:
-                # A separate out-of-place kernel serves the default overload: it is part
-                # of what this provider computes, so it is part of its identity.
-                extra = hash_source(self.functional, op_name=self.op_name, provider=self.provider)
-                identity = hash_source_pair(identity, extra)
-            if self.identity_sources:
-                # Code outside the provider's own file that decides what it computes
-                # (shared launch helpers, its launch space): part of its identity too.
-                identity = hash_source_pair(identity, hash_sources(self.identity_sources))
-            self._identity = identity
-        return self._identity
-
-    def __repr__(self) -> str:
-        fn_name = getattr(self.impl_fn, "__qualname__", self.impl_fn)
-        args_check = "None" if self.supports_args is None else "fn"
-        return (
-            f"Impl(provider={self.provider!r}, impl_fn={fn_name!r}, "
-            f"supported={self.supported}, supports_args={args_check}, "
-            f"inplace={self.inplace}, properties={str(self.properties)!r})"
-        )
+_REGISTRY = registry.OPS
+_registry_lock = registry.lock
 
 
 def _check_name(kind: str, name: object) -> str:
@@ -194,7 +71,7 @@ def _check_name(kind: str, name: object) -> str:
     return name
 
 
-class IrOp:
+class IrOp(Dispatcher):
     """An op declared by its native function. Use `register_op` to create one."""
 
     def __init__(
@@ -257,52 +134,13 @@ class IrOp:
         self._sample_fn: SampleGenerator | None = None
         self._tolerances: dict[torch.dtype, tuple[float, float]] = dict(tolerances or {})
         self._error_budgets: dict[torch.dtype, tuple[float, float]] = dict(error_budgets or {})
-        # Dispatch cache: one tuple, replaced whole so a reader in another thread always
-        # sees a consistent one: (scope stack, registry generation, fast provider or None,
-        # Decision, log dispatch, the fast provider's callable). See the module docstring.
-        self._cache: tuple = _NO_CACHE
-        # (id(config), override) -> (config, generation, Decision, log): decisions by value
-        self._decisions: dict[tuple, tuple] = {}
         self._torch: torch_lib.TorchRegistration | None = None
         # The torch.library overloads, set by _register_torch_op (None only before it).
         self.torch_op: Any = None
         self.torch_op_inplace: Any = None
+        self._init_dispatch(list(sig.parameters.values()))
 
     # ------------------------------------------------------------------ calling
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Compute the op with the selected provider; never mutates the arguments."""
-        # The hot path of every eager call: no avoidable work (docs/design.md#performance-targets).
-        if kwargs:
-            return self._call_kwargs(args, kwargs)
-        if _is_compiling() or _dispatch_stack_len() or _has_torch_function(args):
-            return self.torch_op(*args)
-        try:  # a try block costs nothing until something raises (CPython 3.11+)
-            v = self._validator
-            if v is not None:
-                v(*args)
-            c = self._cache
-            if c[0] is not current_scopes() or c[1] != _GENERATION:
-                c = self._refresh()
-            fn = c[5]
-            if fn is None:
-                r = c[6]
-                # A tuning table's router, called from here (not through _select) when
-                # dispatch is not logged: one Python frame less on a routed call.
-                impl = r(args) if r is not None and not c[4] else None
-                if impl is None:
-                    impl = self._select(c, args, None, r is not None and not c[4])
-                fn = impl.functional
-            return fn(*args)
-        except TypeError:
-            self._check_arity(args, None)
-            raise
-
-    def _call_kwargs(self, args: tuple, kwargs: dict[str, Any]) -> Any:
-        if is_tracing(args, kwargs):
-            return self.torch_op(*args, **kwargs)
-        self.validate(*args, **kwargs)
-        return self.dispatch(*args, **kwargs).functional(*args, **kwargs)
-
     def _check_arity(self, args: tuple, kwargs: Mapping[str, Any] | None) -> None:
         """Raise a TypeError naming the op when the arguments do not fit its parameters
         (else return, and the caller re-raises the error it caught)."""
@@ -328,268 +166,6 @@ class IrOp:
         self.validate(*args, **kwargs)
         return self.dispatch(*args, **kwargs).impl_fn(*args, **kwargs)
 
-    def dispatch(self, *args: Any, **kwargs: Any) -> Impl:
-        """The provider that runs for these arguments (first in the effective priority
-        whose ``supports_args`` accepts them). Works on fake tensors.
-
-        Args:
-            *args: the op's arguments, as for calling it.
-            **kwargs: the op's keyword arguments.
-
-        Returns:
-            The chosen `Impl` (``.provider`` names it, ``.impl_fn`` is the function);
-                nothing is run.
-
-        Raises:
-            TypeError: the arguments do not fit the op's parameters, or a
-                ``supports_args`` returned something other than a bool.
-            ValueError: a configured priority names an unknown provider.
-
-        Examples:
-            >>> import torch
-            >>> from opcore.ir import ops
-            >>> x, w = torch.ones(2, 8), torch.ones(8)
-            >>> with ops.rms_norm.set_priority(["native"]):
-            ...     ops.rms_norm.dispatch(x, w, 1e-6).provider
-            'native'
-        """
-        c = self._cache
-        if c[0] is not current_scopes() or c[1] != _GENERATION:
-            c = self._refresh()
-        if c[2] is not None:  # the first provider takes every argument
-            return c[2]
-        try:
-            return self._select(c, args, kwargs)
-        except TypeError:
-            self._check_arity(args, kwargs)
-            raise
-
-    def _select(
-        self, c: tuple, args: tuple, kwargs: Mapping[str, Any] | None, asked: bool = False
-    ) -> Impl:
-        """The provider for ``args``: the tuning table's router first (unless ``asked``:
-        the caller asked it already and it declined), then the chain's first that accepts
-        them."""
-        if c[6] is not None and not kwargs and not asked:  # a table reorders some buckets
-            routed = c[6](args)
-            if routed is not None:
-                if c[4]:
-                    _log_dispatch(self, c[3].chain, routed, args, {})
-                return routed
-        kwargs = kwargs or {}
-        for impl in c[3].chain:
-            sa = impl.supports_args
-            if sa is None:
-                break
-            ok = sa(*args, **kwargs)
-            if ok is True:
-                break
-            if ok is not False:
-                raise TypeError(
-                    f"op {self.name!r}: supports_args of provider {impl.provider!r} returned "
-                    f"{type(ok).__name__} {ok!r}; it must return a plain bool"
-                )
-        else:
-            # Only a chain cut short by required properties (native lacks them) ends in a
-            # provider with supports_args; otherwise the last one takes every argument.
-            d = c[3]
-            raise priority.MissingPropertyError(
-                priority.missing_property_message(self.name, d.required, d.lacking, tried=d.names)
-            )
-        if c[4]:
-            _log_dispatch(self, c[3].chain, impl, args, kwargs)
-        return impl
-
-    # ------------------------------------------------------------------ priority
-    def priority_override(self) -> tuple[str, ...] | None:
-        """The providers of the innermost `set_priority` block of this op open in this
-        thread or asyncio task, or ``None``."""
-        return _override_in(current_scopes(), self.name)
-
-    def _refresh(self) -> tuple:
-        """Rebuild the dispatch cache for this context; returns the new cache tuple.
-
-        Runs whenever a block is entered or left, so the common case (a decision made
-        before for this config and list) stays in this frame: every Python call costs,
-        and more so under Dynamo's frame hook (a compiled graph's opaque op kernel)."""
-        # Read the keys before deciding: a change racing with the decision then only
-        # costs one more refresh, never a stale chain.
-        scopes, gen = current_scopes(), _GENERATION
-        config = override = None
-        for frame in reversed(scopes):  # the innermost block of each kind wins
-            kind = frame.kind
-            if kind == _CONFIG_SCOPE:
-                if config is None:
-                    config = frame.value
-            elif kind == PRIORITY_SCOPE and override is None and frame.value[0] == self.name:
-                override = frame.value[1]
-        if config is None:
-            config = _config.get_current_config()
-        key = (id(config), override)
-        entry = self._decisions.get(key)
-        if entry is None or entry[0] is not config or entry[1] != gen:
-            ensure_kernels_loaded()
-            gen = _GENERATION  # loading the kernels moves it
-            decision = self._decide(config, override)
-            entry = (config, gen, decision, log_dispatch_enabled())
-            with _registry_lock:
-                if len(self._decisions) >= 32:  # bounded: configs made per call come and go
-                    self._decisions.clear()
-                self._decisions[key] = entry
-        decision, log = entry[2], entry[3]
-        # A tuning table that measured another provider order for some buckets of this op
-        # (docs/tuning.md); None, at no cost per call, when it has none.
-        # Not when rows must not depend on the batch: a provider chosen by the token count
-        # would compute a row alone and the same row in a batch differently.
-        router = (
-            None
-            if "batch_invariant" in decision.required
-            else tuning_runtime.router_for(self.name, decision, self.impls)
-        )
-        # The first provider takes every argument and nothing is logged: no loop needed.
-        first = decision.chain[0]
-        fast = first if first.supports_args is None and not log and router is None else None
-        # (scope stack, generation, fast Impl, Decision, log, fast Impl's callable,
-        # router): the eager call reads the callable itself, one attribute lookup less.
-        fn = None if fast is None else fast.functional
-        cache = (scopes, gen, fast, decision, log, fn, router)
-        self._cache = cache
-        return cache
-
-    def _decide(
-        self, config: Any, override: tuple[str, ...] | None, platform: Any = None
-    ) -> priority.Decision:
-        """Gather the inputs of `opcore.ir.priority.decide` (the kernels are loaded), run
-        it, and give its warnings (once each)."""
-        if platform is None:
-            from opcore.platforms import get_current_platform
-
-            platform = get_current_platform()
-        configured = config.kernel.ir_op_priority
-        defaults: Mapping[str, list[str]] = platform.get_default_ir_op_priority(config) or {}
-        for key, message in priority.unknown_op_warnings(
-            configured, defaults, platform.name, sorted(_REGISTRY)
-        ):
-            priority.warn_once(key, message)
-        if override is not None:
-            user, source = override, priority.USER_SOURCE_BLOCK
-        else:
-            user, source = configured.get(self.name, ()), priority.USER_SOURCE_CONFIG
-        decision = priority.decide(
-            self.name,
-            self.impls,
-            user=user,
-            user_source=source,
-            platform_default=defaults.get(self.name, ()),
-            platform_name=platform.name,
-            required=config.kernel.required_properties,
-        )
-        for key, message in decision.warnings:
-            priority.warn_once(key, message)
-        return decision
-
-    def decision(self, config: Any = None, *, platform: Any = None) -> priority.Decision:
-        """The `opcore.ir.priority.Decision` in effect here: this thread or task's current
-        config and `set_priority` block of this op (the dispatch cache's entry). With
-        ``config`` (and optionally another ``platform``), the decision for that config
-        under the open `set_priority` block, made afresh. The platform's kernels are
-        loaded first. Raises ``ValueError`` when the user list names an unknown
-        provider."""
-        if config is None and platform is None:
-            c = self._cache
-            if c[0] is not current_scopes() or c[1] != _GENERATION:
-                c = self._refresh()
-            return c[3]
-        ensure_kernels_loaded()
-        if config is None:
-            config = _config.get_current_config()
-        return self._decide(config, self.priority_override(), platform)
-
-    def effective_priority(self, config: Any = None) -> list[str]:
-        """The providers tried, in order, under ``config`` (default: the current config):
-        user list, then platform default, then ``native`` when needed; providers not
-        supported here are left out. The platform's kernels are loaded first, so the
-        answer does not depend on whether anything was dispatched before."""
-        return list(self.decision(config).names)
-
-    @contextlib.contextmanager
-    def set_priority(self, providers: Sequence[str]) -> Iterator[None]:
-        """Within the block, use ``providers`` as this op's user priority list (in place
-        of the configured one; the platform default and the native rule still apply).
-
-        The block is scoped to the thread or asyncio task that opens it (other threads
-        and tasks keep their own priority); blocks may be left in any order. Names are
-        checked against the registered providers after the platform's kernels are
-        loaded.
-
-        Args:
-            providers: provider names, most preferred first.
-
-        Returns:
-            A context manager; the previous priority is back when the block is left.
-
-        Raises:
-            TypeError: ``providers`` is a single string instead of a list of names.
-            ValueError: a name is not a registered provider of this op.
-
-        Examples:
-            >>> import torch
-            >>> from opcore.ir import ops
-            >>> with ops.rms_norm.set_priority(["native"]):
-            ...     ops.rms_norm.effective_priority()[0]
-            'native'
-        """
-        if isinstance(providers, str):
-            raise TypeError(
-                f"op {self.name!r}: set_priority takes a list of provider names, got the "
-                f"string {providers!r}"
-            )
-        providers = tuple(providers)
-        ensure_kernels_loaded()
-        priority.check_known(self.name, self.impls, providers, source=priority.USER_SOURCE_BLOCK)
-        with _PRIORITY_SCOPES.push((self.name, providers)):
-            yield
-
-    def explain(self, *args: Any, **kwargs: Any) -> priority.Explanation:
-        """Which provider runs for these arguments, and why each other one does not.
-        With no arguments, explains the priority only.
-
-        Args:
-            *args: the op's arguments, as for calling it (optional).
-            **kwargs: the op's keyword arguments (optional).
-
-        Returns:
-            The `opcore.ir.priority.Explanation`. Its ``.selected`` is the provider that
-                runs (``None`` without arguments), ``.providers`` one row per provider with
-                its status and reason; ``str()`` gives a readable report.
-
-        Raises:
-            ValueError: a configured priority names an unknown provider.
-
-        Examples:
-            >>> import torch
-            >>> from opcore.ir import ops
-            >>> x, w = torch.ones(2, 8), torch.ones(8)
-            >>> with ops.rms_norm.set_priority(["native"]):
-            ...     ops.rms_norm.explain(x, w, 1e-6).selected
-            'native'
-        """
-        decision = self.decision()
-        explanation = priority.explain(decision, args, kwargs)
-        if args and not kwargs:
-            c = self._cache
-            routed = c[6](args) if c[6] is not None and c[3] is decision else None
-            if routed is not None and routed.provider != explanation.selected:
-                for row in explanation.providers:
-                    if row["provider"] == routed.provider:
-                        row["status"], row["reason"] = "selected", "tuning table's order"
-                    elif row["provider"] == explanation.selected:
-                        row["status"] = "not reached"
-                        row["reason"] = f"the tuning table puts {routed.provider!r} first"
-                explanation.selected = routed.provider
-            explanation.tuning = tuning_runtime.explain_note(self.name, explanation.selected, args)
-        return explanation
-
     # ------------------------------------------------------------------ registration
     def register_impl(
         self,
@@ -600,6 +176,7 @@ class IrOp:
         functional: Callable | None = None,
         properties: Any = None,
         identity_sources: Iterable[Any] = (),
+        bind: Callable[..., tuple[Any, Callable[..., Any] | None]] | None = None,
     ) -> Callable[[Callable], Callable]:
         """Decorator registering ``fn`` as ``provider``'s implementation; returns ``fn``.
 
@@ -629,6 +206,13 @@ class IrOp:
                 helpers or its tuning launch space. Their source files enter the
                 provider's identity hash (`identity_hash`). Compile caches and tuning
                 tables are keyed on that hash, so editing such a file invalidates them.
+            bind: a function with the op's parameters that computes the default overload
+                for one call and returns ``(result, replay)``: ``replay`` (or ``None``)
+                computes it for later calls whose signature is the same (device, dtype,
+                shape, strides, 16-byte alignment of every tensor, the values of the
+                other arguments), so it may skip what that signature decided (launch
+                choices, a kernel's argument binding). See `opcore.ir.impl.Impl` and
+                docs/design.md#per-call-path.
 
         Returns:
             The decorator; it returns ``fn`` unchanged.
@@ -675,6 +259,11 @@ class IrOp:
                 op_name=self.name,
                 what=f"supports_args of provider {provider!r}",
             )
+        if bind is not None and not callable(bind):
+            raise TypeError(
+                f"op {self.name!r}, provider {provider!r}: bind must be callable, got "
+                f"{type(bind).__name__}"
+            )
         if inplace and not self.allow_inplace:
             raise ValueError(
                 f"op {self.name!r}: provider {provider!r} is inplace=True but the op was not "
@@ -705,7 +294,7 @@ class IrOp:
                 if functional is not None:
                     default_fn = functional
                 elif inplace:
-                    default_fn = _cloning_wrapper(fn, self.activation_index, self.activations)
+                    default_fn = cloning_wrapper(fn, self.activation_index, self.activations)
                 else:
                     default_fn = fn
                 self.impls[provider] = Impl(
@@ -718,6 +307,7 @@ class IrOp:
                     functional=default_fn,
                     properties=declared,
                     identity_sources=sources,
+                    bind=bind,
                 )
                 bump_generation()
             logger.debug(
@@ -917,52 +507,6 @@ class IrOp:
         return f"<opcore.ir op {self.name}{self.schema} providers={list(self.impls)}>"
 
 
-def _cloning_wrapper(fn: Callable, indices: tuple[int, ...], names: tuple[str, ...]) -> Callable:
-    """Call in-place ``fn`` on clones of the activations, so the caller's tensors are
-    untouched (the default overload's contract)."""
-
-    def functional(*given: Any, **kwargs: Any) -> Any:
-        args = list(given)
-        for i, name in zip(indices, names, strict=True):
-            if i < len(args):
-                if args[i] is not None:
-                    args[i] = args[i].clone()
-            elif kwargs.get(name) is not None:
-                kwargs[name] = kwargs[name].clone()
-        return fn(*args, **kwargs)
-
-    functional.__wrapped__ = fn  # type: ignore[attr-defined]
-    functional.__qualname__ = getattr(fn, "__qualname__", "fn") + ".<functional>"
-    return functional
-
-
-def _override_in(frames: tuple, name: str) -> tuple[str, ...] | None:
-    """The providers of the innermost `set_priority` block of op ``name`` in ``frames``."""
-    for frame in reversed(frames):
-        if frame.kind == PRIORITY_SCOPE and frame.value[0] == name:
-            return frame.value[1]
-    return None
-
-
-def _log_dispatch(
-    op: IrOp, chain: tuple[Impl, ...], impl: Impl, args: tuple, kwargs: Mapping[str, Any]
-) -> None:
-    shapes = [
-        f"{tuple(a.shape)}:{str(a.dtype).removeprefix('torch.')}"
-        if isinstance(a, torch.Tensor)
-        else repr(a)
-        for a in (*args, *kwargs.values())
-    ]
-    skipped = [p.provider for p in chain[: chain.index(impl)]]
-    dispatch_logger.info(
-        "%s(%s) -> %s%s",
-        op.name,
-        ", ".join(shapes),
-        impl.provider,
-        f" (supports_args rejected: {', '.join(skipped)})" if skipped else "",
-    )
-
-
 @overload
 def register_op(f: Callable, /) -> IrOp: ...
 
@@ -1095,18 +639,3 @@ def collective_ops() -> dict[str, IrOp]:
     """Every registered collective op, by name (a copy): ops that communicate across the
     ranks of a process group, checked by ``opcore conformance --world-size N``."""
     return {name: op for name, op in sorted(_REGISTRY.items()) if op.collective}
-
-
-def log_dispatch_enabled() -> bool:
-    """``OPCORE_LOG_DISPATCH``: log each dispatch decision on ``opcore.ir.dispatch`` (at
-    INFO, to stderr when logging is not configured)."""
-    enabled = env_flag("OPCORE_LOG_DISPATCH")
-    if enabled:
-        dl = dispatch_logger
-        if dl.level == logging.NOTSET or dl.level > logging.INFO:
-            dl.setLevel(logging.INFO)
-        if not dl.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-            dl.addHandler(handler)
-    return enabled

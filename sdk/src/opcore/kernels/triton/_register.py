@@ -27,6 +27,7 @@ INTERPRETED: bool  # the kernels run in Triton's CPU interpreter (TRITON_INTERPR
 IDENTITY_SOURCES: tuple = ()  # modules in every triton provider's identity hash
 if HAS_TRITON:
     from opcore.kernels.triton import (
+        _bound,
         _launch,
         _support,
         activation,
@@ -355,6 +356,9 @@ def _register(op_name, impl, supports, *, inplace=False, functional=None):
     # The out-of-place kernel serves the default overload, so it never pays for clones.
     if functional is not None and HAS_TRITON:
         kwargs["functional"] = functional
+    # Calls of a signature seen before replay the recorded launches (docs/design.md#per-call-path).
+    if HAS_TRITON and (functional is not None or not inplace):
+        kwargs["bind"] = _bound.binder(functional if functional is not None else impl)
     op.register_impl(PROVIDER, **kwargs)(fn)
 
 

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from opcore.kernels.triton import PROVIDER, _launch
+from opcore.kernels.triton import PROVIDER, _bound, _launch
 from opcore.kernels.triton._support import require_row_stride
 from opcore.tuning.runtime import launch_config
 
@@ -68,7 +68,7 @@ def _act_and_mul_kernel(
 
 def _act_and_mul(x: torch.Tensor, act: int, shape: tuple) -> torch.Tensor:
     d = x.shape[-1] // 2
-    out = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
+    out = _bound.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
     n_rows = out.numel() // d if d else 0
     if n_rows == 0:
         return out
@@ -83,7 +83,9 @@ def _act_and_mul(x: torch.Tensor, act: int, shape: tuple) -> torch.Tensor:
         cols_first = cfg["COLS_FIRST"]
     row_blocks, col_tiles = _launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c)
     grid = (row_blocks * col_tiles,) if cols_first else (row_blocks, col_tiles)
-    _act_and_mul_kernel[grid](
+    _bound.launch(
+        _act_and_mul_kernel,
+        grid,
         x,
         stride,
         out,

@@ -14,11 +14,10 @@ layer's input) and the norm is computed from that rounded value; the norm itself
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from opcore.kernels.triton import PROVIDER, _launch
+from opcore.kernels.triton import PROVIDER, _bound, _launch
 from opcore.kernels.triton._support import require_row_stride
 from opcore.tuning.runtime import launch_config
 
@@ -132,7 +131,9 @@ def _launch_norm(
         block_n, rows, warps = cfg["BLOCK_N"], cfg["ROWS"], cfg["num_warps"]
         single = block_n >= n_cols
     var_size = n_cols if variance_size is None else int(variance_size)
-    _rms_norm_kernel[(_launch.cdiv(n_rows, rows),)](
+    _bound.launch(
+        _rms_norm_kernel,
+        (_launch.cdiv(n_rows, rows),),
         x,
         x_stride,
         r if has_res else x,
@@ -158,7 +159,7 @@ def _launch_norm(
 
 def rms_norm(x, weight, epsilon, variance_size=None):
     """`rms_norm` on a Triton device: a new tensor shaped and typed like ``x``."""
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = _bound.empty(x.shape, dtype=x.dtype, device=x.device)
     n = x.shape[-1]
     sx = require_row_stride(x, "rms_norm: x")
     _launch_norm(x, None, weight, out, None, epsilon, variance_size, sx, 0, n, 0)
@@ -167,8 +168,8 @@ def rms_norm(x, weight, epsilon, variance_size=None):
 
 def fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=None):
     """`fused_add_rms_norm` into new tensors: ``(rms_norm(x + x_residual), x + x_residual)``."""
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = _bound.empty(x.shape, dtype=x.dtype, device=x.device)
+    res = _bound.empty(x.shape, dtype=x.dtype, device=x.device)
     n = x.shape[-1]
     sx = require_row_stride(x, "fused_add_rms_norm: x")
     sr = require_row_stride(x_residual, "fused_add_rms_norm: x_residual")

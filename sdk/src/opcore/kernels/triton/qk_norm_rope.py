@@ -14,11 +14,10 @@ only memory traffic is one read of q, k, v and one write of each output.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from opcore.kernels.triton import PROVIDER, _launch
+from opcore.kernels.triton import PROVIDER, _bound, _launch
 from opcore.kernels.triton._support import require_row_stride
 from opcore.kernels.triton.rotary import load_cos_sin, load_pairs, pair_offsets, store_rotated
 from opcore.tuning.runtime import launch_config
@@ -164,9 +163,9 @@ def split_qkv_rmsnorm_rope(
     """`split_qkv_rmsnorm_rope` on a Triton device: new contiguous ``(q, k, v)`` shaped
     ``qkv.shape[:-1] + (heads * head_size,)``."""
     lead = tuple(qkv.shape[:-1])
-    q = torch.empty((*lead, num_heads * head_size), dtype=qkv.dtype, device=qkv.device)
-    k = torch.empty((*lead, num_kv_heads * head_size), dtype=qkv.dtype, device=qkv.device)
-    v = torch.empty((*lead, num_kv_heads * head_size), dtype=qkv.dtype, device=qkv.device)
+    q = _bound.empty((*lead, num_heads * head_size), dtype=qkv.dtype, device=qkv.device)
+    k = _bound.empty((*lead, num_kv_heads * head_size), dtype=qkv.dtype, device=qkv.device)
+    v = _bound.empty((*lead, num_kv_heads * head_size), dtype=qkv.dtype, device=qkv.device)
     n_tokens = positions.numel()
     if n_tokens == 0:
         return q, k, v
@@ -191,7 +190,9 @@ def split_qkv_rmsnorm_rope(
         n_splits, block_q, block_kv = _launch.head_split(num_heads, num_kv_heads, cfg["SPLITS"])
         warps = cfg["num_warps"]
     has_weight = q_weight is not None
-    _split_qkv_rmsnorm_rope_kernel[(n_tokens, n_splits)](
+    _bound.launch(
+        _split_qkv_rmsnorm_rope_kernel,
+        (n_tokens, n_splits),
         qkv,
         stride,
         q,

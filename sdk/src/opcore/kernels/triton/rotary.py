@@ -16,11 +16,10 @@ addressed by token and head strides, so slices of one QKV buffer are used where 
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from opcore.kernels.triton import PROVIDER, _launch
+from opcore.kernels.triton import PROVIDER, _bound, _launch
 from opcore.kernels.triton._support import head_layout
 from opcore.tuning.runtime import launch_config
 
@@ -220,7 +219,9 @@ def _rotary(positions, query, key, head_size, cos_sin_cache, is_neox, q_out, k_o
     # The kernel reads positions as one contiguous array; a strided or expanded view (a
     # decode position broadcast over the batch) must not be read past its elements.
     pos = positions.reshape(-1).contiguous()
-    _rotary_kernel[(n_tokens, n_splits)](
+    _bound.launch(
+        _rotary_kernel,
+        (n_tokens, n_splits),
         pos,
         cos_sin_cache,
         cos_sin_cache.stride(0),
@@ -254,8 +255,8 @@ def _rotary(positions, query, key, head_size, cos_sin_cache, is_neox, q_out, k_o
 
 def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
     """`rotary_embedding` into new tensors shaped like ``query`` and ``key``."""
-    q_out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
-    k_out = None if key is None else torch.empty(key.shape, dtype=key.dtype, device=key.device)
+    q_out = _bound.empty(query.shape, dtype=query.dtype, device=query.device)
+    k_out = None if key is None else _bound.empty(key.shape, dtype=key.dtype, device=key.device)
     _rotary(positions, query, key, head_size, cos_sin_cache, is_neox, q_out, k_out)
     return q_out, k_out
 

@@ -1,0 +1,261 @@
+"""Bound launches: a Triton provider's call recorded once, then replayed per call.
+
+Dispatch remembers one callable per call signature (device, dtypes, shapes, strides,
+16-byte alignment, the non-tensor values; `opcore.ir.dispatch`). For a signature every
+choice a launcher makes (launch configuration, grid, constexprs, the kernel binary Triton
+specialises for those dtypes and alignments) is fixed, so only the per-call work is left:
+allocate the outputs and launch the compiled kernel with the call's tensors. That is what
+`binder` builds, from one recorded run of the provider:
+
+- the provider allocates its outputs with `empty` and launches with `launch`, which record
+  what they did while a bind is in progress (and only forward otherwise);
+- every tensor a launch received must be an argument of the call, a view of one (the
+  pointer is then the argument's plus a fixed offset), or a recorded allocation, and the
+  result must be made of arguments and allocations. Anything else (a tensor computed by
+  a torch op, a cached buffer, a returned view) cannot be replayed faithfully, and the
+  provider's function keeps serving that signature unbound.
+
+A replay launches through the compiled kernel's own launcher (`CompiledKernel.run`),
+skipping Triton's Python binder and cache lookup. It checks per call what the signature
+does not fix: the current device is the one bound (else the unbound function runs), and
+no launch hook is installed (a profiler's hooks need Triton's full path). Under Triton's
+interpreter there is no compiled kernel: a replay calls the interpreted kernel with the
+same arguments, so the recording logic runs in CPU tests too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+logger = logging.getLogger("opcore.kernels.triton")
+
+_Tensor = torch.Tensor
+_state = threading.local()  # .recording: the `_Recording` of this thread's bind, or None
+
+
+class _Recording:
+    __slots__ = ("allocs", "launches")
+
+    def __init__(self) -> None:
+        self.allocs: list[torch.Tensor] = []
+        self.launches: list[tuple[Any, tuple, tuple, dict, Any]] = []
+
+
+def empty(shape: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.empty(shape, dtype=dtype, device=device)``, recorded during a bind: how a
+    provider allocates the outputs its kernels write."""
+    t = torch.empty(shape, dtype=dtype, device=device)
+    rec = getattr(_state, "recording", None)
+    if rec is not None:
+        rec.allocs.append(t)
+    return t
+
+
+def launch(kernel: Any, grid: tuple, *args: Any, **options: Any) -> None:
+    """``kernel[grid](*args, **options)``, recorded during a bind."""
+    compiled = kernel[grid](*args, **options)
+    rec = getattr(_state, "recording", None)
+    if rec is not None:
+        rec.launches.append((kernel, grid, args, options, compiled))
+
+
+def binder(fn: Callable[..., Any]) -> Callable[..., tuple[Any, Callable[..., Any] | None]]:
+    """The ``bind`` of provider function ``fn`` (`opcore.ir.impl.Impl`): runs ``fn`` once,
+    recording its allocations and launches, and returns ``(result, replay or None)``."""
+
+    def bind(*args: Any) -> tuple[Any, Callable[..., Any] | None]:
+        rec = _Recording()
+        outer = getattr(_state, "recording", None)
+        _state.recording = rec
+        try:
+            result = fn(*args)
+        finally:
+            _state.recording = outer
+        try:
+            replay = _replay(fn, rec, args, result)
+        except _Unbindable as why:
+            logger.debug("%s: not bound (%s)", getattr(fn, "__qualname__", fn), why)
+            replay = None
+        return result, replay
+
+    bind.__wrapped__ = fn  # type: ignore[attr-defined]
+    return bind
+
+
+class _Unbindable(Exception):
+    pass
+
+
+# Where a launch argument or a result comes from on replay.
+_ARG, _ALLOC, _VIEW = 0, 1, 2
+
+
+def _source(t: torch.Tensor, args: tuple, allocs: list[torch.Tensor]) -> tuple:
+    for i, a in enumerate(args):
+        if a is t:
+            return (_ARG, i)
+    for k, a in enumerate(allocs):
+        if a is t:
+            return (_ALLOC, k)
+    base = t.untyped_storage().data_ptr()
+    for i, a in enumerate(args):
+        if isinstance(a, _Tensor) and a.device == t.device:
+            if a.untyped_storage().data_ptr() == base and a.dtype == t.dtype:
+                # A view of argument i: the same offset from it on every call of this
+                # signature (in bytes for a pointer, in elements for as_strided).
+                return (
+                    _VIEW,
+                    i,
+                    t.data_ptr() - a.data_ptr(),
+                    t.storage_offset() - a.storage_offset(),
+                )
+    raise _Unbindable(f"a tensor of shape {tuple(t.shape)} is neither an argument nor allocated")
+
+
+def _result_plan(result: Any, args: tuple, allocs: list[torch.Tensor]) -> Any:
+    """How to rebuild ``result``: None, ``(_ARG, i)`` / ``(_ALLOC, k)``, or a tuple."""
+    if result is None:
+        return None
+    if isinstance(result, _Tensor):
+        src = _source(result, args, allocs)
+        if src[0] == _VIEW:
+            raise _Unbindable("the result is a view")
+        return src
+    if isinstance(result, tuple):
+        return tuple(_result_plan(r, args, allocs) for r in result)
+    raise _Unbindable(f"the result is a {type(result).__name__}")
+
+
+def _build(plan: Any, args: tuple, outs: list) -> Any:
+    if plan is None:
+        return None
+    if isinstance(plan[0], int):
+        return args[plan[1]] if plan[0] == _ARG else outs[plan[1]]
+    return tuple(_build(p, args, outs) for p in plan)
+
+
+def _full_arguments(kernel: Any, args: tuple, options: dict) -> list:
+    """The values of every kernel parameter in order (constexprs and defaults included):
+    what `CompiledKernel.run` takes after the launch metadata."""
+    names = kernel.arg_names
+    values = list(args)
+    for p in kernel.params[len(args) :]:
+        if p.name in options:
+            values.append(options[p.name])
+        elif p._param.default is not p._param.empty:
+            values.append(p._param.default)
+        else:
+            raise _Unbindable(f"kernel parameter {p.name!r} has no value")
+    if len(values) != len(names):
+        raise _Unbindable("kernel arguments do not match its parameters")
+    return values
+
+
+def _replay(fn: Callable, rec: _Recording, args: tuple, result: Any) -> Callable[..., Any]:
+    allocs = rec.allocs
+    specs = [(tuple(t.shape), t.stride(), t.dtype, t.device) for t in allocs]
+    plan = _result_plan(result, args, allocs)
+    interpreted = any(c is None for *_, c in rec.launches)
+    steps = []
+    for kernel, grid, kargs, options, compiled in rec.launches:
+        if interpreted:
+            # Replayed through the interpreter: real tensors (views rebuilt with as_strided).
+            subs, template = [], list(kargs)
+            for pos, v in enumerate(kargs):
+                if isinstance(v, _Tensor):
+                    subs.append((pos, _source(v, args, allocs), tuple(v.shape), v.stride()))
+                    template[pos] = None  # the template holds no tensor of the first call
+            steps.append((kernel, grid, template, options, subs))
+            continue
+        values = _full_arguments(kernel, kargs, options)
+        subs = []
+        for pos, v in enumerate(values):
+            if isinstance(v, _Tensor):
+                subs.append((pos, _source(v, args, allocs)))
+        g = tuple(grid) + (1, 1)
+        steps.append(
+            (
+                compiled.run,
+                g[0],
+                g[1],
+                g[2],
+                compiled.function,
+                compiled.packed_metadata,
+                values,
+                subs,
+            )
+        )
+    if interpreted:
+        return _interpreted_replay(fn, specs, steps, plan)
+    return _compiled_replay(fn, specs, steps, plan)
+
+
+def _interpreted_replay(fn: Callable, specs: list, steps: list, plan: Any) -> Callable[..., Any]:
+    def replay(*args: Any) -> Any:
+        outs = [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt, dev in specs]
+        for kernel, grid, template, options, subs in steps:
+            values = list(template)
+            for pos, src, shape, stride in subs:
+                kind = src[0]
+                if kind == _ARG:
+                    values[pos] = args[src[1]]
+                elif kind == _ALLOC:
+                    values[pos] = outs[src[1]]
+                else:
+                    base = args[src[1]]
+                    values[pos] = torch.as_strided(
+                        base, shape, stride, base.storage_offset() + src[3]
+                    )
+            kernel[grid](*values, **options)
+        return _build(plan, args, outs)
+
+    replay.__wrapped__ = fn  # type: ignore[attr-defined]
+    return replay
+
+
+def _compiled_replay(fn: Callable, specs: list, steps: list, plan: Any) -> Callable[..., Any]:
+    import triton
+    from triton.runtime import driver
+
+    active = driver.active
+    current_device, current_stream = active.get_current_device, active.get_current_stream
+    bound_device = current_device()
+    hooks = triton.knobs.runtime
+    # Per launch: (run, gx, gy, gz, function, metadata, template, [(position, kind, index,
+    # byte offset)]); the template holds no tensor of the first call.
+    flat = []
+    for run, gx, gy, gz, function, meta, values, subs in steps:
+        plan_subs = []
+        for pos, src in subs:
+            values[pos] = None
+            plan_subs.append((pos, src[0], src[1], src[2] if src[0] == _VIEW else 0))
+        flat.append((run, gx, gy, gz, function, meta, values, plan_subs))
+
+    def replay(*args: Any) -> Any:
+        if (
+            current_device() != bound_device
+            or hooks.launch_enter_hook.calls
+            or hooks.launch_exit_hook.calls
+        ):
+            return fn(*args)
+        outs = [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt, dev in specs]
+        stream = current_stream(bound_device)
+        for run, gx, gy, gz, function, meta, template, subs in flat:
+            values = template.copy()
+            for pos, kind, i, offset in subs:
+                if kind == _ARG:
+                    values[pos] = args[i]
+                elif kind == _ALLOC:
+                    values[pos] = outs[i]
+                else:
+                    values[pos] = args[i].data_ptr() + offset
+            run(gx, gy, gz, stream, function, meta, None, None, None, *values)
+        return _build(plan, args, outs)
+
+    replay.__wrapped__ = fn  # type: ignore[attr-defined]
+    return replay
