@@ -31,6 +31,25 @@ def register():
 
 PRIORITY = {"OPCORE_IR_OP_PRIORITY": "rms_norm=cert_good,native"}
 
+# A third party's plugin: a provider of its own (so `opcore info` reads its package), and
+# a predicate so that the chain goes on past it to cert_good (listed after it).
+THIEF = """
+from opcore.ir import ops
+
+
+def thief_rms(x, weight, epsilon, variance_size=None):
+    return ops.rms_norm.native(x, weight, epsilon, variance_size)
+
+
+def any_args(x, weight, epsilon, variance_size=None):
+    return True
+
+
+def register():
+    if "cert_thief" not in ops.rms_norm.impls:
+        ops.rms_norm.register_impl("cert_thief", supports_args=any_args)(thief_rms)
+"""
+
 
 @pytest.fixture(scope="module")
 def certified_run(tmp_path_factory, run_suite):
@@ -64,9 +83,10 @@ def certified_run(tmp_path_factory, run_suite):
     return site, report_dir, proc
 
 
-def _info(site):
+def _info(site, priority=None):
     code = "from opcore.cli import main; raise SystemExit(main(['info', '--json']))"
-    proc = run_python(code, site=site, env=PRIORITY, timeout=120)
+    env = {"OPCORE_IR_OP_PRIORITY": priority} if priority else PRIORITY
+    proc = run_python(code, site=site, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["certificates"]
 
@@ -112,9 +132,11 @@ def test_shipped_certificate_certifies_and_an_edit_revokes(certified_run, tmp_pa
     cov = _info(shipped)
     assert cov["device_type"] == "cpu"
     assert "cert_plugin/certificates/cpu-quick.json" in cov["found"]
-    assert any("broken.json" in e and "not valid JSON" in e for e in cov["errors"])
+    assert len(cov["errors"]) == 1 and "broken.json" in cov["errors"][0]
+    assert "not valid JSON" in cov["errors"][0]
     entry = cov["ops"]["rms_norm"]["cert_good"]
     assert entry["status"] == "certified" and entry["modes"] == ["quick"], entry
+    assert entry["distribution"] == "opcore-cert-plugin"
     # an op the run did not check is in use too, and not certified
     assert cov["ops"]["silu_and_mul"]["native"]["status"] == "not certified"
 
@@ -128,9 +150,11 @@ def test_shipped_certificate_certifies_and_an_edit_revokes(certified_run, tmp_pa
 
 def test_core_reader_and_suite_writer_agree_on_the_format():
     from opcore import certificates as core
+    from opcore_conformance import status
     from opcore_conformance.report import certificate as suite
 
     assert (suite.FORMAT, suite.FORMAT_VERSION) == (core.FORMAT, core.FORMAT_VERSION)
+    assert core.STATUSES == status.ALL and set(core.RED) == status.RED
     # a certificate for another device type does not cover this one
     cert = core.parse(
         {
@@ -138,12 +162,63 @@ def test_core_reader_and_suite_writer_agree_on_the_format():
             "format_version": 1,
             "device_type": "cuda",
             "mode": "full",
-            "providers": [{"op": "o", "provider": "p", "identity": "a" * 64, "passed": True}],
+            "complete": True,
+            "filters": {},
+            "counts": {"pass": 2},
+            "providers": [
+                {
+                    "op": "o",
+                    "provider": "p",
+                    "identity": "a" * 64,
+                    "passed": True,
+                    "counts": {"pass": 2},
+                }
+            ],
         },
         "x.json",
+        distribution="opcore-x",
     )
-    cov = core.coverage("o", "p", "a" * 64, "cpu", [cert])
+    cov = core.coverage("o", "p", "a" * 64, "cpu", [cert], distribution="opcore-x")
     assert cov["status"] == "not certified" and "device type 'cuda'" in cov["why"]
-    assert core.coverage("o", "p", "a" * 64, "cuda", [cert])["modes"] == ["full"]
+    assert core.coverage("o", "p", "a" * 64, "cuda", [cert], distribution="opcore-x")["modes"] == [
+        "full"
+    ]
     with pytest.raises(core.CertificateError, match="format_version"):
         core.parse({**cert.data, "format_version": 2}, "y.json")
+
+
+def test_the_suites_certificate_parses_cleanly(certified_run):
+    from opcore import certificates as core
+
+    _, report_dir, _ = certified_run
+    data = json.loads((report_dir / "certificate.json").read_text())
+    assert data["stopped"] is None  # the run ended after its last collected case
+    cert = core.parse(data, "certificate.json", distribution="opcore-cert-plugin")
+    assert cert.void is None and cert.problems == {}
+
+
+def test_a_certificate_shipped_by_another_distribution_certifies_nothing(certified_run, tmp_path):
+    """The run's own certificate, correct in every field, shipped by a third-party package:
+    a real installed distribution whose provider is in use, so its folder is read."""
+    site, report_dir, _ = certified_run
+    shipped = tmp_path / "site"
+    shutil.copytree(site, shipped)
+    make_distribution(
+        shipped,
+        "opcore-cert-thief",
+        entry_points={"opcore.general_plugins": {"thief": "cert_thief:register"}},
+        files={
+            "cert_thief/__init__.py": THIEF,
+            "cert_thief/certificates/cpu-quick.json": (report_dir / "certificate.json").read_text(),
+        },
+    )
+    cov = _info(shipped, priority="rms_norm=cert_thief,cert_good,native")
+    assert "cert_thief/certificates/cpu-quick.json" in cov["found"]
+    entry = cov["ops"]["rms_norm"]["cert_good"]
+    assert entry["status"] == "not certified", entry
+    assert entry["distribution"] == "opcore-cert-plugin"
+    assert entry["why"] == (
+        "cert_thief/certificates/cpu-quick.json is shipped by opcore-cert-thief, the provider "
+        "is registered by opcore-cert-plugin (a package certifies only its own distribution's "
+        "providers)"
+    )

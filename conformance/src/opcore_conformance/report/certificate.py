@@ -31,7 +31,8 @@ def build(
     """The certificate of one run. Each provider the run checked (it has a case naming its
     op and provider) is listed with its identity hash, the distribution defining it, its
     counts per status and ``passed`` (a case passed, none failed, errored or xpassed). ``complete``
-    is true only for a run that ran every collected case with no filter."""
+    is true only for a run that ran every collected case with no filter; ``stopped`` says why
+    a run ended before every collected case ran (null when it did not)."""
     identities = header.get("identities") or {}
     per_provider: dict[tuple[str, str], collections.Counter] = {}
     for rec in records:
@@ -65,6 +66,14 @@ def build(
         and foot.get("total") == foot.get("collected")
         and not any(filters.values())
     )
+    if not foot:
+        stopped = "the run did not finish (its record has no footer)"
+    elif foot.get("interrupted"):
+        stopped = f"interrupted by {foot['interrupted']}"
+    elif foot.get("total") != foot.get("collected"):
+        stopped = f"{foot.get('total')} of {foot.get('collected')} collected cases ran"
+    else:
+        stopped = None
     distributions = sorted(
         {p["distribution"] for p in providers if p["distribution"]}
         | ({header["platform_distribution"]} if header.get("platform_distribution") else set())
@@ -77,6 +86,9 @@ def build(
         "started": header.get("started"),
         "mode": header.get("mode"),
         "complete": complete,
+        # why the run ended before every collected case ran, or null: a reader certifies
+        # nothing from such a run, a selection included (complete is false for both)
+        "stopped": stopped,
         "filters": filters,
         "platform": header.get("platform"),
         "platform_class": header.get("platform_class"),
