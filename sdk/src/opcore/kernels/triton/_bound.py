@@ -15,10 +15,12 @@ allocate the outputs and launch the compiled kernel with the call's tensors. Tha
   a torch op, a cached buffer, a returned view) cannot be replayed faithfully, and the
   provider's function keeps serving that signature unbound.
 
-A replay launches through the compiled kernel's own launcher (`CompiledKernel.run`),
-skipping Triton's Python binder and cache lookup. It checks per call what the signature
-does not fix: the current device is the one bound (else the unbound function runs), and
-no launch hook is installed (a profiler's hooks need Triton's full path). Under Triton's
+A replay launches through the compiled kernel's own launcher (`CompiledKernel.run`, or
+the C entry point under it when the kernel needs no scratch memory), skipping Triton's
+Python binder and cache lookup, with the tensors' data pointers. It launches on the
+current stream of the device the kernel was bound on (the signature fixes the tensors'
+device), and checks per call the one thing the signature does not fix: no launch hook is
+installed (a profiler's hooks need Triton's full path, which then runs). Under Triton's
 interpreter there is no compiled kernel: a replay calls the interpreted kernel with the
 same arguments, so the recording logic runs in CPU tests too.
 """
@@ -192,7 +194,7 @@ def _replay(fn: Callable, rec: _Recording, args: tuple, result: Any) -> Callable
         )
     if interpreted:
         return _interpreted_replay(fn, specs, steps, plan)
-    return _compiled_replay(fn, specs, steps, plan)
+    return _compiled_replay(fn, specs, steps, plan, args)
 
 
 def _interpreted_replay(fn: Callable, specs: list, steps: list, plan: Any) -> Callable[..., Any]:
@@ -218,43 +220,87 @@ def _interpreted_replay(fn: Callable, specs: list, steps: list, plan: Any) -> Ca
     return replay
 
 
-def _compiled_replay(fn: Callable, specs: list, steps: list, plan: Any) -> Callable[..., Any]:
+def _allocator(spec: tuple, args: tuple) -> Callable[[tuple], torch.Tensor]:
+    """``alloc(args)`` making one output: ``torch.empty_like`` of an argument whose shape,
+    strides, dtype and device it shares (cheaper than ``empty_strided``), else
+    ``empty_strided``."""
+    shape, stride, dtype, device = spec
+    for i, a in enumerate(args):
+        if (
+            isinstance(a, _Tensor)
+            and a.is_contiguous()
+            and tuple(a.shape) == shape
+            and a.stride() == stride
+            and a.dtype == dtype
+            and a.device == device
+        ):
+            empty_like = torch.empty_like
+            return lambda args: empty_like(args[i])
+    empty_strided = torch.empty_strided
+    return lambda args: empty_strided(shape, stride, dtype=dtype, device=device)
+
+
+def _direct_launch(launcher: Any) -> Callable[..., None] | None:
+    """The C entry point under Triton's launcher object, with the launcher's own fixed
+    arguments bound, when the kernel needs no scratch memory (then the object's Python
+    wrapper only forwards); else None."""
+    launch = getattr(launcher, "launch", None)
+    if launch is None or not all(
+        hasattr(launcher, a) for a in ("launch_cooperative_grid", "launch_pdl")
+    ):
+        return None
+    if getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1):
+        return None
+    coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+
+    def direct(gx, gy, gz, stream, function, meta, *values):
+        launch(gx, gy, gz, stream, function, coop, pdl, None, None, meta, None, None, None, *values)
+
+    return direct
+
+
+def _compiled_replay(
+    fn: Callable, specs: list, steps: list, plan: Any, args: tuple
+) -> Callable[..., Any]:
     import triton
     from triton.runtime import driver
 
-    active = driver.active
-    current_device, current_stream = active.get_current_device, active.get_current_stream
-    bound_device = current_device()
+    bound_device = driver.active.get_current_device()
+    stream_of = driver.active.get_current_stream
     hooks = triton.knobs.runtime
-    # Per launch: (run, gx, gy, gz, function, metadata, template, [(position, kind, index,
-    # byte offset)]); the template holds no tensor of the first call.
+    allocs = [_allocator(spec, args) for spec in specs]
+    # Per launch: (launch, gx, gy, gz, function, metadata, template, [(position, kind,
+    # index, byte offset)]). Tensors are passed as data pointers (what the launcher would
+    # read from them); the template holds nothing of the first call.
     flat = []
     for run, gx, gy, gz, function, meta, values, subs in steps:
         plan_subs = []
         for pos, src in subs:
             values[pos] = None
             plan_subs.append((pos, src[0], src[1], src[2] if src[0] == _VIEW else 0))
-        flat.append((run, gx, gy, gz, function, meta, values, plan_subs))
+        launch = _direct_launch(run)
+        if launch is None:
+
+            def launch(gx, gy, gz, stream, function, meta, *values, _run=run):
+                _run(gx, gy, gz, stream, function, meta, None, None, None, *values)
+
+        flat.append((launch, gx, gy, gz, function, meta, values, plan_subs))
 
     def replay(*args: Any) -> Any:
-        if (
-            current_device() != bound_device
-            or hooks.launch_enter_hook.calls
-            or hooks.launch_exit_hook.calls
-        ):
-            return fn(*args)
-        outs = [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt, dev in specs]
-        stream = current_stream(bound_device)
-        for run, gx, gy, gz, function, meta, template, subs in flat:
+        if hooks.launch_enter_hook.calls or hooks.launch_exit_hook.calls:
+            return fn(*args)  # a profiler's launch hooks need Triton's own path
+        outs = [alloc(args) for alloc in allocs]
+        stream = stream_of(bound_device)
+        for launch, gx, gy, gz, function, meta, template, subs in flat:
             values = template.copy()
             for pos, kind, i, offset in subs:
                 if kind == _ARG:
-                    values[pos] = args[i]
+                    values[pos] = args[i].data_ptr()
                 elif kind == _ALLOC:
-                    values[pos] = outs[i]
+                    values[pos] = outs[i].data_ptr()
                 else:
                     values[pos] = args[i].data_ptr() + offset
-            run(gx, gy, gz, stream, function, meta, None, None, None, *values)
+            launch(gx, gy, gz, stream, function, meta, *values)
         return _build(plan, args, outs)
 
     replay.__wrapped__ = fn  # type: ignore[attr-defined]
