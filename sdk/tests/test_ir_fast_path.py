@@ -10,6 +10,7 @@ interpreter, whose replays go through `opcore.kernels.triton._bound`.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import pytest
 import torch
@@ -36,7 +37,10 @@ class Counting:
     def fn(self, x, scale):
         return x * scale
 
-    def bind(self, x, scale):
+    def bind(self, fn):
+        return functools.partial(self.bind_call, fn)
+
+    def bind_call(self, fn, x, scale):
         self.binds += 1
         dtype, shape, stride, offset = x.dtype, tuple(x.shape), x.stride(), x.storage_offset()
         aligned = x.data_ptr() % 16 == 0
@@ -47,7 +51,7 @@ class Counting:
             view = torch.as_strided(x, shape, stride, offset if aligned else x.storage_offset())
             return (view.to(dtype) * scale).to(dtype)
 
-        return self.fn(x, scale), replay
+        return fn(x, scale), replay
 
 
 @contextlib.contextmanager
@@ -270,3 +274,18 @@ else:
         x = torch.randn(3)
         result, replay = bind(x, 1.0)
         assert replay is None and torch.equal(result, x * 2.0)
+
+    def test_triton_maybe_inplace_replays_the_in_place_kernel():
+        op = ops.fused_add_rms_norm
+        w = torch.randn(64)
+        with op.set_priority(["triton", "native"]):
+            for _ in range(3):
+                x, r = torch.randn(4, 64), torch.randn(4, 64)
+                ref_out, ref_res = op.native(x, r, w, 1e-6)
+                xi, ri = x.clone(), r.clone()
+                out, res = op.maybe_inplace(xi, ri, w, 1e-6)
+                assert out is xi and res is ri  # written where they lie
+                assert torch.allclose(out, ref_out, atol=1e-5)
+                assert torch.allclose(res, ref_res, atol=1e-6)
+            fns = list(op.route().bound_inplace.values())
+            assert len(fns) == 1 and fns[0].__qualname__.startswith("_interpreted_replay")

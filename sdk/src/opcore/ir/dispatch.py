@@ -182,7 +182,17 @@ class Route:
     a `set_priority` list at one registry generation, the tuning table's router, and the
     callable each call signature was served by (``bound``)."""
 
-    __slots__ = ("bound", "config", "decision", "direct", "first", "generation", "log", "router")
+    __slots__ = (
+        "bound",
+        "bound_inplace",
+        "config",
+        "decision",
+        "direct",
+        "first",
+        "generation",
+        "log",
+        "router",
+    )
 
     def __init__(
         self,
@@ -214,7 +224,8 @@ class Route:
         self.direct = (
             first.functional if self.first is not None and first.bind is None and not log else None
         )
-        self.bound: dict[tuple, Callable] = {}
+        self.bound: dict[tuple, Callable] = {}  # the default overload's, per signature
+        self.bound_inplace: dict[tuple, Callable] = {}  # maybe_inplace's
 
 
 class _Cached:
@@ -295,7 +306,20 @@ class Dispatcher:
             return self._call_full(route, args)
         return fn(*args)
 
-    def _call_full(self, route: Route, args: tuple) -> Any:
+    def _call_inplace(self, args: tuple) -> Any:
+        """`maybe_inplace` without keyword arguments: the per-call path of ``__call__``, for
+        the providers' in-place functions."""
+        c = self._cache
+        route = c.route
+        if c.scopes is not current_scopes() or route is None or route.generation != _GENERATION:
+            route = self._refresh()
+        try:
+            fn = route.bound_inplace[self._call_signature(args)]
+        except Exception:  # unseen signature, or arguments that have none
+            return self._call_full(route, args, inplace=True)
+        return fn(*args)
+
+    def _call_full(self, route: Route, args: tuple, inplace: bool = False) -> Any:
         """The full path: validate, choose, run (binding the provider where it can), and
         remember the signature's callable."""
         try:
@@ -306,19 +330,20 @@ class Dispatcher:
         except TypeError:
             self._check_arity(args, None)
             raise
+        call = impl.impl_fn if inplace else impl.functional
         if route.log:
-            return impl.functional(*args)
+            return call(*args)
         try:
             key = self._call_signature(args)
         except Exception:  # no signature (unhashable or unusual arguments): not remembered
-            return impl.functional(*args)
+            return call(*args)
         bind = impl.bind
         if bind is None:
-            result, fn = impl.functional(*args), impl.functional
+            result, fn = call(*args), call
         else:
-            result, replay = bind(*args)
-            fn = impl.functional if replay is None else replay
-        bound = route.bound
+            result, replay = bind(call)(*args)
+            fn = call if replay is None else replay
+        bound = route.bound_inplace if inplace else route.bound
         if len(bound) >= MAX_SIGNATURES:  # bounded: a run of ever new shapes
             bound.clear()
         try:

@@ -8,8 +8,8 @@ from typing import Any
 from opcore.ir.identity import hash_source, hash_source_pair, hash_sources
 from opcore.properties import Properties
 
-# bind(*args) -> (result, replay or None): see `Impl`.
-Binder = Callable[..., tuple[Any, Callable[..., Any] | None]]
+# bind(fn) -> binder; binder(*args) -> (result, replay or None): see `Impl`.
+Binder = Callable[[Callable[..., Any]], Callable[..., tuple[Any, Callable[..., Any] | None]]]
 
 
 class Impl:
@@ -21,10 +21,11 @@ class Impl:
     into the op's activations; ``functional`` is the callable the default overload uses
     (``impl_fn``, or for an in-place provider a wrapper that clones the activations first).
 
-    ``bind`` (optional) computes the default overload for one call and prepares the later
-    calls of the same signature: ``bind(*args)`` returns ``(result, replay)``, where
-    ``replay`` (or ``None``: keep calling ``functional``) takes the same arguments and may
-    assume every one has the metadata the first call's had (device, dtype, shape, strides,
+    ``bind`` (optional) prepares the later calls of one signature: ``bind(fn)`` (``fn`` is
+    ``functional`` for the default overload, ``impl_fn`` for ``maybe_inplace``) returns a
+    function that computes ``fn(*args)`` once and returns ``(result, replay)``, where
+    ``replay`` (or ``None``: keep calling ``fn``) takes the same arguments and may assume
+    every one has the metadata the first call's had (device, dtype, shape, strides,
     16-byte alignment, the values of the non-tensor arguments). Dispatch keeps ``replay``
     per signature (docs/design.md#per-call-path).
     """

@@ -163,6 +163,8 @@ class IrOp(Dispatcher):
             )
         if is_tracing(args, kwargs):
             return self._from_inplace_list(self.torch_op_inplace(*args, **kwargs), args, kwargs)
+        if not kwargs:
+            return self._call_inplace(args)
         self.validate(*args, **kwargs)
         return self.dispatch(*args, **kwargs).impl_fn(*args, **kwargs)
 
@@ -176,7 +178,7 @@ class IrOp(Dispatcher):
         functional: Callable | None = None,
         properties: Any = None,
         identity_sources: Iterable[Any] = (),
-        bind: Callable[..., tuple[Any, Callable[..., Any] | None]] | None = None,
+        bind: Callable[[Callable], Callable[..., tuple[Any, Callable | None]]] | None = None,
     ) -> Callable[[Callable], Callable]:
         """Decorator registering ``fn`` as ``provider``'s implementation; returns ``fn``.
 
@@ -206,13 +208,14 @@ class IrOp(Dispatcher):
                 helpers or its tuning launch space. Their source files enter the
                 provider's identity hash (`identity_hash`). Compile caches and tuning
                 tables are keyed on that hash, so editing such a file invalidates them.
-            bind: a function with the op's parameters that computes the default overload
-                for one call and returns ``(result, replay)``: ``replay`` (or ``None``)
-                computes it for later calls whose signature is the same (device, dtype,
-                shape, strides, 16-byte alignment of every tensor, the values of the
-                other arguments), so it may skip what that signature decided (launch
-                choices, a kernel's argument binding). See `opcore.ir.impl.Impl` and
-                docs/design.md#per-call-path.
+            bind: ``bind(fn)`` returns a function with the op's parameters that computes
+                ``fn`` (the default overload's callable, or ``fn`` itself for
+                ``maybe_inplace``) for one call and returns ``(result, replay)``:
+                ``replay`` (or ``None``) computes it for later calls whose signature is
+                the same (device, dtype, shape, strides, 16-byte alignment of every
+                tensor, the values of the other arguments), so it may skip what that
+                signature decided (launch choices, a kernel's argument binding). See
+                `opcore.ir.impl.Impl` and docs/design.md#per-call-path.
 
         Returns:
             The decorator; it returns ``fn`` unchanged.

@@ -357,8 +357,8 @@ def _register(op_name, impl, supports, *, inplace=False, functional=None):
     if functional is not None and HAS_TRITON:
         kwargs["functional"] = functional
     # Calls of a signature seen before replay the recorded launches (docs/design.md#per-call-path).
-    if HAS_TRITON and (functional is not None or not inplace):
-        kwargs["bind"] = _bound.binder(functional if functional is not None else impl)
+    if HAS_TRITON:
+        kwargs["bind"] = _bound.binder
     op.register_impl(PROVIDER, **kwargs)(fn)
 
 
