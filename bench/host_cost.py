@@ -241,6 +241,44 @@ def attention_rows(plat, device, dtype, rounds: int, calls: int) -> list[dict[st
     return rows
 
 
+def do_bench_rows(tokens: int, dtype: torch.dtype, device) -> list[dict[str, Any]]:
+    """``triton.testing.do_bench`` (device time per call, caches flushed) of ``rms_norm`` at
+    ``tokens`` x `HIDDEN`, as the user calls it, inside a `set_priority` block opened once,
+    with a block per call, and the bound replay and the provider alone (the kernel)."""
+    try:
+        from triton.testing import do_bench
+    except Exception as exc:
+        return [{"error": f"triton.testing unavailable: {exc!r}"[:200]}]
+    op = ops.rms_norm
+    args = build_args("rms_norm", tokens, dtype, device)
+    op(*args)
+    op(*args)
+    provider = op.dispatch(*args).provider
+    bound = list(op.route().bound.values())
+    fns = {
+        "provider": functools.partial(op.impls[provider].functional, *args),
+        "bound": functools.partial(bound[-1], *args) if bound else None,
+        "opcore": functools.partial(op, *args),
+    }
+    rows = []
+    for name, fn in fns.items():
+        if fn is not None:
+            rows.append({"variant": name, "us": 1e3 * do_bench(fn, warmup=50, rep=200)})
+    with op.set_priority([provider]):
+        op(*args)
+        rows.append({"variant": "in_block", "us": 1e3 * do_bench(lambda: op(*args), rep=200)})
+
+    def per_call():
+        with op.set_priority([provider]):
+            op(*args)
+
+    rows.append({"variant": "block_per_call", "us": 1e3 * do_bench(per_call, rep=200)})
+    base = rows[0]["us"]
+    for r in rows:
+        r["vs_provider"] = r["us"] / base
+    return rows
+
+
 def fmt(v: Any) -> str:
     if isinstance(v, dict):
         return f"{v['median']:.2f} [{v['p25']:.2f}-{v['p75']:.2f}]"
@@ -289,6 +327,19 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"| {a['backend']} | {a['batch']} | {fmt(a['eager_host_us'])} | "
                 f"{fmt(a['graph_us'])} |"
             )
+    if doc.get("do_bench"):
+        lines += [
+            "",
+            f"do_bench of rms_norm at {doc['do_bench_tokens']} x {HIDDEN} (device us per call):",
+            "",
+            "| variant | us | vs provider |",
+            "|---|---|---|",
+        ]
+        for r in doc["do_bench"]:
+            if "error" in r:
+                lines.append(f"| {r['error']} | | |")
+            else:
+                lines.append(f"| {r['variant']} | {r['us']:.2f} | {r['vs_provider']:.3f} |")
     skipped = [f"- {row['op']}: {k}: {v}" for row in doc["ops"] for k, v in row["skipped"].items()]
     if skipped:
         lines += ["", "Left out:", *skipped]
@@ -303,6 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     p.add_argument("--no-attention", action="store_true")
+    p.add_argument(
+        "--do-bench-tokens",
+        type=int,
+        default=4096,
+        help="tokens of the do_bench rows of rms_norm on a device (0: none)",
+    )
     p.add_argument("--json")
     p.add_argument("--markdown")
     a = p.parse_args(argv)
@@ -357,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
             f"torch {fmt(r['torch']['host_us'])}",
             flush=True,
         )
+    if device.type != "cpu" and a.do_bench_tokens:
+        doc["do_bench_tokens"] = a.do_bench_tokens
+        doc["do_bench"] = do_bench_rows(a.do_bench_tokens, dtype, device)
     if not a.no_attention:
         doc["attention"] = attention_rows(plat, device, dtype, a.rounds, a.calls // 4 or 1)
     text = markdown(doc)
