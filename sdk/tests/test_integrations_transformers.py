@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,8 @@ transformers = pytest.importorskip(
 
 import opcore.integrations.transformers as oh  # noqa: E402
 from opcore.integrations.transformers import _fuse, _versions  # noqa: E402
+
+_arch = sys.modules["opcore.integrations.transformers._arch"]  # the package's _arch is a function
 from opcore.ir import ops  # noqa: E402
 from opcore.testing.ir import temporary_impl  # noqa: E402
 
@@ -148,6 +151,32 @@ def _one_thread():
 
 
 ON_VDEV = os.environ.get("OPCORE_VDEV") == "1"
+LIGER_REBINDS = ("LlamaRMSNorm", "LlamaMLP", "apply_rotary_pos_emb")
+
+
+@pytest.fixture
+def liger(monkeypatch):
+    """``liger_kernel.transformers``, Liger's own functions. It has no revert: the names its
+    ``apply_liger_kernel_to_llama`` rebinds in ``modeling_llama`` are put back after the
+    test (call it with ``model=``, so that it changes no class)."""
+    lk = pytest.importorskip("liger_kernel.transformers", reason="liger-kernel is not installed")
+    ml = transformers.models.llama.modeling_llama
+    for name in LIGER_REBINDS:
+        monkeypatch.setattr(ml, name, getattr(ml, name))  # restored at teardown
+    return lk
+
+
+def autograd_nodes(t: torch.Tensor) -> set[str]:
+    """The names of every autograd node ``t`` was computed through."""
+    seen, todo, names = set(), [t.grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        todo.extend(n for n, _ in node.next_functions)
+    return names
 
 
 def greedy_tokens(model, ids, steps: int, device) -> torch.Tensor:
@@ -370,28 +399,185 @@ elif not UNDER_TRITON_INTERPRETER:
         assert "model.layers.0.input_layernorm" in msg and "instance-level forward" in msg
         assert_same_snapshot(before, snapshot(model))
 
+    def test_beside_liger_each_model_computes_its_own(liger):
+        # Liger's apply_liger_kernel_to_llama(model=theirs) points theirs' modules at Liger's
+        # forwards and rebinds modeling_llama.LlamaRMSNorm, LlamaMLP and apply_rotary_pos_emb
+        # for everyone. opcore kept transformers' classes and functions at import: models of
+        # them are still patched (whole, or per ops=), and compute opcore's results. On the
+        # CPU Liger's Triton kernels cannot run (no driver), so a forward that reached one
+        # raises: theirs does, the opcore models do not.
+        variant = "llama-h96-d64-gqa1-tied"
+        ml = transformers.models.llama.modeling_llama
+        ids = tokens()
+        ref = logits(make_model(variant), ids)
+        early = make_model(variant)
+        oh.apply(early)  # patched before the rebinding
+        theirs, ours, partial = make_model(variant), make_model(variant), make_model(variant)
+        liger.apply_liger_kernel_to_llama(model=theirs)
+        assert ml.LlamaRMSNorm is liger.LigerRMSNorm and ml.LlamaMLP is liger.LigerSwiGLUMLP
+        assert ml.apply_rotary_pos_emb is liger.liger_rotary_pos_emb
+        assert theirs.model.norm.forward.__func__ is liger.LigerRMSNorm.forward
+        assert theirs.model.layers[0].mlp.forward.__func__ is liger.LigerSwiGLUMLP.forward
+        with pytest.raises(RuntimeError, match="active drivers"):
+            logits(theirs, ids)  # Liger's Triton kernels: a GPU's
+        sub = oh.apply(partial, ops=["rms_norm", "silu_and_mul"])
+        assert sub.routes["rms_norm"] == "5 RMSNorm modules -> rms_norm"
+        assert "attention_transformers" in sub.routes
+        patch = oh.apply(ours)
+        assert set(patch.routes) == {"rms_norm", "fused_add_rms_norm", "mlp", "attention"}
+        # partial's attentions run transformers' apply_rotary_pos_emb, not the Liger function
+        # the module binds now (which would raise here)
+        with counting_providers() as calls:
+            for model in (early, ours, partial):
+                assert_fp32_close(logits(model, ids), ref)
+        assert calls == {
+            "rms_norm": 3 + 3 + 5, "fused_add_rms_norm": 2 + 2, "silu_and_mul": 2 + 2 + 2,
+            "rotary_embedding": 2 + 2,
+        }  # fmt: skip
+        with pytest.raises(oh.UnsupportedModelError, match="instance-level forward"):
+            oh.apply(theirs)  # Liger's model stays Liger's
+
+    def test_model_built_after_liger_rebinding_is_refused_naming_it(liger):
+        # A model built after the rebinding is made of Liger's classes: opcore does not
+        # patch them as if they were transformers' (nor skip them silently under ops=).
+        variant = "llama-h96-d64-gqa1-tied"
+        liger.apply_liger_kernel_to_llama(model=make_model(variant))
+        built = transformers.LlamaForCausalLM(make_config(variant)).eval()
+        before = snapshot(built)
+        for ops_arg in (None, ["rms_norm"], ["silu_and_mul"]):
+            with pytest.raises(oh.UnsupportedModelError, match="nothing was changed") as err:
+                oh.apply(built, ops=ops_arg)
+            assert_same_snapshot(before, snapshot(built))
+        msg = str(err.value)  # ops=["silu_and_mul"]: the MLPs only
+        assert (
+            "model.layers.1.mlp is LigerSwiGLUMLP (liger_kernel.transformers.swiglu), "
+            "not transformers' LlamaMLP" in msg
+        )
+        assert (
+            "another library rebound transformers.models.llama.modeling_llama.LlamaMLP "
+            "to liger_kernel.transformers.swiglu.LigerSwiGLUMLP" in msg
+        )
+        assert "RMSNorm" not in msg
+        with pytest.raises(oh.UnsupportedModelError) as err:
+            oh.apply(built)
+        assert "model.norm is LigerRMSNorm (liger_kernel.transformers.rms_norm)" in str(err.value)
+        # the transformers parts of it can still be patched: attention and rotary
+        with oh.patched(built, ops=["rotary_embedding"]) as patch:
+            assert set(patch.routes) == {"attention"}
+
+    def test_model_built_after_rebinding_to_a_subclass_is_refused(monkeypatch):
+        ml = transformers.models.llama.modeling_llama
+
+        class TracingRMSNorm(ml.LlamaRMSNorm):  # another library's subclass, bound in its place
+            pass
+
+        monkeypatch.setattr(ml, "LlamaRMSNorm", TracingRMSNorm)
+        model = transformers.LlamaForCausalLM(make_config("llama-h96-d64-gqa1-tied")).eval()
+        assert type(model.model.norm) is TracingRMSNorm
+        before = snapshot(model)
+        with pytest.raises(oh.UnsupportedModelError) as err:
+            oh.apply(model, ops=["rms_norm"])
+        assert re.search(
+            r"model\.norm: \S*TracingRMSNorm subclasses the RMSNorm class", str(err.value)
+        )
+        assert_same_snapshot(before, snapshot(model))
+
+    def test_names_rebound_before_import_are_refused(monkeypatch):
+        # opcore keeps transformers' names when it is imported (keep_originals, once per
+        # architecture): if another library rebound one before that, what it kept is not
+        # transformers', and apply on that architecture says so. Here the keeping of Qwen2's
+        # names is run again after a rebinding, as an import after it would run it.
+        m = transformers.models.qwen2.modeling_qwen2
+        original = m.apply_rotary_pos_emb
+
+        def rope(q, k, cos, sin, unsqueeze_dim=1):  # another library's, bound in its place
+            return original(q, k, cos, sin, unsqueeze_dim)
+
+        monkeypatch.setattr(m, "apply_rotary_pos_emb", rope)
+        monkeypatch.delitem(_arch._ORIGINALS, "qwen2")  # both put back after the test
+        monkeypatch.setattr(_arch, "_NOT_ORIGINAL", dict(_arch._NOT_ORIGINAL))
+        _arch.keep_originals()
+        model = make_model("qwen2-h136-d128-gqa4-bias-yarn")
+        for ops_arg in (None, ["rms_norm"]):  # both routes would call it
+            with pytest.raises(oh.UnsupportedModelError) as err:
+                oh.apply(model, ops=ops_arg)
+            assert (
+                "transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb was already "
+                f"{__name__}.{rope.__qualname__} when opcore.integrations.transformers was "
+                "imported"
+            ) in str(err.value)
+        assert not oh.is_patched(model)
+        oh.apply(make_model("llama-h96-d64-gqa1-tied")).revert()  # other architectures: as ever
+
+    @pytest.mark.parametrize(
+        "variant", ["qwen2-h136-d128-gqa4-bias-yarn", "qwen3-h96-d128-gqa2-tied"]
+    )
+    def test_meta_device_model_builds_its_rotary_cache_on_the_first_real_forward(variant):
+        # The big-model flow: build on the meta device, apply, to_empty, load the weights,
+        # initialise the non-persistent inv_freq (transformers' own init, which the
+        # unpatched model needs as much). The cos/sin cache cannot be built on meta (it would
+        # stay meta, then hold uninitialised memory after to_empty): the first forward on a
+        # real device builds it from the rotary module's inv_freq.
+        _, model_name, _ = VARIANTS[variant]
+        ids = tokens()
+        ref_model = make_model(variant)
+        state = ref_model.state_dict()
+        ref = logits(ref_model, ids)
+
+        def materialised(patch_it: bool):
+            with torch.device("meta"):
+                model = getattr(transformers, model_name)(make_config(variant)).eval()
+            patch = oh.apply(model) if patch_it else None
+            model.to_empty(device="cpu")
+            model.load_state_dict(state)
+            model._init_weights(model.model.rotary_emb)
+            return model, patch
+
+        unpatched, _ = materialised(False)
+        assert torch.equal(logits(unpatched, ids), ref)  # the flow itself is sound
+        model, patch = materialised(True)
+        assert_fp32_close(logits(model, ids), ref)
+        assert "first forward" in patch.routes["rotary_cache"], patch.routes
+        assert "on the meta device" in patch.routes["attention_split"]
+        rotary = model.model.rotary_emb
+        with oh.patched(ref_model):  # the cache a model patched on the CPU builds
+            assert torch.equal(
+                rotary._opcore_cos_sin_cache, ref_model.model.rotary_emb._opcore_cos_sin_cache
+            )
+        assert_fp32_close(logits(model, ids), ref)  # built once, reused
+        patch.revert()
+        assert "_opcore_cos_sin_cache" not in rotary._buffers
+        assert torch.equal(logits(model, ids), ref)
+
     def test_ops_subset_patches_only_those_modules():
         model = make_model("mistral-h200-d64-gqa8-window16")
         ids = tokens()
         ref = logits(model, ids)
         with oh.patched(model, ops=["rms_norm", "silu_and_mul"]) as patch:
-            assert set(patch.routes) == {"rms_norm", "mlp"}
+            assert set(patch.routes) == {"rms_norm", "mlp", "attention_transformers"}
+            # the attention is transformers' own computation, with the apply_rotary_pos_emb
+            # kept at import (a rebinding of the module's function cannot reach it)
+            assert (
+                "no opcore op: rotary_embedding was not chosen"
+                in (patch.routes["attention_transformers"])
+            )
             kinds = {type(m).__name__ for m in model.modules()}
             assert {
                 "OpcoreMistralRMSNorm",
                 "OpcoreMistralMLP",
-                "MistralAttention",
+                "OpcoreMistralAttention",
                 "MistralDecoderLayer",
+                "MistralRotaryEmbedding",
             } <= kinds
-            assert (
-                not {
-                    "OpcoreMistralAttention",
-                    "OpcoreMistralDecoderLayer",
-                    "OpcoreMistralRotaryEmbedding",
-                }
-                & kinds
-            )
+            assert not {"OpcoreMistralDecoderLayer", "OpcoreMistralRotaryEmbedding"} & kinds
+            assert not any("qkv" in n for n, _ in model.named_buffers())  # q/k/v as they are
             assert_fp32_close(logits(model, ids), ref)
+        qwen3 = make_model("qwen3-h120-d64-gqa4")  # q/k norm modules, then rotary
+        ref = logits(qwen3, ids)
+        with oh.patched(qwen3, ops=["rms_norm"]) as patch:
+            assert patch.routes["rms_norm"] == "9 RMSNorm modules -> rms_norm"
+            assert "attention_transformers" in patch.routes
+            assert_fp32_close(logits(qwen3, ids), ref)
 
     def test_context_manager_reverts_on_error():
         model = make_model("llama-h96-d64-gqa1-tied")
@@ -781,3 +967,37 @@ else:
                 stack.enter_context(getattr(ops, name).set_priority(["triton", "native"]))
             got = logits(model, ids, position_ids=pos)
         torch.testing.assert_close(got, ref, atol=1e-4 * float(ref.abs().max()), rtol=1e-4)
+
+    def test_liger_rope_model_beside_opcore_models(liger):
+        # Side by side in one process, each computing its own: Liger's model runs Liger's
+        # rotary Triton kernel (interpreted here; its RMSNorm and SwiGLU kernels do not run
+        # under this Triton's interpreter, so Liger patches the rotary only), the opcore
+        # model opcore's Triton kernels, and the one patched without the rotary op
+        # transformers' apply_rotary_pos_emb, not the Liger function the module binds now
+        # (autograd's graph names Liger's function where it ran).
+        variant = "llama-h96-d64-gqa1-tied"
+        ml = transformers.models.llama.modeling_llama
+        ids = tokens(1, 5)
+        ref = logits(make_model(variant, num_hidden_layers=1), ids)
+        theirs, ours, partial = (make_model(variant, num_hidden_layers=1) for _ in range(3))
+        liger.apply_liger_kernel_to_llama(
+            rope=True, rms_norm=False, swiglu=False, fused_linear_cross_entropy=False,
+            model=theirs,
+        )  # fmt: skip
+        assert ml.apply_rotary_pos_emb is liger.liger_rotary_pos_emb
+        oh.apply(ours)
+        # the MLP only: the residual stream keeps autograd's graph through the attention
+        # (the Triton providers' outputs have none)
+        oh.apply(partial, ops=["silu_and_mul"])
+        tol = dict(atol=1e-4 * float(ref.abs().max()), rtol=1e-4)
+        with contextlib.ExitStack() as stack:
+            for name in USED:
+                stack.enter_context(getattr(ops, name).set_priority(["triton", "native"]))
+            graphs = {}
+            for name, model in (("theirs", theirs), ("ours", ours), ("partial", partial)):
+                out = model(ids).logits.float()  # with autograd: its graph names what ran
+                graphs[name] = autograd_nodes(out)
+                torch.testing.assert_close(out.detach(), ref, **tol, msg=name)
+        assert "LigerRopeFunctionBackward" in graphs["theirs"], graphs["theirs"]
+        assert "MulBackward0" in graphs["partial"]  # transformers' rotary: q * cos + ...
+        assert not any("Liger" in n for n in graphs["partial"]), graphs["partial"]

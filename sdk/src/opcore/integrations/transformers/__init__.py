@@ -20,12 +20,22 @@ on q and k of one fused QKV GEMM; for Qwen3, q/k RMSNorm + rotary as one
 Refused, with `UnsupportedModelError` naming the reason, and nothing changed: other
 architectures, activations other than silu / gelu / gelu_pytorch_tanh, rope types
 other than default / linear / llama3 / yarn, partial rotary, subclasses of the patched
-classes, modules with accelerate-style instance forwards, already patched models, and
+classes, modules of another class where the model has transformers' (a model built after
+another library rebound a class name, as Liger's ``apply_liger_kernel_to_llama`` does),
+modules with accelerate-style instance forwards, already patched models, and
 transformers versions outside the tested range.
+
+Beside other libraries: transformers' classes and functions are kept when this module is
+imported, modules are checked against them, and the patched forwards call the kept
+functions (``apply_rotary_pos_emb`` where the rotary op is not chosen, so the attention is
+patched on every route), so a later rebinding of a modeling module's names changes no
+patched model.
 
 The patched model is for inference: the fused weights are buffers the parameters are views
 of, so load weights before `apply` (in-place loads after it are seen; parameters replaced
 by new tensors are not). A forward that records gradients uses the separate projections.
+A model on the meta device may be patched before ``to_empty`` and the weight load: it
+takes the unfused routes, and its rotary cache is built on the first forward.
 """
 
 from __future__ import annotations

@@ -4,6 +4,13 @@
 its attention differs (Qwen3's per-head q/k RMSNorm; where the sliding window comes from).
 `config_problems` lists, as one-line reasons, the config options the replacements do not
 reproduce; an empty list means the config is supported.
+
+The classes and functions an `Arch` hands out are transformers' own, kept when this module
+is imported (`keep_originals`), not what the modeling module binds at the time of the call:
+another library may rebind them (Liger's ``apply_liger_kernel_to_llama`` sets
+``modeling_llama.LlamaRMSNorm = LigerRMSNorm``, ``LlamaMLP`` and ``apply_rotary_pos_emb``
+likewise), and the patch must still recognise transformers' modules and compute
+transformers' functions.
 """
 
 from __future__ import annotations
@@ -43,18 +50,35 @@ class Arch:
     def module(self) -> ModuleType:
         return importlib.import_module(self.module_name)
 
+    def qualified(self, name: str) -> str:
+        """``transformers.models.llama.modeling_llama.LlamaRMSNorm`` for ``"LlamaRMSNorm"``."""
+        return f"{self.module_name}.{name}"
+
     def cls(self, suffix: str) -> type[Any]:  # a transformers class (untyped here)
-        return getattr(self.module(), self.prefix + suffix)
+        """transformers' class ``<prefix><suffix>`` as kept at import."""
+        return _ORIGINALS[self.model_type][self.prefix + suffix]
+
+    def bound_now(self, suffix: str) -> Any:
+        """What the modeling module binds under ``<prefix><suffix>`` now (another library
+        may have rebound it since import)."""
+        return getattr(self.module(), self.prefix + suffix, None)
 
     def classes(self) -> dict[str, type[Any]]:
         """role -> transformers class, for the roles the patch replaces."""
-        return {
-            role: self.cls(role)
-            for role in ("RMSNorm", "MLP", "Attention", "DecoderLayer", "RotaryEmbedding")
-        }
+        return {role: self.cls(role) for role in ROLES}
 
     def eager_attention(self):
-        return self.module().eager_attention_forward
+        """transformers' ``eager_attention_forward`` of this architecture, as kept at import."""
+        return _ORIGINALS[self.model_type]["eager_attention_forward"]
+
+    def rotary_function(self):
+        """transformers' ``apply_rotary_pos_emb`` of this architecture, as kept at import."""
+        return _ORIGINALS[self.model_type]["apply_rotary_pos_emb"]
+
+    def import_problems(self) -> list[str]:
+        """Why the names kept at import are not transformers' own (they were rebound before
+        this integration was imported); empty when they are."""
+        return list(_NOT_ORIGINAL.get(self.model_type, ()))
 
     def cache_update_takes_kwargs(self) -> bool:
         # Later versions name the cache argument `cache` and hand the call's kwargs to
@@ -68,6 +92,41 @@ ARCHES: dict[str, Arch] = {
     "qwen2": Arch("qwen2", "Qwen2", qk_norm=False, sliding="layer"),
     "qwen3": Arch("qwen3", "Qwen3", qk_norm=True, sliding="layer"),
 }
+
+
+# The roles the patch replaces (class-name suffixes), the other classes it needs, and the
+# module functions the replacement forwards call.
+ROLES = ("RMSNorm", "MLP", "Attention", "DecoderLayer", "RotaryEmbedding")
+_KEPT_CLASSES = (*ROLES, "Model", "PreTrainedModel")
+_KEPT_FUNCTIONS = ("apply_rotary_pos_emb", "eager_attention_forward")
+_ORIGINALS: dict[str, dict[str, Any]] = {}  # model_type -> name -> transformers' object
+_NOT_ORIGINAL: dict[str, list[str]] = {}  # model_type -> why a kept name is not transformers'
+
+
+def keep_originals() -> None:
+    """Keep each architecture's classes and functions as its modeling module binds them
+    now (once, at import). A name whose object was not defined in that module (its
+    ``__module__`` / ``__qualname__`` differ) was rebound before this import: it is kept
+    all the same, and `Arch.import_problems` says so, which `apply` reports."""
+    for arch in ARCHES.values():
+        if arch.model_type in _ORIGINALS:
+            continue
+        module = arch.module()
+        kept, wrong = {}, []
+        names = [arch.prefix + suffix for suffix in _KEPT_CLASSES] + list(_KEPT_FUNCTIONS)
+        for name in names:
+            obj = getattr(module, name)
+            kept[name] = obj
+            home = (getattr(obj, "__module__", None), getattr(obj, "__qualname__", None))
+            if home != (arch.module_name, name):
+                wrong.append(
+                    f"{arch.qualified(name)} was already {home[0]}.{home[1]} when "
+                    "opcore.integrations.transformers was imported (another library rebound "
+                    "it); import opcore.integrations.transformers before patching with it"
+                )
+        _ORIGINALS[arch.model_type] = kept
+        if wrong:
+            _NOT_ORIGINAL[arch.model_type] = wrong
 
 
 def arch_of(config: Any) -> Arch | None:
@@ -111,3 +170,6 @@ def config_problems(config: Any) -> list[str]:
     if not getattr(config, "max_position_embeddings", 0):
         problems.append("max_position_embeddings is not set (it sizes the cos/sin cache)")
     return problems
+
+
+keep_originals()

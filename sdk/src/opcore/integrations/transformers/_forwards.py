@@ -15,7 +15,12 @@ kernel:
   two projections' outputs concatenated (when the weights cannot be fused);
 - rotary embedding -> returns ``(cos_sin_cache, positions)`` instead of ``(cos, sin)``;
   the attention hands both to ``rotary_embedding`` (NeoX style), or, for Qwen3's per-head
-  q/k RMSNorm, to one ``split_qkv_rmsnorm_rope`` call.
+  q/k RMSNorm, to one ``split_qkv_rmsnorm_rope`` call. Without the rotary op (``ops=``),
+  the attention is transformers' own with the ``apply_rotary_pos_emb`` kept at import.
+
+No forward here reads a name of the modeling module when it runs: the functions it calls
+(``eager_attention_forward``, ``apply_rotary_pos_emb``) are transformers' own, kept when the
+integration was imported, so another library rebinding them later changes no patched model.
 
 Numerics: the ops compute in fp32 and cast once, where transformers rounds in between
 (the norm before its weight, cos/sin before the rotation), so fp32 results agree to
@@ -43,6 +48,8 @@ ATTRS = (
     "_opcore_num_kv_heads",
     "_opcore_sliding",
     "_opcore_eager_attention",
+    "_opcore_apply_rotary",
+    "_opcore_cache_rows",
 )
 
 if TYPE_CHECKING:
@@ -113,9 +120,17 @@ class RotaryMixin(_Host):
 
     The cache (``[max_position_embeddings, rotary_dim]``, fp32: cos then sin of
     ``position * inv_freq``, times the rope type's ``attention_scaling``) is a
-    non-persistent buffer built once by `build_cache`; the patched attention reads it."""
+    non-persistent buffer built once by `build_cache`; the patched attention reads it.
+    It is built when the patch is applied, or, for a model patched on the meta device, on
+    the first forward whose ``inv_freq`` is on a real device (after ``to_empty``, the
+    weight load and the ``inv_freq`` initialisation that the unpatched model needs too)."""
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
+        cache = self._buffers.get("_opcore_cos_sin_cache")
+        if cache is None:
+            cache = build_cache(self, self._opcore_cache_rows)
+            if not cache.is_meta:
+                self.register_buffer("_opcore_cos_sin_cache", cache, persistent=False)
         # `x` is the layers' input [batch, seq, hidden]; the ops want one position per
         # token, so a [1, seq] position_ids is expanded here once, not in every layer, and
         # made contiguous: an expanded [batch, 1] flattens to a stride-0 view, which the
@@ -125,7 +140,7 @@ class RotaryMixin(_Host):
             position_ids = position_ids.expand(lead)
         if not position_ids.is_contiguous():
             position_ids = position_ids.contiguous()
-        return self._opcore_cos_sin_cache, position_ids
+        return cache, position_ids
 
 
 def build_cache(rotary: Any, max_position: int) -> torch.Tensor:
@@ -161,23 +176,19 @@ class AttentionMixin(FusedBuffersMixin):
     """Projections (one fused QKV GEMM when the weights allow), rotary through
     ``rotary_embedding`` (or Qwen3's q/k norm + rotary through ``split_qkv_rmsnorm_rope``),
     then the transformers attention interface, KV cache and output projection as in
-    transformers' own forward."""
+    transformers' own forward. Without the rotary op (``_opcore_apply_rotary`` set), q, k
+    and v are transformers' own: the projections, Qwen3's q/k norm modules, and the
+    ``apply_rotary_pos_emb`` kept at import on the rotary module's ``(cos, sin)``."""
 
-    def forward(
-        self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, **kwargs
-    ):
-        # transformers 5.17 names the KV cache `past_key_values`, later versions `cache`
-        # (accepting the old name); take whichever the caller used.
-        cache = kwargs.pop("cache", None)
-        old = kwargs.pop("past_key_values", None)
-        cache = old if cache is None else cache
+    def _opcore_qkv(self, hidden_states: torch.Tensor, position_embeddings):
+        """q, k, v ``[batch, heads, seq, head_dim]`` through the opcore ops."""
         cos_sin_cache, positions = position_embeddings
+        lead = hidden_states.shape[:-1]
         if cos_sin_cache.dim() != 2 or positions.is_floating_point():
             raise RuntimeError(
                 "opcore: this attention was patched but received (cos, sin) position embeddings; "
                 "the model's rotary embedding is not patched (apply opcore to the whole model)"
             )
-        lead = hidden_states.shape[:-1]
         if positions.shape != lead:
             positions = positions.expand(lead)
         d = self.head_dim
@@ -217,6 +228,43 @@ class AttentionMixin(FusedBuffersMixin):
         query_states = q.reshape(shape).transpose(1, 2)
         key_states = k.reshape(shape).transpose(1, 2)
         value_states = v.reshape(shape).transpose(1, 2)
+        return query_states, key_states, value_states
+
+    def _transformers_qkv(self, hidden_states: torch.Tensor, position_embeddings):
+        """q, k, v as transformers' attention computes them (the rotary op not chosen),
+        with its ``apply_rotary_pos_emb`` as kept at import."""
+        cos, sin = position_embeddings
+        if not cos.is_floating_point() or cos.dim() == 2:
+            raise RuntimeError(
+                "opcore: this attention was patched without the rotary op but received "
+                "(cos_sin_cache, positions); revert the model and patch it once, whole"
+            )
+        shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+        q = self.q_proj(hidden_states).view(shape)
+        k = self.k_proj(hidden_states).view(shape)
+        if self._opcore_qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+        q, k = self._opcore_apply_rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        return q, k, v
+
+    def forward(
+        self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, **kwargs
+    ):
+        # transformers 5.17 names the KV cache `past_key_values`, later versions `cache`
+        # (accepting the old name); take whichever the caller used.
+        cache = kwargs.pop("cache", None)
+        old = kwargs.pop("past_key_values", None)
+        cache = old if cache is None else cache
+        lead = hidden_states.shape[:-1]
+        if self._opcore_apply_rotary is not None:
+            query_states, key_states, value_states = self._transformers_qkv(
+                hidden_states, position_embeddings
+            )
+        else:
+            query_states, key_states, value_states = self._opcore_qkv(
+                hidden_states, position_embeddings
+            )
 
         if cache is not None:
             if self._opcore_cache_kwargs:

@@ -133,6 +133,26 @@ def _choose_ops(arch: Arch, config: Any, ops: Any) -> set[str]:
     return chosen
 
 
+def _not_transformers(arch: Arch, where: str, module: Any, suffix: str) -> list[str]:
+    """Why the module in a slot that holds a ``<prefix><suffix>`` in transformers' model
+    is not one (empty when it is, or when it is a subclass: that has its own reason)."""
+    original = arch.cls(suffix)
+    if isinstance(module, original):
+        return []
+    cls = type(module)
+    why = [
+        f"{where} is {cls.__qualname__} ({cls.__module__}), not transformers' {original.__name__}"
+    ]
+    bound = arch.bound_now(suffix)
+    if bound is not original and isinstance(bound, type) and isinstance(module, bound):
+        why.append(
+            f"another library rebound {arch.qualified(original.__name__)} to "
+            f"{bound.__module__}.{bound.__qualname__}, and the model was built of that class "
+            "(opcore patches transformers' classes only: build the model of them)"
+        )
+    return why
+
+
 def _instance_forward(module: nn.Module, where: str) -> str | None:
     if "forward" in module.__dict__:
         return (
@@ -145,11 +165,12 @@ def _instance_forward(module: nn.Module, where: str) -> str | None:
 def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
     """Check the whole model; return the `Plan`, or the problems (nothing changed)."""
     config: Any = model.config  # a transformers PretrainedConfig (not typed here)
-    problems = config_problems(config)
+    problems = arch.import_problems() or config_problems(config)
     if problems:
         return problems
     chosen = _choose_ops(arch, config, ops)
-    classes = arch.classes()
+    classes = arch.classes()  # transformers' own, as kept at import
+    classes_model = arch.cls("Model")
     by_class = {cls: role for role, cls in classes.items()}
     gelu = ACTIVATIONS[config.hidden_act]
     cache_kwargs = arch.cache_update_takes_kwargs()
@@ -163,6 +184,18 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
     attn_patch = (not arch.qk_norm and "rotary_embedding" in chosen) or (
         arch.qk_norm and "split_qkv_rmsnorm_rope" in chosen
     )
+    norms = "rms_norm" in chosen
+    gated = bool({"silu_and_mul", "gelu_and_mul"} & chosen)
+    # Slots of transformers' model that must hold transformers' class, for the ops chosen:
+    # a module of another class there (built after another library rebound the class name)
+    # would be left unpatched, or, for the fused add, computed with the wrong norm.
+    layer_slots = [
+        ("input_layernorm", "RMSNorm", norms),
+        ("post_attention_layernorm", "RMSNorm", norms or "fused_add_rms_norm" in chosen),
+        ("mlp", "MLP", gated),
+        ("self_attn", "Attention", True),  # patched on every route (see the Attention role)
+    ]
+    model_slots = [("norm", "RMSNorm", norms), ("rotary_emb", "RotaryEmbedding", attn_patch)]
 
     for name, module in model.named_modules():
         where = name or "<model>"
@@ -170,6 +203,11 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
         if is_patched_class(cls):
             problems.append(f"{where} is already patched by opcore; revert first")
             continue
+        if cls is classes_model:
+            for attr, suffix, needed in model_slots:
+                if needed:
+                    slot = f"{name}.{attr}" if name else attr
+                    problems += _not_transformers(arch, slot, getattr(module, attr, None), suffix)
         role = by_class.get(cls)
         if role is None:
             sub = [r for c, r in by_class.items() if isinstance(module, c)]
@@ -179,6 +217,11 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                     "its forward"
                 )
             continue
+        if role == "DecoderLayer":
+            for attr, suffix, needed in layer_slots:
+                if needed:
+                    slot = f"{where}.{attr}"
+                    problems += _not_transformers(arch, slot, getattr(module, attr, None), suffix)
         if role == "RMSNorm":
             if "rms_norm" in chosen:
                 if p := _instance_forward(module, where):
@@ -187,12 +230,6 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                 counts["rms_norm"] += 1
         elif role == "DecoderLayer":
             if "fused_add_rms_norm" in chosen:
-                norm = getattr(module, "post_attention_layernorm", None)
-                if type(norm) is not classes["RMSNorm"]:
-                    problems.append(
-                        f"{where}.post_attention_layernorm is {type(norm).__name__}, "
-                        f"not {classes['RMSNorm'].__name__}"
-                    )
                 if p := _instance_forward(module, where):
                     problems.append(p)
                 steps.append(_Step(module, fw.DecoderLayerMixin))
@@ -212,61 +249,73 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                     counts["mlp_split"] += 1
                     reasons.setdefault("mlp", why)
         elif role == "Attention":
-            if attn_patch:
-                if p := _instance_forward(module, where):
-                    problems.append(p)
-                d = module.head_dim
-                head_dims.add(d)
-                shapes = (
-                    module.q_proj.out_features,
-                    module.k_proj.out_features,
-                    module.v_proj.out_features,
+            # Patched on every route: with the rotary op chosen, rotary goes through it;
+            # without, transformers' own attention runs with the apply_rotary_pos_emb kept
+            # at import, so that a later rebinding of the module's function (Liger's rope)
+            # cannot change a patched model.
+            if p := _instance_forward(module, where):
+                problems.append(p)
+            if arch.qk_norm and norms:
+                for attr in ("q_norm", "k_norm"):
+                    slot = f"{where}.{attr}"
+                    problems += _not_transformers(
+                        arch, slot, getattr(module, attr, None), "RMSNorm"
+                    )
+            attrs = {
+                "_opcore_qk_norm": arch.qk_norm, "_opcore_cache_kwargs": cache_kwargs,
+                "_opcore_num_heads": n_heads, "_opcore_num_kv_heads": n_kv,
+                "_opcore_sliding": arch.sliding, "_opcore_eager_attention": eager,
+                "_opcore_apply_rotary": None,
+            }  # fmt: skip
+            if not attn_patch:
+                attrs["_opcore_apply_rotary"] = arch.rotary_function()
+                attrs["_opcore_fused_groups"] = {}
+                steps.append(_Step(module, fw.AttentionMixin, attrs))
+                counts["attn_transformers"] += 1
+                continue
+            d = module.head_dim
+            head_dims.add(d)
+            shapes = (
+                module.q_proj.out_features,
+                module.k_proj.out_features,
+                module.v_proj.out_features,
+            )
+            if shapes != (n_heads * d, n_kv * d, n_kv * d):
+                problems.append(
+                    f"{where}: q/k/v projections give {shapes}, not heads x head_dim "
+                    f"{(n_heads * d, n_kv * d, n_kv * d)}"
                 )
-                if shapes != (n_heads * d, n_kv * d, n_kv * d):
+            if arch.qk_norm:
+                qn, kn = module.q_norm, module.k_norm
+                if type(qn) is not classes["RMSNorm"] or type(kn) is not classes["RMSNorm"]:
                     problems.append(
-                        f"{where}: q/k/v projections give {shapes}, not heads x head_dim "
-                        f"{(n_heads * d, n_kv * d, n_kv * d)}"
+                        f"{where}: q_norm / k_norm are not transformers' "
+                        f"{classes['RMSNorm'].__name__}"
                     )
-                if arch.qk_norm:
-                    qn, kn = module.q_norm, module.k_norm
-                    if type(qn) is not classes["RMSNorm"] or type(kn) is not classes["RMSNorm"]:
-                        problems.append(
-                            f"{where}: q_norm / k_norm are not {classes['RMSNorm'].__name__}"
-                        )
-                    elif qn.variance_epsilon != kn.variance_epsilon:
-                        problems.append(
-                            f"{where}: q_norm eps {qn.variance_epsilon} differs from k_norm eps "
-                            f"{kn.variance_epsilon}"
-                        )
-                    elif (
-                        qn.weight.dtype != module.q_proj.weight.dtype
-                        or kn.weight.dtype != module.q_proj.weight.dtype
-                    ):
-                        problems.append(
-                            f"{where}: q_norm / k_norm weights are not in the projections' dtype"
-                        )
-                attrs = {
-                    "_opcore_qk_norm": arch.qk_norm, "_opcore_cache_kwargs": cache_kwargs,
-                    "_opcore_num_heads": n_heads, "_opcore_num_kv_heads": n_kv,
-                    "_opcore_sliding": arch.sliding, "_opcore_eager_attention": eager,
-                }  # fmt: skip
-                why = _fuse.fusion_problem([module.q_proj, module.k_proj, module.v_proj])
-                if why is None:
-                    attrs["_opcore_fused_groups"] = {"qkv": ("q_proj", "k_proj", "v_proj")}
-                    steps.append(
-                        _Step(
-                            module,
-                            fw.AttentionMixin,
-                            attrs,
-                            {"qkv": ("q_proj", "k_proj", "v_proj")},
-                        )
+                elif qn.variance_epsilon != kn.variance_epsilon:
+                    problems.append(
+                        f"{where}: q_norm eps {qn.variance_epsilon} differs from k_norm eps "
+                        f"{kn.variance_epsilon}"
                     )
-                    counts["attn_fused"] += 1
-                else:
-                    attrs["_opcore_fused_groups"] = {}
-                    steps.append(_Step(module, fw.AttentionMixin, attrs))
-                    counts["attn_split"] += 1
-                    reasons.setdefault("attention", why)
+                elif (
+                    qn.weight.dtype != module.q_proj.weight.dtype
+                    or kn.weight.dtype != module.q_proj.weight.dtype
+                ):
+                    problems.append(
+                        f"{where}: q_norm / k_norm weights are not in the projections' dtype"
+                    )
+            why = _fuse.fusion_problem([module.q_proj, module.k_proj, module.v_proj])
+            if why is None:
+                attrs["_opcore_fused_groups"] = {"qkv": ("q_proj", "k_proj", "v_proj")}
+                steps.append(
+                    _Step(module, fw.AttentionMixin, attrs, {"qkv": ("q_proj", "k_proj", "v_proj")})
+                )
+                counts["attn_fused"] += 1
+            else:
+                attrs["_opcore_fused_groups"] = {}
+                steps.append(_Step(module, fw.AttentionMixin, attrs))
+                counts["attn_split"] += 1
+                reasons.setdefault("attention", why)
         elif role == "RotaryEmbedding":
             if attn_patch:
                 rope_type = getattr(module, "rope_type", None)
@@ -275,9 +324,12 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
                 if p := _instance_forward(module, where):
                     problems.append(p)
                 rotaries.append(module)
+                rows = int(config.max_position_embeddings)
                 steps.append(
-                    _Step(module, fw.RotaryMixin, cache=int(config.max_position_embeddings))
+                    _Step(module, fw.RotaryMixin, {"_opcore_cache_rows": rows}, cache=rows)
                 )
+                if module.inv_freq.is_meta:
+                    counts["cache_deferred"] += 1
 
     if attn_patch:
         if len(rotaries) != 1:
@@ -337,6 +389,17 @@ def _routes(
             f"{counts['attn_split']} attentions: q/k/v GEMMs ({how}) -> {rope} "
             f"(not fused: {reasons['attention']})"
         )
+    if counts["attn_transformers"]:
+        routes["attention_transformers"] = (
+            f"{counts['attn_transformers']} attentions: transformers' attention, with the "
+            f"apply_rotary_pos_emb kept at import (no opcore op: {rope.split()[0]} was not "
+            "chosen)"
+        )
+    if counts["cache_deferred"]:
+        routes["rotary_cache"] = (
+            "cos/sin cache built on the first forward (the rotary inv_freq is on the meta "
+            "device now)"
+        )
     return routes
 
 
@@ -349,7 +412,9 @@ def commit(model: nn.Module, p: Plan) -> Patch:
             m = step.module
             for group, children in step.fuse.items():
                 _fuse.fuse(m, group, [getattr(m, c) for c in children])
-            if step.cache is not None:
+            if step.cache is not None and not m.inv_freq.is_meta:
+                # on the meta device the cache would stay meta (or become uninitialised
+                # memory after to_empty): the patched forward builds it on its first call
                 m.register_buffer(
                     "_opcore_cos_sin_cache", fw.build_cache(m, step.cache), persistent=False
                 )
