@@ -166,12 +166,15 @@ def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[st
         config = config_from_args(args, platform) if args is not None else get_current_config()
     except ConfigError as exc:
         return _fail(data, ERROR_CONFIG, exc)
+    tuning_error: Exception | None = None
     with set_current_config(config):
         for section, fn in _sections():
             try:
                 data[section] = fn()
             except Exception as exc:
                 data[section] = {"error": f"{type(exc).__name__}: {exc}"}
+                if section == "tuning" and _is_tuning_table_error(exc):
+                    tuning_error = exc
     # An op whose priority cannot be decided is a configuration error (its user list names
     # a provider nobody registered): every call of it would raise. An op that no provider
     # of the required properties serves is not (ir.info's "missing_properties"): the
@@ -181,7 +184,19 @@ def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[st
     ]
     if op_errors:
         return _fail(data, ERROR_CONFIG, op_errors[0])
+    if tuning_error is not None:
+        # OPCORE_TUNING names a missing file, a directory or an invalid table: every op
+        # call would raise it, so it is a bad variable (the message names it), exit 2.
+        return _fail(data, ERROR_CONFIG, tuning_error)
     return data
+
+
+def _is_tuning_table_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the tuning table named by ``OPCORE_TUNING`` failing to load (a
+    table found by the search never raises: its faults are warnings)."""
+    from opcore.tuning import TuningTableError
+
+    return isinstance(exc, TuningTableError)
 
 
 def _sections():

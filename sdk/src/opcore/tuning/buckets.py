@@ -135,11 +135,84 @@ _FLAT: dict[str, Callable[[tuple], FlatKey]] = {
 FIRST_ARG_KEYED = frozenset({"rms_norm", "fused_add_rms_norm", "silu_and_mul"})
 
 
-def register_bucket_key(op: str, fn: Callable[..., Key]) -> None:
-    """Declare how ``op``'s positional arguments map to ``(dtype, tokens, shape)``."""
+# What each element of an op's bucket shape is, checked when a table is loaded (so a
+# malformed entry is refused there, never met by a lookup or a launch space's check):
+# "size" an int >= 1, "count" an int >= 0, a tuple of strings one of those strings.
+ShapeSpec = tuple[str | tuple[str, ...], ...]
+SHAPE_KINDS = ("size", "count")
+
+_SHAPES: dict[str, ShapeSpec] = {
+    "rms_norm": ("size",),  # hidden size
+    "fused_add_rms_norm": ("size",),
+    "silu_and_mul": ("size",),  # intermediate size
+    "gelu_and_mul": ("size", ("none", "tanh")),  # intermediate size, approximation
+    "rotary_embedding": ("size", "count", "size"),  # q heads, kv heads (0: no key), head size
+    "split_qkv_rmsnorm_rope": ("size", "size", "size"),  # q heads, kv heads, head size
+}
+
+
+def register_bucket_key(op: str, fn: Callable[..., Key], *, shape: ShapeSpec | None = None) -> None:
+    """Declare how ``op``'s positional arguments map to ``(dtype, tokens, shape)``.
+
+    ``shape``: what each element of the shape is (``"size"``: an int >= 1, ``"count"``: an
+    int >= 0, a tuple of strings: one of them), so a table entry with another shape is
+    refused when the table loads; without it an entry's shape is only checked to be a list
+    of ints and strings."""
+    if shape is not None:
+        shape = tuple(shape)
+        for kind in shape:
+            ok = kind in SHAPE_KINDS or (
+                isinstance(kind, tuple) and kind and all(isinstance(k, str) for k in kind)
+            )
+            if not ok:
+                raise ValueError(
+                    f"register_bucket_key({op!r}): shape element {kind!r} is not one of "
+                    f"{SHAPE_KINDS} or a tuple of strings"
+                )
     _KEYS[op] = fn
     _FLAT.pop(op, None)  # the router derives its form from ``fn`` (`flat_key_function`)
     _FIRST_ARG_REDECLARED.add(op)
+    if shape is None:
+        _SHAPES.pop(op, None)  # a new key: the built-in shape no longer describes it
+    else:
+        _SHAPES[op] = shape
+
+
+def shape_spec(op: str) -> ShapeSpec | None:
+    """What ``op``'s bucket shape holds, per element, or ``None`` when it was not declared."""
+    return _SHAPES.get(op)
+
+
+def shape_problem(op: str, shape: object) -> str | None:
+    """``None`` when ``shape`` (as read from a table: a list) is a valid bucket shape of
+    ``op``, else the reason. Every shape is a list of ints and strings; an op with a
+    declared `shape_spec` also needs its length, types and values."""
+    if not isinstance(shape, list):
+        return f"must be a list, got {type(shape).__name__}"
+    for i, v in enumerate(shape):
+        if isinstance(v, bool) or not isinstance(v, int | str):
+            return f"element {i} is {v!r}: each element must be an int or a string"
+    spec = _SHAPES.get(op)
+    if spec is None:
+        return None
+    if len(shape) != len(spec):
+        return f"{op} takes {len(spec)} element(s) ({_describe(spec)}), got {len(shape)}"
+    for i, (v, kind) in enumerate(zip(shape, spec, strict=True)):
+        if isinstance(kind, tuple):
+            if not isinstance(v, str) or v not in kind:
+                return f"element {i} is {v!r}: {op} takes one of {list(kind)} there"
+            continue
+        low = 1 if kind == "size" else 0
+        if not isinstance(v, int) or v < low:
+            return f"element {i} is {v!r}: {op} takes an int >= {low} there"
+    return None
+
+
+def _describe(spec: ShapeSpec) -> str:
+    return ", ".join(
+        f"one of {list(k)}" if isinstance(k, tuple) else ("int >= 1" if k == "size" else "int >= 0")
+        for k in spec
+    )
 
 
 _FIRST_ARG_REDECLARED: set[str] = set()

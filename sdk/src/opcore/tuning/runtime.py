@@ -16,6 +16,12 @@ match this process is stale: the torch or Triton version differs, a provider's i
 hash changed, or a configuration fails its launch space's check. Stale parts are left out,
 with one warning per load listing them all.
 
+Every entry is validated when the tables load, once (types, lengths, values, the op's
+bucket shape: `opcore.tuning.table.entry_problem`), never per call. In a table found by
+the search an invalid entry, or a file that cannot be read or parsed, is left out and named
+in that one warning; a table named by ``OPCORE_TUNING`` is used whole or not at all: any
+invalid part of it is a `TuningTableError` from the load, and so from every op call.
+
 Lookups: `launch_config` (a provider's launcher, per call) and the router `router_for`
 builds for dispatch are a dict access and a list index, with the token bucket computed by
 `opcore.tuning.buckets.token_bucket`. The index is rebuilt when the op registry changes
@@ -142,16 +148,34 @@ def _candidates() -> tuple[str, list[tuple[str, Callable[[], _table.Table]]]]:
     if value:
         path = Path(value)
         if not path.is_file():
+            what = (
+                "is a directory, not a table file"
+                if path.is_dir()
+                else "no such file"
+                if not path.exists()
+                else "not a regular file"
+            )
             raise _table.TuningTableError(
-                f"{ENV}={value!r}: no such file; give a tuning table written by "
+                f"{ENV}={value!r}: {what}; give a tuning table written by "
                 f"`opcore tune --out`, or 'off'"
             )
-        return "env", [(f"{ENV}={value}", lambda: _table.load(path))]
+        label = f"{ENV}={value}"
+        # Named explicitly: any invalid part of it is an error (TuningTableError), never
+        # left out in silence.
+        return "env", [(label, lambda: _table.load(path, source=label))]
     found: list[tuple[str, Callable[[], _table.Table]]] = []
     cache = user_cache_dir()
-    if cache.is_dir():
-        for p in sorted(cache.glob("*.json")):
-            found.append((str(p), functools.partial(_table.load, p)))
+    try:
+        cached = sorted(cache.glob("*.json")) if cache.is_dir() else []
+    except OSError as exc:
+        warnings.warn(
+            f"opcore tuning: the user cache dir {cache} cannot be read: {exc}",
+            TuningWarning,
+            stacklevel=2,
+        )
+        cached = []
+    for p in cached:
+        found.append((str(p), functools.partial(_table.load, p, skip_invalid_entries=True)))
     for ep in sorted(md.entry_points(group=GROUP), key=lambda e: (e.name, e.value)):
         try:
             root = importlib.resources.files(ep.value)
@@ -175,7 +199,13 @@ def _candidates() -> tuple[str, list[tuple[str, Callable[[], _table.Table]]]]:
 
 
 def _load_resource(resource: Any, label: str) -> _table.Table:
-    return _table.loads(resource.read_bytes(), source=label)
+    try:
+        if not resource.is_file():  # a directory named *.json; a FIFO would block the read
+            raise OSError("a directory" if resource.is_dir() else "not a regular file")
+        text = resource.read_bytes()  # an unreadable file: OSError
+    except OSError as exc:
+        raise _table.TuningTableError(f"tuning table {label}: cannot be read ({exc})") from None
+    return _table.loads(text, source=label, skip_invalid_entries=True)
 
 
 # --------------------------------------------------------------------------- loading
@@ -193,7 +223,31 @@ def _registry_generation() -> int:
 
 
 def _load(required: tuple[str, ...]) -> None:
-    """Rebuild the index from the tables found (callers hold ``_lock``)."""
+    """Rebuild the index from the tables found (callers hold ``_lock``). Every entry is
+    checked here, once: `table.parse` (types, lengths, values, the op's bucket shape),
+    then what only this process can tell (the dtype, the launch space's check); a lookup
+    never meets a malformed entry. When the load fails (a table named by ``OPCORE_TUNING``
+    that is missing or invalid), the previous index is dropped and the routes built from
+    it invalidated, so every later call meets the error, as in a new process."""
+    global _CONFIGS, _ORDERS, _ORIGIN
+    try:
+        _build(required)
+    except BaseException:
+        loaded_before = _STATE.mode not in ("unloaded", "failed")
+        _CONFIGS, _ORDERS, _ORIGIN = None, {}, {}
+        _set_state(State(mode="failed", required=required))
+        if loaded_before:
+            _bump_generation()
+        raise
+
+
+def _bump_generation() -> None:
+    from opcore.ir.op import bump_generation
+
+    bump_generation()
+
+
+def _build(required: tuple[str, ...]) -> None:
     global _CONFIGS, _ORDERS, _ORIGIN
     from opcore.ir.op import all_ops
     from opcore.platforms.kernels import ensure_kernels_loaded
@@ -235,6 +289,11 @@ def _load(required: tuple[str, ...]) -> None:
         if diff:
             state.stale.append(f"{label}: environment differs ({'; '.join(diff)})")
             continue
+        # Entries `table.parse` left out (searched tables only: a named one raised there).
+        state.stale += [f"{label}: {what} (entry left out)" for what in table.invalid]
+        # What only this process can tell is invalid (a dtype, a shape a launch space's
+        # check cannot read): (what, the part left out for it)
+        invalid: list[tuple[str, str]] = []
         invariant_ok = BATCH_INVARIANT not in required or BATCH_INVARIANT in table.properties
         used = 0
         for e in table.entries:
@@ -244,7 +303,7 @@ def _load(required: tuple[str, ...]) -> None:
                 continue
             dtype = getattr(torch, e.dtype, None)
             if not isinstance(dtype, torch.dtype):
-                state.stale.append(f"{label}: {e.op} dtype {e.dtype!r} is not a torch dtype")
+                invalid.append((f"{_where(e)}.dtype {e.dtype!r} is not a torch dtype", "entry"))
                 continue
             b = token_bucket(e.tokens)
             ids = table.providers.get(e.op, {})
@@ -265,9 +324,21 @@ def _load(required: tuple[str, ...]) -> None:
                 if impl is None or ids.get(prov) != impl.identity_hash():
                     continue  # reported with the order above
                 space = space_for(e.op, prov)
-                why: str | None = (
-                    "no launch space declared" if space is None else space.validate(cfg, e.shape)
-                )
+                try:
+                    why: str | None = (
+                        "no launch space declared"
+                        if space is None
+                        else space.validate(cfg, e.shape)
+                    )
+                except Exception as exc:  # a shape the space's check cannot read
+                    invalid.append(
+                        (
+                            f"{_where(e)}.configs[{prov!r}] at shape {list(e.shape)}: the "
+                            f"launch space's check raised {type(exc).__name__}: {exc}",
+                            "configuration",
+                        )
+                    )
+                    continue
                 if why is not None:
                     state.stale.append(f"{label}: {e.op}/{prov} config {dict(cfg)}: {why}")
                     continue
@@ -283,6 +354,10 @@ def _load(required: tuple[str, ...]) -> None:
                     tuned_cfg[key][b] = dict(cfg)
                     used += 1
             origin.setdefault((e.op, dtype, e.shape, b), (label, e.tokens))
+        if invalid and mode == "env":
+            more = f"; and {len(invalid) - 1} more invalid part(s)" if len(invalid) > 1 else ""
+            raise _table.TuningTableError(f"tuning table {label}: {invalid[0][0]}{more}")
+        state.stale += [f"{label}: {what} ({part} left out)" for what, part in invalid]
         if used or any(e.order for e in table.entries):
             state.used.append(label)
             digests.append(table.digest)
@@ -311,10 +386,13 @@ def _load(required: tuple[str, ...]) -> None:
         logger.warning(msg)
         warnings.warn(msg, TuningWarning, stacklevel=3)
     if changed:
-        from opcore.ir.op import bump_generation
-
-        bump_generation()
+        _bump_generation()
         _STATE.generation = _registry_generation()
+
+
+def _where(entry: _table.Entry) -> str:
+    """``entries[i] (op dtype T=tokens)``: an entry as the table's reader finds it."""
+    return f"entries[{entry.index}] ({entry.op} {entry.dtype} T={entry.tokens})"
 
 
 def _set_state(state: State) -> None:
