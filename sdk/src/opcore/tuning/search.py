@@ -356,22 +356,43 @@ def _hold_reductions(entries: list[dict[str, Any]]) -> None:
             e["configs"][prov] = dict(cfg)
 
 
-def run(opts: Options) -> dict[str, Any]:
+def run(opts: Options, *, interruptions: Any = None) -> dict[str, Any]:
     """Search, write the table to ``opts.out`` (default: the user cache dir), and return
-    the document."""
+    the document (``doc["path"]``: where it was written, ``None`` when nothing was).
+
+    Where the table goes is checked first (`opcore.tuning.table.out_problem`: a
+    `ValueError` before anything is measured). An interrupt (a `KeyboardInterrupt`, or the
+    exception a caller's signal handler raises, with a ``signal_name``) stops the search:
+    the buckets measured so far are written, marked incomplete (``search.complete`` false,
+    ``search.interrupted`` the signal's name, ``search.not_measured`` the buckets left),
+    and the document is returned; when none was measured, nothing is written.
+
+    ``interruptions``: the caller's signal handler state, if it has one: ``signal_name``
+    (the first signal received, or ``None``) and ``raising`` (whether the handler raises).
+    The search also stops before the next bucket when a signal came but its exception was
+    swallowed, and sets ``raising`` to False once it turns to writing the table, so a
+    signal then is only recorded and the table is written whole."""
     from opcore.bench import cases
     from opcore.ir.op import get_op
     from opcore.platforms import get_current_platform
     from opcore.platforms.kernels import ensure_kernels_loaded
 
     ensure_kernels_loaded()
+    for name in opts.ops:
+        get_op(name)  # an unknown op is an error naming the registered ones
+        if key_function(name) is None:
+            raise ValueError(
+                f"op {name!r} has no shape bucket key to tune by (register one with "
+                f"opcore.tuning.register_bucket_key)"
+            )
     platform = get_current_platform()
     device = platform.device()
+    environment = runtime.environment()
+    out = opts.out or str(runtime.user_cache_dir() / _file_name(environment))
+    problem = table.out_problem(out)
+    if problem is not None:  # before measuring: a run must not be lost to where it goes
+        raise ValueError(f"the table cannot be written to {out!r}: {problem}")
     timer = Timer(platform, device, opts.rep_ms)
-    for name in opts.ops:
-        if key_function(name) is None:
-            raise ValueError(f"opcore tune: op {name!r} has no shape bucket key")
-        get_op(name)  # an unknown op is an error naming the registered ones
     plan = [
         (name, hidden, tokens, dtype)
         for name in opts.ops
@@ -383,22 +404,37 @@ def run(opts: Options) -> dict[str, Any]:
     end = start + opts.budget_s
     entries: list[dict[str, Any]] = []
     skipped: list[str] = []
+    interrupted: str | None = None
+    reached = 0  # plan items decided (measured or skipped for the budget)
     # Time the table's own effect out: candidates run with the heuristic as incumbent.
     with _tuning_off():
-        for i, (name, hidden, tokens, dtype) in enumerate(plan):
-            now = time.perf_counter()
-            if now > end:
-                skipped.append(f"{name} T={tokens} H={hidden} {dtype}")
-                continue
-            share = (end - now) / (len(plan) - i)
-            op = get_op(name)
-            case = cases.build(name, tokens, hidden, dtype, device, quick=opts.quick)
-            entry = tune_bucket(op, case.args, timer, now + share, opts)
-            entry["case"] = case.key
-            entries.append(entry)
-            opts.log(_line(entry))
-            if device.type != "cpu":
-                platform.empty_cache()
+        try:
+            for i, (name, hidden, tokens, dtype) in enumerate(plan):
+                if interruptions is not None and interruptions.signal_name:
+                    interrupted = interruptions.signal_name  # its exception was swallowed
+                    break
+                now = time.perf_counter()
+                if now > end:
+                    skipped.append(_label(name, tokens, hidden, dtype))
+                    reached = i + 1
+                    continue
+                share = (end - now) / (len(plan) - i)
+                op = get_op(name)
+                case = cases.build(name, tokens, hidden, dtype, device, quick=opts.quick)
+                entry = tune_bucket(op, case.args, timer, now + share, opts)
+                entry["case"] = case.key
+                entries.append(entry)
+                reached = i + 1
+                opts.log(_line(entry))
+                if device.type != "cpu":
+                    platform.empty_cache()
+        except KeyboardInterrupt as exc:
+            if interruptions is not None:
+                interruptions.raising = False
+            interrupted = getattr(exc, "signal_name", None) or "SIGINT"
+        finally:
+            if interruptions is not None:
+                interruptions.raising = False  # from here on the table is written whole
     if "batch_invariant" in opts.properties:
         _hold_reductions(entries)
     spent = time.perf_counter() - start
@@ -407,10 +443,13 @@ def run(opts: Options) -> dict[str, Any]:
         op = get_op(e["op"])
         for prov in {*e["order"], *e["configs"]}:
             idents.setdefault(e["op"], {})[prov] = op.impls[prov].identity_hash()
+    not_measured = (
+        [_label(n, t, h, d) for n, h, t, d in plan[reached:]] if interrupted is not None else []
+    )
     doc: dict[str, Any] = {
         "format": table.FORMAT,
         "version": table.VERSION,
-        "environment": runtime.environment(),
+        "environment": environment,
         "properties": sorted(opts.properties),
         "providers": idents,
         "search": {
@@ -426,13 +465,24 @@ def run(opts: Options) -> dict[str, Any]:
             "dtypes": [str(d).removeprefix("torch.") for d in opts.dtypes],
             "quick": opts.quick,
             "skipped_for_budget": skipped,
+            # False when a signal stopped the search: the entries are the buckets measured
+            # before it (each whole), `not_measured` the ones it never reached.
+            "complete": interrupted is None,
+            "interrupted": interrupted,
+            "not_measured": not_measured,
         },
         "entries": entries,
     }
-    out = opts.out or str(runtime.user_cache_dir() / _file_name(doc["environment"]))
-    table.dump(doc, out)
-    doc["path"] = out
+    written = None
+    if entries or interrupted is None:  # an interrupted run with nothing measured: none
+        table.dump(doc, out)
+        written = out
+    doc["path"] = written
     return doc
+
+
+def _label(name: str, tokens: int, hidden: int, dtype: Any) -> str:
+    return f"{name} T={tokens} H={hidden} {str(dtype).removeprefix('torch.')}"
 
 
 @contextlib.contextmanager
