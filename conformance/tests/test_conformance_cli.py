@@ -500,3 +500,48 @@ def test_a_platform_whose_device_fails_stops_the_run_in_one_line(tmp_path):
         "opcore conformance: platform 'brokendev': device(0) failed: RuntimeError"
     )
     assert not (tmp_path / "r").exists()
+
+
+def test_an_existing_draft_expectations_file_is_refused_unless_overwrite(tmp_path):
+    """``--draft-expectations FILE`` used to replace FILE silently after the run."""
+    draft = tmp_path / "draft.toml"
+    draft.write_text("# mine\n")
+    report_dir = tmp_path / "reports"
+    args = [*_SMALL, "--report-dir", str(report_dir), "--draft-expectations", str(draft)]
+    line = _one_line_error(_run(args, tmp_path))
+    assert line == (
+        f"opcore conformance: --draft-expectations {draft}: the file already exists: pass "
+        f"--overwrite to replace it, or choose another file"
+    )
+    assert draft.read_text() == "# mine\n"  # untouched
+    assert not report_dir.exists()  # refused before the run: nothing ran, nothing written
+    line = _one_line_error(_run([*_SMALL, "--draft-expectations", str(tmp_path)], tmp_path))
+    assert line == (
+        f"opcore conformance: --draft-expectations {tmp_path}: is a directory; name the file "
+        f"to write"
+    )
+    missing = tmp_path / "no" / "draft.toml"
+    line = _one_line_error(_run([*_SMALL, "--draft-expectations", str(missing)], tmp_path))
+    assert line == (
+        f"opcore conformance: --draft-expectations {missing}: its folder {missing.parent} "
+        f"does not exist"
+    )
+    assert not (tmp_path / "opcore-reports").exists()
+    # --overwrite replaces it (and needs no --report-dir for that)
+    proc = _run([*_SMALL, "--draft-expectations", str(draft), "--overwrite"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = draft.read_text()
+    assert text.startswith("# Drafted by opcore conformance") and "# mine" not in text
+    assert f"drafted 0 xfail entries in {draft}" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_collective_timeout_that_is_not_positive_and_finite_is_refused(tmp_path, value):
+    """``--collective-timeout 0`` or ``nan`` used to be accepted (argparse's float)."""
+    proc = _run(["conformance", "--world-size", "2", "--collective-timeout", value], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"opcore conformance: error: argument --collective-timeout: expected a positive "
+        f"finite number, got {value!r}"
+    )
+    assert not (tmp_path / "opcore-reports").exists()

@@ -317,3 +317,76 @@ def test_device_timers_use_the_platform_methods_with_stand_in_events(tmp_path):
     md = (tmp_path / "bench.md").read_text()
     assert "| device µs (p25–p75) | graph µs (p25–p75) | reps |" in md
     assert paths["json"] and paths["png"]
+
+
+def _bench_cli(args: list[str], env: dict[str, str] | None = None):
+    """``opcore bench ARGS`` in a fresh interpreter, as a user runs it."""
+    from opcore.testing import run_python
+
+    return run_python(BENCH, env=env, args=["bench", *args], timeout=300)
+
+
+def _one_error_line(proc) -> str:
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("device", ["nonsense", "vdev"])
+def test_bench_refuses_a_device_name_torch_does_not_know_in_one_line(tmp_path, device):
+    """``--device nonsense`` (a typo), or ``--device vdev`` without OPCORE_VDEV=1 (a platform
+    that is not loaded), used to end in torch.device's RuntimeError traceback and exit 1."""
+    out = tmp_path / "out"
+    line = _one_error_line(_bench_cli(["--quick", "--device", device, "--out", str(out)]))
+    assert line.startswith(
+        f"opcore bench: error: argument --device: device {device!r} is not a device torch "
+        f"knows in this process; the current platform 'cpu' has device type 'cpu'"
+    ), line
+    assert "OPCORE_VDEV=1 for vdev" in line
+    assert not out.exists()  # refused before anything ran or was written
+
+
+def test_bench_refuses_a_device_index_the_platform_does_not_have(tmp_path):
+    out = tmp_path / "out"
+    proc = _bench_cli(["--quick", "--device", "vdev:3", "--out", str(out)], {"OPCORE_VDEV": "1"})
+    line = _one_error_line(proc)
+    assert line == (
+        "opcore bench: error: argument --device: device 'vdev:3' does not exist: the "
+        "current platform 'vdev' has 1 device(s) here"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("decode_attention", [False, True])
+def test_bench_refuses_an_out_that_is_a_file_before_measuring(tmp_path, decode_attention):
+    """``--out FILE`` used to measure the whole run, then lose it to FileExistsError."""
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    extra = ["--decode-attention"] if decode_attention else []
+    args = ["--quick", "--device", "cpu", "--ops", "rms_norm", "--tokens", "1",
+            "--providers", "native", *extra, "--jsonl", str(tmp_path / "r.jsonl")]  # fmt: skip
+    line = _one_error_line(_bench_cli([*args, "--out", str(mine)]))
+    assert line == (
+        f"opcore bench: error: argument --out: {str(mine)!r} exists and is not a directory "
+        f"(the reports go into a directory)"
+    )
+    assert mine.read_text() == "mine"  # untouched
+    assert not (tmp_path / "r.jsonl").exists()  # nothing was measured
+    line = _one_error_line(_bench_cli([*args, "--out", str(mine / "sub")]))
+    assert line == (
+        f"opcore bench: error: argument --out: {str(mine / 'sub')!r} cannot be a directory: "
+        f"{str(mine)!r} is not a directory"
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1.5", "x"])
+def test_bench_refuses_a_rep_ms_that_is_not_a_positive_integer(tmp_path, value):
+    """``--rep-ms 0`` and ``-5`` used to be accepted (argparse's int)."""
+    proc = _bench_cli(["--quick", "--rep-ms", value, "--out", str(tmp_path / "out")])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"opcore bench: error: argument --rep-ms: expected a positive integer, got {value!r}"
+    )
+    assert not (tmp_path / "out").exists()

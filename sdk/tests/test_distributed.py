@@ -201,3 +201,62 @@ def test_run_ranks_refuses_a_function_the_ranks_cannot_import():
     for fn in (lambda comm: comm.rank, nested):
         with pytest.raises(ValueError, match="module-level function"):
             run_ranks(fn, 2, timeout_s=10)
+
+
+def sigterm_after_returning(comm) -> int:
+    """Rank 1 returns, then gets a real SIGTERM as its interpreter exits (after its report
+    is flushed to the parent): a rank a signal ended, not one that exited cleanly."""
+    if comm.rank == 1:
+        import atexit
+        import os
+        import signal
+
+        atexit.register(os.kill, os.getpid(), signal.SIGTERM)
+    return comm.rank * 10
+
+
+def test_a_rank_ended_by_sigterm_after_returning_is_not_ok():
+    """It used to be ``ok`` (exit code -15): and so was every rank, since the launcher gave
+    a rank 0.5 s to exit and then terminated it itself."""
+    r0, r1 = run_ranks(sigterm_after_returning, 2, timeout_s=90, comm_timeout_s=20)
+    assert (r0.status, r0.exitcode, r0.value) == ("ok", 0, 0)  # exited by itself
+    assert (r1.status, r1.exitcode, r1.value) == ("died", -15, 10)  # what it reported is kept
+    assert r1.error == "returned, then the process ended (SIGTERM, exit code -15)"
+    with pytest.raises(RanksFailed, match=r"rank 1: died .*SIGTERM, exit code -15"):
+        check([r0, r1])
+
+
+def hangs_in_teardown(comm) -> int:
+    if comm.rank == 1:
+        import atexit
+
+        atexit.register(time.sleep, 120)  # after the report: the launcher must end it
+    return comm.rank
+
+
+def test_a_rank_the_launcher_terminates_after_its_report_stays_ok_and_says_so():
+    start = time.monotonic()
+    r0, r1 = run_ranks(hangs_in_teardown, 2, timeout_s=90, comm_timeout_s=20, grace_s=2)
+    assert time.monotonic() - start < 60
+    assert r0.status == "ok"  # its exit code: 0 unless it too took over 2 s to exit
+    assert (r1.status, r1.exitcode, r1.value) == ("ok", -15, 1)
+    assert "still tearing down 2 s after the run, terminated by run_ranks (SIGTERM" in r1.error
+    assert check([r0, r1]) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"comm_timeout_s": float("nan")}, "comm_timeout_s must be a finite number > 0, got nan"),
+        ({"comm_timeout_s": float("inf")}, "comm_timeout_s must be a finite number > 0, got inf"),
+        ({"comm_timeout_s": 0}, "comm_timeout_s must be a finite number > 0, got 0"),
+        ({"timeout_s": float("nan")}, "timeout_s must be a finite number > 0, got nan"),
+        ({"grace_s": -1.0}, "grace_s must be a finite number >= 0, got -1.0"),
+    ],
+)
+def test_run_ranks_refuses_a_bad_time_bound_before_starting_a_rank(kwargs, message):
+    """``comm_timeout_s=nan`` used to reach each rank's process group and fail there."""
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=message):
+        run_ranks(sigterm_after_returning, 2, **kwargs)
+    assert time.monotonic() - start < 1.0  # refused up front: no rank was spawned

@@ -41,6 +41,26 @@ def render(records: list[dict[str, Any]], *, platform: str | None, mode: str | N
     return "\n".join(lines)
 
 
+def target_problem(path: Path | str, *, overwrite: bool) -> str | None:
+    """Why ``path`` cannot take a draft, checked before the run (so that a long run does not
+    end in a refusal): an existing file is kept unless ``overwrite`` (like ``--report-dir``'s
+    reports), a directory is never replaced, and the file's folder must exist. ``None``
+    when it can."""
+    path = Path(path)
+    if path.is_dir():
+        return f"--draft-expectations {path}: is a directory; name the file to write"
+    if path.exists() or path.is_symlink():
+        if overwrite:
+            return None
+        return (
+            f"--draft-expectations {path}: the file already exists: pass --overwrite to "
+            f"replace it, or choose another file"
+        )
+    if not path.absolute().parent.is_dir():
+        return f"--draft-expectations {path}: its folder {path.absolute().parent} does not exist"
+    return None
+
+
 def write(
     path: Path | str, records: list[dict[str, Any]], *, platform: str | None, mode: str | None
 ) -> int:

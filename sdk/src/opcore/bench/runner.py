@@ -33,15 +33,35 @@ def bench_device(platform: Any, device: str | torch.device | None) -> torch.devi
     the host CPU (timed with the host clock).
 
     Raises:
-        ValueError: ``device`` is another platform's device (its timers and
-            synchronisation would be the wrong ones).
+        ValueError: ``device`` is not a device name torch knows in this process (a typo, or
+            the device type of a platform that is not loaded, such as ``vdev`` without
+            ``OPCORE_VDEV=1``), is another platform's device (its timers and
+            synchronisation would be the wrong ones), or has an index the platform does
+            not have.
     """
-    dev = platform.device() if device is None else torch.device(device)
+    if device is None:
+        return platform.device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"device {str(device)!r} is not a device torch knows in this process; the current "
+            f"platform {platform.name!r} has device type {platform.device_type!r} (another "
+            f"platform's device needs that platform selected: OPCORE_PLATFORM, or "
+            f"OPCORE_VDEV=1 for vdev)"
+        ) from None
     if dev.type not in (platform.device_type, "cpu"):
         raise ValueError(
             f"device {str(dev)!r} is not a device of the current platform {platform.name!r} "
             f"({platform.device_type}) nor the host cpu; select its platform with OPCORE_PLATFORM"
         )
+    if dev.type != "cpu" and dev.index is not None:
+        count = platform.device_count()
+        if dev.index >= count:
+            raise ValueError(
+                f"device {str(dev)!r} does not exist: the current platform {platform.name!r} "
+                f"has {count} device(s) here"
+            )
     return dev
 
 

@@ -15,9 +15,11 @@ Torch loads only when the command runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from opcore.bench import shapes as cases  # torch-free: help quotes the shape sets
+from opcore.cli.argtypes import positive_int
 
 MAX_WARNING_LINES = 20  # warnings on stderr; the report lists every one
 
@@ -29,16 +31,6 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
         ) from None
-
-
-def _threads(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -82,17 +74,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"small shapes for a CPU: tokens {cases.QUICK_TOKENS}, hidden {cases.QUICK_HIDDEN}",
     )
     p.add_argument(
-        "--rep-ms", type=int, default=60, help="milliseconds per timer per case (device timers)"
+        "--rep-ms",
+        type=positive_int,
+        default=60,
+        help="milliseconds per timer per case (device timers; a positive integer)",
     )
     p.add_argument(
         "--threads",
-        type=_threads,
+        type=positive_int,
         default=None,
         help="torch threads for the run, restored after it (default on the host cpu: "
         "min(physical cores, 8); elsewhere left as it is)",
     )
     p.add_argument(
-        "--out", default="opcore-bench", help="output directory (default: ./opcore-bench)"
+        "--out",
+        default="opcore-bench",
+        help="output directory, created if missing (default: ./opcore-bench)",
     )
     p.add_argument(
         "--jsonl",
@@ -133,7 +130,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         device = runner.bench_device(platform, args.device)
     except ValueError as exc:
-        print(f"opcore bench: error: {exc}", file=sys.stderr)
+        print(f"opcore bench: error: argument --device: {exc}", file=sys.stderr)
+        return 2
+    problem = _out_problem(args.out)
+    if problem is not None:  # before measuring: a run must not be lost to where it goes
+        print(f"opcore bench: error: argument --out: {problem}", file=sys.stderr)
         return 2
     if args.decode_attention:
         return _run_decode_attention(args, platform, device)
@@ -164,7 +165,12 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
     )
     result = runner.run(opts, platform=platform)
-    paths = report.write_all(result, args.out)
+    try:
+        paths = report.write_all(result, args.out)
+    except OSError as exc:  # changed during the run (checked before it)
+        kept = f"; the records measured are in {args.jsonl}" if args.jsonl else ""
+        print(f"opcore bench: error: argument --out: cannot write: {exc}{kept}", file=sys.stderr)
+        return 2
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     warnings = result["warnings"]
@@ -180,11 +186,26 @@ def run(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _out_problem(out: str) -> str | None:
+    """Why the reports cannot go to directory ``out``, or ``None``: it, or the nearest
+    of its parents that exists, must be a directory."""
+    path = os.path.abspath(out)
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    if os.path.isdir(path):
+        return None
+    if path == os.path.abspath(out):
+        return f"{out!r} exists and is not a directory (the reports go into a directory)"
+    return f"{out!r} cannot be a directory: {path!r} is not a directory"
+
+
 def _run_decode_attention(args: argparse.Namespace, platform, device) -> int:
     """Decode attention: one backend over batch x context, with the copy bandwidth measured
     in the same run where the platform has timing events (`opcore.attention.bench`)."""
     import json
-    import os
 
     import torch
 

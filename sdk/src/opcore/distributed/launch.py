@@ -8,7 +8,8 @@ outcome per rank. The backend's own transport picks its interface as the backend
 bounded: each rank's rendezvous and collectives by ``comm_timeout_s``, the whole run by
 ``timeout_s``. A rank that raises, dies or runs out of time never hangs the parent: the
 others are given ``grace_s`` to finish, then terminated, then killed, and each rank's
-outcome says what happened to it.
+outcome says what happened to it. A rank is ``"ok"`` only when its process also ended
+without a signal or exit code from anywhere but the launcher.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import math
 import os
 import pickle
 import queue as queue_module
+import signal
 import socket
 import sys
 import threading
@@ -36,11 +39,15 @@ class RankOutcome:
 
     Attributes:
         rank: the rank.
-        status: ``"ok"`` (``fn`` returned ``value``), ``"error"`` (``fn`` or the setup
-            raised; ``error`` holds its message and ``traceback`` the stack), ``"died"``
-            (the process ended without a report; ``exitcode``), or ``"timeout"`` (still
-            running when the run's time was up; it was terminated).
-        value: what ``fn`` returned (``status == "ok"``).
+        status: ``"ok"`` (``fn`` returned ``value`` and the process then exited with
+            code 0, or was still tearing down ``grace_s`` after the run and the launcher
+            terminated it: ``error`` says so), ``"error"`` (``fn`` or the setup raised;
+            ``error`` holds its message and ``traceback`` the stack), ``"died"`` (the
+            process ended without a report, or after reporting ended by a signal or a
+            non-zero exit code the launcher did not cause, a SIGTERM from elsewhere say:
+            ``exitcode``; ``value`` holds what it reported, if anything), or ``"timeout"``
+            (still running when the run's time was up; it was terminated).
+        value: what ``fn`` returned (``status == "ok"``, or ``"died"`` after reporting).
         error: one line: the exception's type and message, or what happened.
         traceback: the formatted stack of an ``"error"``.
         exitcode: the process's exit code (negative: the signal that ended it).
@@ -221,15 +228,29 @@ def run_ranks(
         timeout_s: bound on the whole run, start-up included.
         comm_timeout_s: the process group's and communicator's timeout in each rank.
         grace_s: after the first rank fails, how long the others may still take to
-            report before they are terminated.
+            report before they are terminated; and after the last report, how long the
+            ranks that reported may take to exit (tear down) before they are.
         env: variables set in each rank before opcore is imported (``OPCORE_PLATFORM``).
         threads: torch threads per rank (default: the CPU count split among the ranks).
 
     Returns:
         One `RankOutcome` per rank, in rank order.
+
+    Raises:
+        ValueError: a bad argument, named, before any rank starts: ``world_size`` not an
+            int >= 1, ``timeout_s`` or ``comm_timeout_s`` not a finite number > 0,
+            ``grace_s`` not a finite number >= 0, ``fn`` not a module-level function.
     """
     if not (isinstance(world_size, int) and world_size >= 1):
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    for name, value, least in (
+        ("timeout_s", timeout_s, "> 0"),
+        ("comm_timeout_s", comm_timeout_s, "> 0"),
+        ("grace_s", grace_s, ">= 0"),
+    ):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and (value >= 0 if least == ">= 0" else value > 0)):
+            raise ValueError(f"run_ranks: {name} must be a finite number {least}, got {value!r}")
     ref = _FunctionRef.of(fn)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -268,7 +289,7 @@ def run_ranks(
                         outcomes[r] = RankOutcome(
                             r,
                             "died",
-                            error=f"the process ended (exit code {p.exitcode}) without a report",
+                            error=f"the process ended ({_ending(p.exitcode)}) without a report",
                             exitcode=p.exitcode,
                             elapsed_s=time.monotonic() - start,
                         )
@@ -279,10 +300,21 @@ def run_ranks(
             if status != "ok" and first_failure is None:
                 first_failure = time.monotonic()
     finally:
-        _stop(procs)
+        stopped = _stop(procs, outcomes, grace_s)
     for r, p in enumerate(procs):
         if r in outcomes:
-            outcomes[r].exitcode = p.exitcode
+            o = outcomes[r]
+            o.exitcode = p.exitcode
+            if o.status != "ok" or p.exitcode == 0:
+                continue
+            if r in stopped:  # reported, then still tearing down: the launcher ended it
+                o.error = (
+                    f"returned; still tearing down {grace_s:g} s after the run, "
+                    f"terminated by run_ranks ({_ending(p.exitcode)})"
+                )
+            else:  # reported, then ended by something else: not a clean run
+                o.status = "died"
+                o.error = f"returned, then the process ended ({_ending(p.exitcode)})"
         else:
             budget = "its grace period" if first_failure is not None else f"{timeout_s:g} s"
             outcomes[r] = RankOutcome(
@@ -303,18 +335,37 @@ def _pending(results: Any) -> bool:
         return False
 
 
-def _stop(procs: list[Any]) -> None:
-    """Terminate, then kill, every rank still running; join each (bounded)."""
-    for p in procs:
-        p.join(timeout=0.5) if p.exitcode is None else None
-    for p in procs:
+def _ending(exitcode: int | None) -> str:
+    """``exit code 3``, or ``SIGTERM, exit code -15`` for a process a signal ended."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"{signal.Signals(-exitcode).name}, exit code {exitcode}"
+        except ValueError:
+            pass
+    return f"exit code {exitcode}"
+
+
+def _stop(procs: list[Any], reported: dict[int, RankOutcome], exit_s: float) -> set[int]:
+    """Terminate, then kill, every rank still running; join each (bounded). The ranks that
+    reported get ``exit_s`` in all to exit on their own (an interpreter with torch loaded
+    takes about a second to end), the others 0.5 s each. Returns the ranks this
+    terminated or killed."""
+    deadline = time.monotonic() + exit_s
+    for r, p in enumerate(procs):
+        if p.exitcode is None:
+            wait = deadline - time.monotonic() if r in reported else 0.5
+            p.join(timeout=max(0.0, wait))
+    stopped = set()
+    for r, p in enumerate(procs):
         if p.exitcode is None:
             p.terminate()
+            stopped.add(r)
     for p in procs:
         p.join(timeout=3.0)
         if p.exitcode is None:
             p.kill()
             p.join(timeout=3.0)
+    return stopped
 
 
 def check(outcomes: list[RankOutcome]) -> list[Any]:
