@@ -20,7 +20,8 @@ import warnings
 import pytest
 import torch
 
-from opcore.tuning import buckets, gate, runtime, table
+from opcore.tuner import gate
+from opcore.tuning import buckets, runtime, table
 
 # --------------------------------------------------------------------------- units
 
@@ -288,7 +289,8 @@ def test_a_named_table_for_another_device_is_stale_with_one_warning(monkeypatch,
 
 
 def test_batch_invariance_holds_one_reduction_config_per_shape():
-    from opcore.tuning import search, space
+    from opcore.tuner import search
+    from opcore.tuning import space
 
     name = "tune_test_hold"
     sp = space.LaunchSpace(
@@ -398,7 +400,7 @@ import torch
 from opcore.bench import cases, timing
 from opcore.ir import ops
 from opcore.platforms import get_current_platform
-from opcore.tuning import search
+from opcore.tuner import search
 
 calls = {"drifty": 0}
 

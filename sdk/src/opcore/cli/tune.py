@@ -188,7 +188,8 @@ def _run(args: argparse.Namespace, signals: _Signals) -> int:
     from opcore.ir.op import all_ops, get_op
     from opcore.platforms.kernels import ensure_kernels_loaded
     from opcore.properties import check_names
-    from opcore.tuning import search, table
+    from opcore.tuner import search
+    from opcore.tuning import table
     from opcore.tuning.buckets import key_function
 
     if args.out is not None:

@@ -5,7 +5,7 @@
   use has nothing for the size.
 - Dispatch asks `router_for` (through `opcore.ir`) whether the table measured another
   provider order for a bucket.
-- `opcore tune` (`opcore.tuning.search`) measures, gating every candidate against the
+- `opcore tune` (`opcore.tuner.search`) measures, gating every candidate against the
   float64 reference before timing it, and writes a table (`opcore.tuning.table`).
 
 Details: docs/tuning.md.

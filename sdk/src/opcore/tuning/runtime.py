@@ -98,35 +98,44 @@ _STATE = State()
 _lock = threading.RLock()
 
 
-# --------------------------------------------------------------------------- environment
+# --------------------------------------------------------------------------- sources
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """What the index reads from the layers above it, handed over by `opcore.ir.dispatch`
+    when it is imported (`connect`), so that this module imports nothing of ir, config or
+    platforms: ``ops()`` the registered single-process ops by name (kernels loaded; each
+    with ``.impls``, provider -> Impl), ``environment()`` this process's table key (see
+    `environment`), ``required_properties()`` the current config's, ``generation()`` the
+    registry generation, ``invalidate()`` moves it (every dispatch route is made anew)."""
+
+    ops: Callable[[], Mapping[str, Any]]
+    environment: Callable[[], dict[str, Any]]
+    required_properties: Callable[[], tuple[str, ...]]
+    generation: Callable[[], int]
+    invalidate: Callable[[], None]
+
+
+_SOURCES: Sources | None = None
+
+
+def connect(sources: Sources) -> None:
+    """Hand the index what it reads (`opcore.ir.dispatch` does, once, at import)."""
+    global _SOURCES
+    _SOURCES = sources
+
+
+def _sources() -> Sources:
+    if _SOURCES is None:
+        raise RuntimeError(
+            "opcore.tuning.runtime has no sources: import opcore.ir before using the index"
+        )
+    return _SOURCES
+
+
 def environment() -> dict[str, Any]:
     """This process's table key: the current platform's name, its device 0's name and
     capability, the torch and Triton versions (``None`` where there is none)."""
-    from opcore.platforms import get_current_platform
-
-    platform = get_current_platform()
-    try:
-        name: Any = platform.get_device_name(0)
-    except Exception:
-        name = None
-    try:
-        cap = platform.get_device_capability(0)
-    except Exception:
-        cap = None
-    capability = None if cap is None else ".".join(str(c) for c in cap)
-    try:
-        import triton
-
-        triton_version: Any = triton.__version__
-    except Exception:
-        triton_version = None
-    return {
-        "platform": platform.name,
-        "device": name,
-        "capability": capability,
-        "torch": torch.__version__,
-        "triton": triton_version,
-    }
+    return _sources().environment()
 
 
 def user_cache_dir() -> Path:
@@ -210,16 +219,11 @@ def _load_resource(resource: Any, label: str) -> _table.Table:
 
 # --------------------------------------------------------------------------- loading
 def _required_properties() -> tuple[str, ...]:
-    from opcore.config import get_current_config
-
-    kernel = get_current_config().kernel
-    return tuple(sorted(getattr(kernel, "required_properties", ()) or ()))
+    return tuple(sorted(_sources().required_properties()))
 
 
 def _registry_generation() -> int:
-    from opcore.ir.op import registry_generation
-
-    return int(registry_generation())
+    return int(_sources().generation())
 
 
 def _load(required: tuple[str, ...]) -> None:
@@ -242,17 +246,12 @@ def _load(required: tuple[str, ...]) -> None:
 
 
 def _bump_generation() -> None:
-    from opcore.ir.op import bump_generation
-
-    bump_generation()
+    _sources().invalidate()
 
 
 def _build(required: tuple[str, ...]) -> None:
     global _CONFIGS, _ORDERS, _ORIGIN
-    from opcore.ir.op import all_ops
-    from opcore.platforms.kernels import ensure_kernels_loaded
-
-    ensure_kernels_loaded()
+    ops = _sources().ops()  # loads the platform's kernels first
     state = State(required=required, generation=_registry_generation())
     configs: dict[tuple, list] = {}
     orders: dict[str, dict[tuple, list]] = {}
@@ -260,7 +259,6 @@ def _build(required: tuple[str, ...]) -> None:
     mode, candidates = _candidates()
     state.mode = mode
     here = environment() if candidates else {}
-    ops = all_ops()
     # tuned points per index key, for the nearest-bucket fill: key -> {bucket: value}
     tuned_cfg: dict[tuple, dict[int, Any]] = {}
     tuned_ord: dict[tuple, dict[int, Any]] = {}
@@ -469,14 +467,18 @@ def launch_config(
 @contextlib.contextmanager
 def forced(op: str, provider: str, config: Mapping[str, int]) -> Iterator[None]:
     """Within the block, `launch_config` answers ``config`` for ``(op, provider)`` at
-    every size (the tuner's way to time one candidate through the real launcher)."""
+    every size (the tuner's way to time one candidate through the real launcher). Entering
+    and leaving invalidate the dispatch routes: a launch bound before the block holds the
+    configuration of its time."""
     with _lock:
         _FORCED[(op, provider)] = dict(config)
+    _bump_generation()
     try:
         yield
     finally:
         with _lock:
             _FORCED.pop((op, provider), None)
+        _bump_generation()
 
 
 # Most (shape, dtype) pairs a router memoizes before it starts over.

@@ -2,7 +2,7 @@
 
 For each bucket (the `opcore.bench.cases` arguments of an op at ``tokens`` x ``hidden``):
 
-1. The float64 reference and native's error (`opcore.tuning.gate`).
+1. The float64 reference and native's error (`opcore.tuner.gate`).
 2. The incumbent: the provider dispatch picks now, with its own heuristic configuration.
 3. Every candidate: each supported provider that accepts the arguments (and declares the
    required properties), with its heuristic and each configuration of its launch space,
@@ -46,7 +46,8 @@ from typing import Any
 import torch
 
 from opcore.bench import timing
-from opcore.tuning import gate, runtime, table
+from opcore.tuner import gate
+from opcore.tuning import runtime, table
 from opcore.tuning.buckets import key_function
 from opcore.tuning.space import space_for
 
@@ -373,7 +374,7 @@ def run(opts: Options, *, interruptions: Any = None) -> dict[str, Any]:
     swallowed, and sets ``raising`` to False once it turns to writing the table, so a
     signal then is only recorded and the table is written whole."""
     from opcore.bench import cases
-    from opcore.ir.op import get_op
+    from opcore.ir import get_op
     from opcore.platforms import get_current_platform
     from opcore.platforms.kernels import ensure_kernels_loaded
 
