@@ -9,6 +9,7 @@ point at host memory.
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -75,6 +76,50 @@ def test_memory_is_counted_freed_and_limited():
     assert out["oom"] is not None and "vdev:0 out of memory" in out["oom"] and "4096" in out["oom"]
     assert out["after"] == 0 and out["peak"] == 1024
     assert out["free_total"] == [4096, 4096]
+
+
+def test_a_collection_inside_an_allocation_frees_without_deadlock():
+    """Issue 27 item 1. Cyclic garbage holding vdev tensors, collected by a garbage
+    collection that starts inside the allocator's locked code: the freed storages' weakref
+    callbacks run there, in the same thread. They used to take the allocator's lock and
+    wait on it forever; now the frees are queued and counted by the next locked operation.
+    Collection points move with the code, so the loop sweeps gc thresholds (one of them
+    deadlocked the old code within a second); a fresh interpreter and a time bound, so a
+    deadlock is a failure naming itself, not a hung run."""
+    code = """
+        import gc, json, torch
+        from opcore import vdev
+        dev = vdev.install(memory_bytes=1 << 20)
+
+        class Holder:  # a reference cycle: only the collector frees it
+            pass
+
+        for threshold in range(2, 80):
+            gc.set_threshold(threshold, 10**6, 10**6)  # young collections only, often
+            for _ in range(40):
+                h = Holder(); h.me = h; h.t = torch.empty(16, device="vdev")
+                del h
+                keep = torch.empty(8, device="vdev") + 1
+        gc.set_threshold(700, 10, 10)
+        del keep
+        gc.collect()
+        after = torch.vdev.memory_allocated()
+        # A free seen only by a collection is counted before the next capacity check:
+        # the whole device, dropped as garbage, is allocatable again at once.
+        h = Holder(); h.me = h; h.t = torch.empty(1 << 18, device="vdev")  # all 1 MiB
+        del h
+        gc.collect()
+        again = torch.empty(1 << 18, device="vdev")
+        print(json.dumps({"after": after, "again": torch.vdev.memory_allocated(),
+                          "peak": torch.vdev.max_memory_allocated()}))
+    """
+    try:
+        proc = run_python(code, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the virtual device deadlocked: no result within 60 s of cyclic garbage")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"after": 0, "again": 1 << 20, "peak": 1 << 20}
 
 
 def test_unsupported_op_and_dtype_raise_one_line_naming_them():

@@ -240,7 +240,10 @@ class ConformanceSession:
         """The cases of this run, filtered, plus the expectation cases (unmatched entries)."""
         assert self.ctx is not None, "call setup() first"
         self._check_filters()
-        cases = [c for c in self._collect_all(self.ctx) if self._selected(c)]
+        from opcore_conformance import fp8
+
+        # fp8 cases on a device that cannot hold fp8 tensors: not_applicable, saying why
+        cases = fp8.mark(self.ctx, [c for c in self._collect_all(self.ctx) if self._selected(c)])
         cases += self._expectation_cases()
         seen: set[str] = set()
         for c in cases:

@@ -1,52 +1,81 @@
-"""The conformance suite on the virtual device: ``opcore conformance --platform vdev`` passes
-with ``device: vdev:0`` in its report, and on the second device (``--device-index 1``:
-samples moved to ``vdev:1`` with their layouts, float64 reference on the CPU).
+"""The conformance suite on the virtual device: ``opcore conformance --platform vdev --quick``
+passes whole (0 fail, 0 error) with ``device: vdev:0`` in its report, and on the second
+device (``--device-index 1``: samples moved to ``vdev:1`` with their layouts, float64
+reference on the CPU).
 
-Cost: the CLI run is quick mode restricted to the two ops the ``vdev`` provider and the
-platform's defaults care most about (rms_norm, silu_and_mul: every check family, native
-and vdev providers, compile in the ``eager`` mode); the whole quick suite on vdev (2292
-cases: 2286 pass, 6 not applicable) is what `docs/plugins/vdev.md` records and takes minutes.
+Cost: the whole quick run is one subprocess of about 3,900 cases, 1,500 of them fp8 cases
+decided at collection (``not_applicable``: the device holds no fp8, issue 27). It took
+6 min 16 s of wall time (1 min 39 s of CPU) on a shared 2-core machine; the time bound
+below is generous because the point is that a hang (the allocator deadlock of issue 27)
+ends the test instead of the CI job. It replaced a run of two ops, so that failures in
+any op, fp8 included, cannot come back unseen.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+
+import pytest
 
 from opcore.testing import run_python
 
 CLI = "import sys; from opcore.cli import main; sys.exit(main(sys.argv[1:]))"
+# The quantization ops: every case of theirs needs fp8 tensors on the device.
+FP8_OPS = {
+    "scaled_fp8_quant",
+    "dynamic_per_token_scaled_fp8_quant",
+    "per_token_group_quant_fp8",
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "silu_and_mul_fp8_quant",
+    "silu_and_mul_per_token_group_fp8_quant",
+}
+QUICK_RUN_BOUND_S = 1500
 
 
 def _not_applicable_here(rec: dict) -> bool:
     """The cases the virtual device cannot run, each with its reason: capture safety (no
-    graphs), native's supports_args (it has none), the FP8 fusions (no fp8 storage)."""
+    graphs), native's supports_args (it has none), every fp8 case (no fp8 storage, and the
+    platform declares no fp8_dtype: `opcore_conformance.fp8`), the FP8 fusions."""
     message = rec.get("message") or ""
     return rec["status"] == "not_applicable" and (
         (rec["check"].endswith("capture_safety") and "has no graphs" in message)
         or (rec["check"] == "supports_args" and "declares no supports_args" in message)
+        or (
+            rec["op"] in FP8_OPS
+            and message.startswith(f"{rec['op']} takes or returns fp8 tensors: platform 'vdev'")
+            and "declares no fp8_dtype and device vdev:0 cannot hold float8_e4m3fn" in message
+        )
         or (rec["check"] == "compile.quant_fusion" and "cannot hold" in message)
     )
 
 
-def test_conformance_passes_on_vdev0(tmp_path):
-    args = [
-        "conformance",
-        "--platform",
-        "vdev",
-        "--quick",
-        "--ops",
-        "rms_norm,silu_and_mul",
-        "--no-progress",
-        "--report-dir",
-        str(tmp_path),
-    ]
-    proc = run_python(CLI, env={"OPCORE_VDEV": "1"}, args=args, timeout=600)
+def _unsupported_here(rec: dict) -> bool:
+    """native's gelu_and_mul does not declare batch invariance, and on torch's CPU kernels
+    it does not hold (docs/properties.md): ``unsupported``, as on the cpu platform."""
+    return (
+        rec["status"] == "unsupported"
+        and rec["check"] == "batch_invariance"
+        and rec["op"] == "gelu_and_mul"
+        and "does not declare batch_invariant" in (rec.get("message") or "")
+    )
+
+
+def test_the_whole_quick_suite_passes_on_vdev0(tmp_path):
+    args = ["conformance", "--platform", "vdev", "--quick", "--no-progress"]
+    args += ["--report-dir", str(tmp_path)]
+    try:
+        proc = run_python(CLI, env={"OPCORE_VDEV": "1"}, args=args, timeout=QUICK_RUN_BOUND_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the quick conformance run on vdev did not end in {QUICK_RUN_BOUND_S} s")
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     report = (tmp_path / "conformance.md").read_text()
     assert "- device: `vdev:0`" in report
     statuses: dict[str, int] = {}
     checks = set()
-    vdev_cases = 0
+    vdev_cases = fp8_cases = 0
     for line in (tmp_path / "conformance.jsonl").read_text().splitlines():
         rec = json.loads(line)
         if rec.get("type") != "case":
@@ -54,18 +83,25 @@ def test_conformance_passes_on_vdev0(tmp_path):
         statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
         checks.add(rec["check"])
         vdev_cases += rec.get("provider") == "vdev"
+        fp8_cases += rec["op"] in FP8_OPS
+        if rec["op"] in FP8_OPS:
+            assert rec["status"] in ("not_applicable", "unsupported"), rec
         if rec["status"] == "not_applicable":
             assert _not_applicable_here(rec), rec
-    assert set(statuses) <= {"pass", "not_applicable"}, statuses
-    assert statuses["pass"] > 300 and vdev_cases > 100
+        if rec["status"] == "unsupported":
+            assert _unsupported_here(rec) or rec["op"] in FP8_OPS, rec
+    assert set(statuses) <= {"pass", "not_applicable", "unsupported"}, statuses
+    assert statuses["pass"] > 2000 and vdev_cases > 300 and fp8_cases > 1000, statuses
     assert {
         "numerics",
         "functional",
         "supports_args",
         "opcheck",
+        "layers.agree",
+        "attention",
         "compile.matches_eager",
         "platform.identity",
-    } <= checks
+    } <= checks, sorted(checks)
 
 
 def test_conformance_on_the_second_device_vdev1(tmp_path):

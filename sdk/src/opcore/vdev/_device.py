@@ -171,8 +171,7 @@ class DeviceModule:
         return self._device.memory.peak[self._index(device)]
 
     def reset_peak_memory_stats(self, device: int | str | torch.device | None = None) -> None:
-        index = self._index(device)
-        self._device.memory.peak[index] = self._device.memory.used[index]
+        self._device.memory.reset_peak(self._index(device))
 
     def mem_get_info(self, device: int | str | torch.device | None = None) -> tuple[int, int]:
         index = self._index(device)

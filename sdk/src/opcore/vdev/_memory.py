@@ -18,6 +18,7 @@ storage and the dispatch keys of the tensor they are called on.
 from __future__ import annotations
 
 import ctypes
+import queue
 import threading
 import weakref
 
@@ -47,15 +48,44 @@ class Memory:
 
     ``capacity`` is each device's memory in bytes (``None``: unbounded). Allocation past
     it raises ``torch.OutOfMemoryError`` naming the device, the request and the use.
+
+    Frees are queued, not counted where they happen. A device storage dies wherever its
+    last reference goes, which includes a garbage collection run inside this class's own
+    locked code (any allocation of a Python object there may start one); a weakref callback
+    that took ``_lock`` would then wait on its own thread forever. So the callback only
+    puts the block on ``_freed`` (a `queue.SimpleQueue`, whose ``put`` is documented
+    reentrant: safe from weakref callbacks and ``__del__``) and every locked operation,
+    the statistics included, settles the queue first.
     """
 
     def __init__(self, device_type: str, devices: int, capacity: int | None) -> None:
         self.device_type = device_type
         self.capacity = capacity
-        self.used = [0] * devices
-        self.peak = [0] * devices
+        self._used = [0] * devices
+        self._peak = [0] * devices
         self._blocks: dict[int, _Block] = {}
-        self._lock = threading.Lock()
+        self._freed: queue.SimpleQueue[tuple[int, weakref.ref]] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # never taken by a callback: see the class doc
+
+    # ------------------------------------------------------------------ statistics
+    @property
+    def used(self) -> list[int]:
+        """Bytes in use on each device (a copy, with every free so far counted)."""
+        with self._lock:
+            self._settle()
+            return list(self._used)
+
+    @property
+    def peak(self) -> list[int]:
+        """The most bytes in use on each device since the start or the last reset."""
+        with self._lock:
+            self._settle()
+            return list(self._peak)
+
+    def reset_peak(self, index: int) -> None:
+        with self._lock:
+            self._settle()
+            self._peak[index] = self._used[index]
 
     # ------------------------------------------------------------------ allocation
     def allocate(self, nbytes: int, index: int) -> torch.Tensor:
@@ -82,35 +112,62 @@ class Memory:
 
     def _reserve(self, nbytes: int, index: int) -> None:
         with self._lock:
-            if self.capacity is not None and self.used[index] + nbytes > self.capacity:
+            self._settle()  # memory freed so far counts as free before the capacity check
+            used = self._used[index]
+            if self.capacity is not None and used + nbytes > self.capacity:
                 raise torch.OutOfMemoryError(
                     f"{self.device_type}:{index} out of memory: tried to allocate {nbytes} bytes "
-                    f"with {self.used[index]} of {self.capacity} bytes in use"
+                    f"with {used} of {self.capacity} bytes in use"
                 )
-            self.used[index] += nbytes
-            self.peak[index] = max(self.peak[index], self.used[index])
+            self._used[index] = used + nbytes
+            self._peak[index] = max(self._peak[index], self._used[index])
 
     def _release(self, nbytes: int, index: int) -> None:
         with self._lock:
-            self.used[index] -= nbytes
+            self._settle()
+            self._used[index] -= nbytes
 
     def _lend(self, buffer: torch.Tensor, index: int, nbytes: int) -> torch.Tensor:
         key = buffer.data_ptr()
+        freed_queue = self._freed
 
-        def freed(_ref: weakref.ref, key: int = key) -> None:
+        def freed(ref: weakref.ref, key: int = key) -> None:
             # The device storage died and released the buffer (the capsule's deleter).
-            with self._lock:
-                block = self._blocks.pop(key, None)
-                if block is not None:
-                    self.used[block.index] -= block.nbytes
+            # Runs wherever that happened, possibly inside `_lock`: queue, never lock.
+            freed_queue.put((key, ref))
 
+        ref = weakref.ref(buffer, freed)
         with self._lock:
-            self._blocks[key] = _Block(weakref.ref(buffer, freed), index, nbytes)
+            self._settle()
+            stale = self._blocks.get(key)
+            if stale is not None:
+                # A dead buffer at this address whose free is not queued yet (it can be
+                # queued after its memory went back to the allocator): count it now; its
+                # queue entry is then ignored by `_forget`.
+                self._forget(key, stale.buffer)
+            self._blocks[key] = _Block(ref, index, nbytes)
         capsule = torch.utils.dlpack.to_dlpack(buffer)
         # DLManagedTensor starts with DLTensor {void* data; DLDevice {int32 type, int32 id}}
         device = (ctypes.c_int32 * 2).from_address(_capsule_pointer(capsule, b"dltensor") + 8)
         device[0], device[1] = _DL_EXT_DEV, index
         return torch.utils.dlpack.from_dlpack(capsule)
+
+    def _settle(self) -> None:
+        """Count the queued frees (``_lock`` held)."""
+        while True:
+            try:
+                key, ref = self._freed.get_nowait()
+            except queue.Empty:
+                return
+            self._forget(key, ref)
+
+    def _forget(self, key: int, ref: weakref.ref) -> None:
+        """Drop the block at ``key`` if it is still the one ``ref`` watched (``_lock``
+        held): a later allocation may have reused the address before the free was seen."""
+        block = self._blocks.get(key)
+        if block is not None and block.buffer is ref:
+            del self._blocks[key]
+            self._used[block.index] -= block.nbytes
 
     # ------------------------------------------------------------------ access
     def host_buffer(self, t: torch.Tensor) -> torch.Tensor:
@@ -134,7 +191,10 @@ class Memory:
         )
 
     def owns(self, storage_ptr: int) -> bool:
-        return storage_ptr in self._blocks
+        """Whether ``storage_ptr`` is live memory of this device (a freed block may wait
+        in the queue until the next locked operation)."""
+        block = self._blocks.get(storage_ptr)
+        return block is not None and block.buffer() is not None
 
 
 def restride(
