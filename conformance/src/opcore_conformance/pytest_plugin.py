@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from opcore_conformance.watchdog import DEFAULT_CASE_TIMEOUT_S  # stdlib only
+
 _ACTIVATING = (
     "opcore_platform",
     "opcore_ops",
@@ -29,9 +31,11 @@ _ACTIVATING = (
     "opcore_report_dir",
     "opcore_expectations",
     "opcore_overwrite",
+    "opcore_case_timeout",
 )
 _KEY = pytest.StashKey["Any"]()
 _DIR_KEY = pytest.StashKey["Any"]()  # the claimed report directory (report.dirs.ReportDir)
+_DOG_KEY = pytest.StashKey["Any"]()  # the entered `opcore_conformance.watchdog.Watchdog`
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -90,6 +94,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE",
         help="expectations TOML (default: the platform's own; 'none' to ignore it)",
     )
+    g.addoption(
+        "--opcore-case-timeout",
+        metavar="S",
+        help="the wall-clock bound on each case, in seconds (default "
+        f"{DEFAULT_CASE_TIMEOUT_S:g}): a case past it is an error and the run goes on",
+    )
 
 
 def _active(config: pytest.Config) -> bool:
@@ -110,8 +120,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from opcore_conformance.options import Options, parse_list
     from opcore_conformance.report import dirs
     from opcore_conformance.session import ConformanceSession, SetupError
+    from opcore_conformance.watchdog import Watchdog, parse_bound
 
     try:
+        timeout = config.getoption("opcore_case_timeout")
         options = Options(
             platform=config.getoption("opcore_platform"),
             ops=parse_list(config.getoption("opcore_ops")),
@@ -125,6 +137,9 @@ def pytest_configure(config: pytest.Config) -> None:
             overwrite=config.getoption("opcore_overwrite"),
             expectations=config.getoption("opcore_expectations"),
             progress=False,
+            case_timeout_s=DEFAULT_CASE_TIMEOUT_S
+            if timeout is None
+            else parse_bound(timeout, "--opcore-case-timeout"),
         )
         # The directory first (cheap), as the command line does: an unusable one, or one
         # holding an earlier run's reports, stops pytest before anything runs.
@@ -144,6 +159,44 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"opcore conformance: {exc}") from None
     config.stash[_DIR_KEY] = rd
     config.stash[_KEY] = session
+    # The bound on each case; no signal takeover here (SIGINT is pytest's own).
+    session.watchdog = config.stash[_DOG_KEY] = Watchdog(
+        options.case_timeout_s, takeover=lambda kind, slot: _take_over(config, slot)
+    ).__enter__()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _DOG_KEY in config.stash:
+        config.stash[_DOG_KEY].__exit__(None, None, None)
+
+
+def _take_over(config: pytest.Config, slot) -> int:
+    """On the watchdog's thread: a case is stuck past its bound where no exception reaches
+    it, so this session cannot go on. Its reports are written, marked incomplete, and the
+    process ends with status 1 (pytest's own reports are not written)."""
+    import sys
+    import time
+
+    from opcore_conformance import report
+    from opcore_conformance.report import dirs
+    from opcore_conformance.watchdog import CASE_TIMEOUT
+
+    conf = config.stash[_KEY]
+    result = conf.stuck(slot.case, time.monotonic() - slot.start)
+    records = [r.to_record() for r in conf.results]
+    report.write_all(
+        conf.report_dir, conf.header(), records, collected=conf.collected, interrupted=CASE_TIMEOUT
+    )
+    dirs.mark_latest(config.stash[_DIR_KEY])
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:  # else the line goes to a capture file the exit discards
+        capture.suspend_global_capture(in_=False)
+    print(
+        f"\nopcore conformance: {result.case.id}: {result.message}; the reports hold what ran: "
+        f"{conf.report_dir}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import sys
-from typing import TextIO
+import time
+from typing import Any, TextIO
 
 from opcore_conformance import report
-from opcore_conformance.interrupt import Interrupted, Interruptions, exit_status
+from opcore_conformance.interrupt import SIGNALS, Interrupted, Interruptions, exit_status
 from opcore_conformance.options import Options
 from opcore_conformance.report import dirs, markdown, terminal
 from opcore_conformance.report.progress import Progress, expected_cost
 from opcore_conformance.session import ConformanceSession, SetupError
+from opcore_conformance.watchdog import CASE_TIMEOUT, Watchdog
 
 EXIT_RED = 1
 EXIT_USAGE = 2
@@ -56,6 +60,17 @@ def run(
         return EXIT_USAGE
 
 
+@dataclasses.dataclass
+class _State:
+    """How far the run got. The watchdog's thread reads it when it finishes the reports of
+    a run whose main thread is stuck (`_take_over`)."""
+
+    phase: str = "setup"
+    cases: list | None = None
+    stream: Any = None  # the JSONL stream, once the cases start
+    paths: dict | None = None
+
+
 def _run(
     session: ConformanceSession,
     rd: dirs.ReportDir | None,
@@ -63,13 +78,34 @@ def _run(
     list_only: bool,
     intr: Interruptions,
 ) -> int:
+    # One watchdog for the whole run: every case's time bound, and a way out when the main
+    # thread is stuck where neither that bound nor a signal's handler can reach it.
+    st = _State()
+    dog = Watchdog(
+        session.options.case_timeout_s,
+        takeover=functools.partial(_take_over, session, rd, out, st),
+        signals=SIGNALS,
+    )
+    session.watchdog = dog
+    with dog:
+        return _steps(session, rd, out, list_only, intr, st, dog)
+
+
+def _steps(
+    session: ConformanceSession,
+    rd: dirs.ReportDir | None,
+    out: TextIO,
+    list_only: bool,
+    intr: Interruptions,
+    st: _State,
+    dog: Watchdog,
+) -> int:
     options = session.options
-    phase, cases, stream, paths = "setup", None, None, None
     try:
         session.setup()
         intr.check()  # a signal whose exception plugin code swallowed
-        phase = "collection"
-        cases = session.collect()
+        st.phase = "collection"
+        st.cases = cases = session.collect()
         intr.check()
         if list_only:
             for case in cases:
@@ -90,9 +126,9 @@ def _run(
             return 0
         if options.cases is not None and not cases:
             raise SetupError(f"no case matches {options.cases}")
-        phase = "cases"
+        st.phase = "cases"
         assert rd is not None  # run() claims the report directory unless list_only
-        stream, paths = report.open_stream(rd.path, session.header())
+        st.stream, st.paths = report.open_stream(rd.path, session.header())
         costs = [expected_cost(c.check, c.info.get("mode")) for c in cases]
         progress = Progress(len(cases), enabled=options.progress, weight=sum(costs))
         for case, cost in zip(cases, costs, strict=True):
@@ -100,7 +136,8 @@ def _run(
             if intr.signal_name:  # the signal came inside the case and was swallowed there
                 session.results.pop()
                 break
-            stream.add(result.to_record())
+            if not dog.write(st.stream.add, result.to_record()):
+                break  # the watchdog took over (it ends the process)
             progress.update(case.id, result.status, cost)
     except Interrupted:
         pass
@@ -111,22 +148,61 @@ def _run(
     finally:
         # From here on a signal is only recorded: the reports are finished either way.
         intr.raising = False
+        finishing = dog.start_finishing()
+    if not finishing:
+        return 1  # the watchdog wrote the reports (not reached: it ends the process)
     if list_only:  # interrupted while listing: nothing to write
         return _stopped_early(intr.signal_name, None)
     assert rd is not None  # run() claims the report directory unless list_only
-    if stream is None or paths is None:
-        stream, paths = report.open_stream(rd.path, session.header())
-    foot = stream.close(
-        collected=None if cases is None else len(cases),
-        interrupted=intr.signal_name,
-        stopped_in=phase,
+    return _finish(session, rd, out, st, intr.signal_name)
+
+
+def _take_over(
+    session: ConformanceSession,
+    rd: dirs.ReportDir | None,
+    out: TextIO,
+    st: _State,
+    kind: str,
+    what: Any,
+) -> int:
+    """On the watchdog's thread, when the main thread is stuck: ``kind`` "case" (``what``:
+    the slot of a case past its bound that no exception stops) or "signal" (``what``: the
+    signal's name). Writes the reports as the main thread would; the process then exits."""
+    if kind == "case":
+        result = session.stuck(what.case, time.monotonic() - what.start)
+        if st.stream is not None:
+            st.stream.add(result.to_record())
+        interrupted = CASE_TIMEOUT
+    else:
+        interrupted = what
+    if rd is None:  # --list: nothing to write
+        return _stopped_early(interrupted, None)
+    return _finish(session, rd, out, st, interrupted)
+
+
+def _finish(
+    session: ConformanceSession,
+    rd: dirs.ReportDir,
+    out: TextIO,
+    st: _State,
+    interrupted: str | None,
+) -> int:
+    """Close the JSONL (with its footer), derive the other reports, print the summary;
+    the exit status."""
+    options = session.options
+    if st.stream is None or st.paths is None:
+        st.stream, st.paths = report.open_stream(rd.path, session.header())
+    foot = st.stream.close(
+        collected=None if st.cases is None else len(st.cases),
+        interrupted=interrupted,
+        stopped_in=st.phase,
     )
-    report.derive(paths)
+    report.derive(st.paths)
     dirs.mark_latest(rd)
-    records = stream.records  # exactly what the JSONL holds
+    records = st.stream.records  # exactly what the JSONL holds
     note = markdown.incomplete_note(foot, records)
     out.write(
-        terminal.render(session.header(), records, {k: str(v) for k, v in paths.items()}, note)
+        terminal.render(session.header(), records, {k: str(v) for k, v in st.paths.items()}, note)
         + "\n"
     )
     out.flush()
@@ -144,13 +220,21 @@ def _run(
             f"{options.draft_expectations}: fill in each reason",
             file=sys.stderr,
         )
-    if intr.signal_name:
+    if interrupted == CASE_TIMEOUT:
         print(
-            f"opcore conformance: {note or f'stopped by {intr.signal_name}'}; "
+            f"opcore conformance: {records[-1]['id']} ran past its time bound "
+            f"({options.case_timeout_s:g} s) and could not be stopped; the run ended there, "
             f"the reports hold what ran: {rd.path}",
             file=sys.stderr,
         )
-        return exit_status(intr.signal_name)
+        return 1
+    if interrupted:
+        print(
+            f"opcore conformance: {note or f'stopped by {interrupted}'}; "
+            f"the reports hold what ran: {rd.path}",
+            file=sys.stderr,
+        )
+        return exit_status(interrupted)
     return foot["exit_status"]
 
 
