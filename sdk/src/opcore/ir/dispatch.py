@@ -31,8 +31,6 @@ import inspect
 import logging
 import sys
 import threading
-import types
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,8 +38,9 @@ import torch
 
 from opcore import config as _config
 from opcore.env import env_flag
-from opcore.ir import priority, registry
+from opcore.ir import priority, registry, tuning_sources
 from opcore.ir.impl import Impl
+from opcore.ir.signature import parameter_kinds, signature_function
 from opcore.platforms.kernels import ensure_kernels_loaded, on_kernels_loaded
 from opcore.scopes import ScopeKind, current_scopes
 from opcore.tuning import runtime as tuning_runtime
@@ -82,6 +81,11 @@ on_kernels_loaded(bump_generation)
 registry_generation = functools.partial(getattr, sys.modules[__name__], "_GENERATION")
 
 
+# The tuning index sits below this layer: it reads the registry, the environment and the
+# config through `tuning_sources`, and moves the generation when its tables change.
+tuning_sources.connect(registry_generation, bump_generation)
+
+
 def invalidate_caches() -> None:
     """Drop every op's routes and bound launches (call after mutating the current config's
     ``kernel.ir_op_priority`` in place)."""
@@ -105,128 +109,6 @@ def priority_overrides(frames: tuple | None = None) -> dict[str, tuple[str, ...]
     (``frames``: an `opcore.scopes.current_scopes()` value; default: the current one). The
     innermost block of an op wins."""
     return dict(_PRIORITY_SCOPES.values(frames))
-
-
-# --------------------------------------------------------------------------- tuning sources
-def tuning_environment() -> dict[str, Any]:
-    """A tuning table's key for this process: the current platform's name, its device 0's
-    name and capability, the torch and Triton versions (``None`` where there is none)."""
-    from opcore.platforms import get_current_platform
-
-    platform = get_current_platform()
-    try:
-        name: Any = platform.get_device_name(0)
-    except Exception:
-        name = None
-    try:
-        cap = platform.get_device_capability(0)
-    except Exception:
-        cap = None
-    capability = None if cap is None else ".".join(str(c) for c in cap)
-    try:
-        import triton
-
-        triton_version: Any = triton.__version__
-    except Exception:
-        triton_version = None
-    return {
-        "platform": platform.name,
-        "device": name,
-        "capability": capability,
-        "torch": torch.__version__,
-        "triton": triton_version,
-    }
-
-
-def _tuning_ops() -> dict[str, Any]:
-    ensure_kernels_loaded()
-    return {name: op for name, op in registry.OPS.items() if not op.collective}
-
-
-def _required_properties() -> tuple[str, ...]:
-    return tuple(_config.get_current_config().kernel.required_properties or ())
-
-
-# The tuning index sits below this layer: it reads the registry, the environment and the
-# config through these, and moves the generation when the tables it loaded change.
-tuning_runtime.connect(
-    tuning_runtime.Sources(
-        ops=_tuning_ops,
-        environment=tuning_environment,
-        required_properties=_required_properties,
-        generation=registry_generation,
-        invalidate=bump_generation,
-    )
-)
-
-
-# --------------------------------------------------------------------------- signatures
-def _tensor_terms(name: str) -> str:
-    return (
-        f"{name}.dtype, {name}.shape, {name}.stride(), {name}.data_ptr() & 15, {name}.get_device()"
-    )
-
-
-def parameter_kinds(parameters: Sequence[inspect.Parameter]) -> tuple[str, ...]:
-    """Per parameter, what its annotation promises: ``"tensor"`` (``torch.Tensor``),
-    ``"optional"`` (``torch.Tensor | None``), ``"value"`` (``float``, ``int``, ``bool``,
-    ``str``) or ``"any"``."""
-    kinds = []
-    for p in parameters:
-        ann = p.annotation
-        if ann is torch.Tensor:
-            kinds.append("tensor")
-        elif typing.get_origin(ann) in (typing.Union, types.UnionType) and set(
-            typing.get_args(ann)
-        ) == {torch.Tensor, type(None)}:
-            kinds.append("optional")
-        elif ann in (float, int, bool, str):
-            kinds.append("value")
-        else:
-            kinds.append("any")
-    return tuple(kinds)
-
-
-@functools.lru_cache(maxsize=64)
-def signature_function(kinds: tuple[str, ...], min_args: int) -> Callable[[tuple], tuple]:
-    """``signature(args) -> tuple`` for calls of ``min_args`` to ``len(kinds)`` positional
-    arguments: per tensor its dtype, shape, strides, data pointer modulo 16 and device
-    index (what a kernel binary and its launch choices depend on); per other argument its
-    type and value (``True`` and ``1`` differ). It raises (``ValueError`` for another
-    arity, ``AttributeError`` / ``TypeError`` / ``RuntimeError`` for arguments without
-    these) where a call has no signature: such calls take the full path, whose validator
-    names what is wrong.
-
-    The function is generated for the parameters' kinds (`parameter_kinds`) so that a call
-    pays attribute reads only, no loop: this runs on every eager call."""
-
-    def term(kind: str, a: str) -> str:
-        tensor = f"({_tensor_terms(a)})"
-        if kind == "tensor":
-            return tensor
-        if kind == "optional":
-            return f"None if {a} is None else {tensor}"
-        if kind == "value":
-            return f"({a}.__class__, {a})"
-        return f"{tensor} if isinstance({a}, _Tensor) else ({a}.__class__, {a})"
-
-    lines = ["def signature(args):", "    n = len(args)"]
-    for n in range(min_args, len(kinds) + 1):
-        names = [f"a{i}" for i in range(n)]
-        lines.append(f"    if n == {n}:")
-        if not names:
-            lines.append("        return ()")
-            continue
-        lines.append(f"        {', '.join(names)}, = args")
-        terms = ", ".join(term(k, a) for k, a in zip(kinds, names, strict=False))
-        lines.append(f"        return ({terms},)")
-    lines.append("    raise ValueError('no signature for this arity')")
-    source = "\n".join(lines)
-    namespace: dict[str, Any] = {"_Tensor": torch.Tensor}
-    exec(compile(source, f"<opcore signature {kinds}>", "exec"), namespace)
-    fn = namespace["signature"]
-    fn.__source__ = source
-    return fn
 
 
 # --------------------------------------------------------------------------- routes
