@@ -12,6 +12,9 @@ checked against the native function run in the input dtype. Two bounds, both mus
   device, both are measured in ULPs of the output dtype against the float64 reference, and
   the provider's peak may not exceed ``max(factor x native's peak, floor_ulps)``.
 
+Integer outputs (the routers' expert ids) have neither: they must equal the reference
+exactly.
+
 The metrics carry both sides: the provider's ``max_ratio`` (err/tol), ``peak_ulp``,
 ``p99_ulp``, ``over_1ulp``, and native's as ``native_*``, so a report shows them side by side.
 
@@ -239,7 +242,10 @@ def check_outputs(
                 problems.append(f"{path}: the fp64 reference is {r.dtype}, not {w.dtype}")
             continue
         rounded = r.to(w.dtype).to(torch.float64) if w.is_floating_point() else r
-        m = compare(o, rounded, tol.atol, tol.rtol)
+        # integer outputs (expert ids, indices) must equal the reference exactly: a
+        # tolerance scaled by |ref| would let id 255 pass as 252
+        exact = not w.is_floating_point()
+        m = compare(o, rounded, 0.0 if exact else tol.atol, 0.0 if exact else tol.rtol)
         metrics["numel"] += m["numel"]
         metrics["mismatched"] += m["mismatched"]
         for key in ("max_abs", "max_rel"):
@@ -254,9 +260,14 @@ def check_outputs(
             }
         if m["mismatched"]:
             w_ = m
+            bound = (
+                "differ (integers: exact)"
+                if exact
+                else (f"exceed atol={tol.atol:g} rtol={tol.rtol:g}")
+            )
             problems.append(
-                f"{path}: {m['mismatched']}/{m['numel']} elements exceed atol={tol.atol:g} "
-                f"rtol={tol.rtol:g} (max abs {m['max_abs']:.3g}, max rel {m['max_rel']:.3g}, "
+                f"{path}: {m['mismatched']}/{m['numel']} elements {bound} "
+                f"(max abs {m['max_abs']:.3g}, max rel {m['max_rel']:.3g}, "
                 f"worst at {tuple(w_['worst_index'])}: {w_['worst_value']:.6g} vs reference "
                 f"{w_['worst_reference']:.6g})"
             )

@@ -16,6 +16,7 @@ from opcore.ir.op import IrOp as _IrOp
 from opcore.ir.op import all_ops as _all_ops
 from opcore.ir.op import get_op as _get_op
 from opcore.ir.ops._activation import gelu_and_mul, silu_and_mul
+from opcore.ir.ops._moe import fused_experts, grouped_topk, topk_softmax
 from opcore.ir.ops._norm import fused_add_rms_norm, rms_norm
 from opcore.ir.ops._qkv import split_qkv_rmsnorm_rope
 from opcore.ir.ops._quant import (
@@ -34,7 +35,9 @@ __all__ = [
     "dynamic_per_token_scaled_fp8_quant",
     "fused_add_rms_norm",
     "fused_add_rms_norm_static_fp8_quant",
+    "fused_experts",
     "gelu_and_mul",
+    "grouped_topk",
     "per_token_group_quant_fp8",
     "rms_norm",
     "rms_norm_dynamic_per_token_quant",
@@ -45,6 +48,7 @@ __all__ = [
     "silu_and_mul_fp8_quant",
     "silu_and_mul_per_token_group_fp8_quant",
     "split_qkv_rmsnorm_rope",
+    "topk_softmax",
 ]
 
 
