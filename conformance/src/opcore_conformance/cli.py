@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from opcore.cli.argtypes import positive_finite_float  # torch-free
+from opcore_conformance.watchdog import DEFAULT_CASE_TIMEOUT_S, parse_bound  # stdlib only
+
 DESCRIPTION = (
     "Check the current platform (or --platform NAME) against opcore's reference semantics: "
     "the platform contract, every op x provider x dtype x sample against the native reference, "
@@ -85,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="let --report-dir replace the reports already in DIR",
+        help="let --report-dir replace the reports already in DIR, and "
+        "--draft-expectations the file already there",
     )
     parser.add_argument(
         "--expectations",
@@ -104,7 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--draft-expectations",
         metavar="FILE",
         help="after the run, write FILE: an expectations file with an xfail entry "
-        "per group of identical failures, each with a reason to fill in",
+        "per group of identical failures, each with a reason to fill in; refused "
+        "before the run when FILE exists, unless --overwrite",
     )
     parser.add_argument(
         "--list",
@@ -114,6 +119,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bar on stderr"
+    )
+    parser.add_argument(
+        "--case-timeout",
+        metavar="S",
+        default=None,
+        help="the wall-clock bound on each case, in seconds (default "
+        f"{DEFAULT_CASE_TIMEOUT_S:g}): a case past it is an error and the run goes on",
     )
     parser.add_argument(
         "--world-size",
@@ -128,10 +140,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--collective-timeout",
-        type=float,
+        type=positive_finite_float,
         default=60.0,
         metavar="S",
-        help="with --world-size: the bound on every collective wait, in seconds (default 60)",
+        help="with --world-size: the bound on every collective wait, in seconds, a "
+        "positive finite number (default 60)",
     )
 
 
@@ -154,6 +167,10 @@ def options_from_args(args: argparse.Namespace):
         progress=args.progress,
         dump=args.dump or None,
         draft_expectations=args.draft_expectations or None,
+        # checked here, not by argparse: one line naming the flag, not usage + error
+        case_timeout_s=DEFAULT_CASE_TIMEOUT_S
+        if args.case_timeout is None
+        else parse_bound(args.case_timeout, "--case-timeout"),
     )
 
 
@@ -188,10 +205,11 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 print(f"opcore conformance: {exc}", file=sys.stderr)
                 return 2
-            if args.overwrite and args.report_dir is None:
+            if args.overwrite and args.report_dir is None and args.draft_expectations is None:
                 print(
-                    "opcore conformance: --overwrite needs --report-dir (without it each run "
-                    "writes a new directory and overwrites nothing)",
+                    "opcore conformance: --overwrite needs --report-dir or "
+                    "--draft-expectations (without them each run writes a new directory "
+                    "and overwrites nothing)",
                     file=sys.stderr,
                 )
                 return 2
@@ -213,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
                         ("--expectations", args.expectations),
                         ("--draft-expectations", args.draft_expectations),
                         ("--device-index", args.device_index != 0),
+                        ("--case-timeout", args.case_timeout is not None),
                     )
                     if given
                 ]

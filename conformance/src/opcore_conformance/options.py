@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from opcore_conformance.report.dirs import DEFAULT_BASE
+from opcore_conformance.watchdog import DEFAULT_CASE_TIMEOUT_S, parse_bound
 
 DEFAULT_REPORT_DIR = str(DEFAULT_BASE)  # the base of the per-run directories
 # The dtypes an op is checked in when it does not say otherwise (docs/design.md#op-semantics).
@@ -45,7 +46,9 @@ class Options:
     TOML file, ``"none"`` to ignore the platform's, or ``None`` for the platform's own.
     ``report_dir``: where the reports go, exactly (refused when it holds a report, unless
     ``overwrite``); ``None``: a new directory per run under ``opcore-reports/``
-    (`opcore_conformance.report.dirs` states the policy)."""
+    (`opcore_conformance.report.dirs` states the policy). ``draft_expectations``: the file
+    the draft goes to, refused here, before the run, when it exists (unless ``overwrite``),
+    is a directory or has no folder (`opcore_conformance.draft.target_problem`)."""
 
     platform: str | None = None
     ops: list[str] | None = None
@@ -64,12 +67,21 @@ class Options:
     dump: Path | None = None
     # --draft-expectations FILE: xfail entries for this run's failures (`opcore_conformance.draft`)
     draft_expectations: Path | None = None
+    # --case-timeout S: the wall-clock bound on each case (`opcore_conformance.watchdog`)
+    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.report_dir is not None:
             self.report_dir = Path(self.report_dir)
         if self.dump is not None:
             self.dump = Path(self.dump)
+        if self.draft_expectations is not None:
+            from opcore_conformance.draft import target_problem
+
+            self.draft_expectations = Path(self.draft_expectations)
+            problem = target_problem(self.draft_expectations, overwrite=self.overwrite)
+            if problem is not None:
+                raise ValueError(problem)
         for name in self.dtypes or ():
             dtype_from_name(name)
         if (
@@ -78,6 +90,7 @@ class Options:
             or self.device_index < 0
         ):
             raise ValueError(f"device index {self.device_index!r}: expected an int >= 0")
+        self.case_timeout_s = parse_bound(self.case_timeout_s, "case_timeout_s")
 
     @property
     def mode(self) -> str:

@@ -34,6 +34,7 @@ from opcore_conformance.case import (
     case_id,
 )
 from opcore_conformance.options import Options
+from opcore_conformance.watchdog import DEFAULT_CASE_TIMEOUT_S, timeout_message
 from opcore_conformance.wording import near_globs
 
 REPORT_SCHEMA = 1
@@ -164,6 +165,9 @@ class ConformanceSession:
         # when nothing is written (--list).
         self.report_dir: Path | None = None
         self.collected: int | None = None  # how many cases `collect` returned
+        # The front end's `opcore_conformance.watchdog.Watchdog`: each body runs under its
+        # time bound (None: no bound).
+        self.watchdog: Any = None
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> Context:
@@ -430,7 +434,7 @@ class ConformanceSession:
                 )
             except X.ExpectationsError as exc:
                 return Result(case, S.ERROR, S.ERROR, str(exc))
-        outcome = run_body(case, self.ctx, tolerance)
+        outcome = self._bounded(case, tolerance)
         status = X.resolve_outcome(outcome.status, entry, outcome.message)
         message = outcome.message
         if status == S.XPASS and entry is not None:  # XPASS only comes from an entry
@@ -440,6 +444,31 @@ class ConformanceSession:
         return Result(
             case, status, outcome.status, message, outcome.metrics, tolerance_source=source
         )
+
+    def _bounded(self, case: Case, tolerance) -> Outcome:
+        """`run_body` under the watchdog's time bound: past it, an error naming the bound."""
+        assert self.ctx is not None  # set by setup()
+        if self.watchdog is None:
+            return run_body(case, self.ctx, tolerance)
+        outcome, over = self.watchdog.call(case, run_body, case, self.ctx, tolerance)
+        if over is None:
+            return outcome
+        bound = self.watchdog.bound_s
+        message = timeout_message(bound, over, stuck=False)
+        return Outcome(S.ERROR, message, {"case_timeout_s": bound})
+
+    def stuck(self, case: Case, elapsed_s: float) -> Result:
+        """The result of a case still running past its bound where no exception reaches
+        it (the watchdog calls this on its own thread, then ends the run)."""
+        bound = self.watchdog.bound_s if self.watchdog is not None else None
+        message = timeout_message(bound or 0.0, elapsed_s, stuck=True)
+        # As a preset error: the expectations (an xfail entry) apply as to any case.
+        info = {**case.info, "case_timeout_s": bound, "stuck": True}
+        result = self.run(
+            dataclasses.replace(case, preset=S.ERROR, preset_reason=message, info=info)
+        )
+        result.duration_s = elapsed_s
+        return result
 
     def repro(self, case: Case) -> str:
         """A one-line command that reruns exactly this case, as this run ran it: the
@@ -458,6 +487,8 @@ class ConformanceSession:
             parts += ["--device-index", str(self.options.device_index)]
         if not self.options.quick:
             parts.append("--full")
+        if self.options.case_timeout_s != DEFAULT_CASE_TIMEOUT_S:
+            parts += ["--case-timeout", f"{self.options.case_timeout_s:g}"]
         if self.options.expectations:
             parts += ["--expectations", shlex.quote(_absolute(self.options.expectations))]
         if self.report_dir is not None:
@@ -503,6 +534,7 @@ class ConformanceSession:
             "providers": {},
             "seed": None,
             "mode": self.options.mode,
+            "case_timeout_s": self.options.case_timeout_s,
             "filters": {
                 "ops": self.options.ops,
                 "providers": self.options.providers,
