@@ -22,13 +22,50 @@ SCRIPT = textwrap.dedent(
         r = T.run_case("TRITON_PAGED", case, "cpu")
         out["cases"][case.name] = [r.max_abs_err, r.max_rel_err, r.rtol, r.passed]
     # The split-KV decode path with its merge kernel (forced: the interpreter has no SMs),
-    # including splits that end up empty under a sliding window.
+    # including splits that end up empty under a sliding window, and in mixed batches
+    # (decode rows split, the other rows in the prefill kernel).
     B.num_splits = 3
     for case in cases:
-        if case.mix == "decode":
+        if case.mix in ("decode", "mixed"):
             r = T.run_case("TRITON_PAGED", case, "cpu")
             out["cases"]["split3-" + case.name] = [r.max_abs_err, r.max_rel_err, r.rtol, r.passed]
     B.num_splits = None
+    # The earlier mixed kernel, kept for bench/attention_prefill.py.
+    B.prefill_path = "legacy"
+    for case in cases:
+        if case.mix == "edges":
+            r = T.run_case("TRITON_PAGED", case, "cpu")
+            out["cases"]["legacy-" + case.name] = [r.max_abs_err, r.max_rel_err, r.rtol, r.passed]
+    B.prefill_path = "paged_prefill"
+
+    # A mixed batch splits its rows: the prefill kernel, told to skip decode rows, writes
+    # only the others, and they match the whole forward; the decode rows stay untouched.
+    from opcore.attention.backends import _triton_prefill as P
+    case = next(c for c in cases if c.mix == "chunked")
+    data = T.make_case_data(case)
+    impl = B(case.num_heads, case.head_size, case.num_kv_heads, data.scale)
+    cache = B.allocate_kv_cache(
+        data.num_blocks, case.block_size, case.num_kv_heads, case.head_size, case.dtype, "cpu")
+    cache.normal_()
+    md = PagedAttentionMetadata.build(data.query_start_loc, data.seq_lens, data.block_table)
+    q = data.query.to(case.dtype)
+    full = impl.forward(q, cache, md)
+    part = torch.full_like(q, float("nan"))
+    P.launch_prefill(
+        query=q, key_cache=cache[0], value_cache=cache[1], out=part, metadata=md,
+        num_heads=case.num_heads, num_kv_heads=case.num_kv_heads, head_size=case.head_size,
+        qk_scale=data.scale * 1.4426950408889634, window=1 << 30, softcap=0.0, causal=True,
+        skip_decode_rows=True, interpret=True)
+    decode_row = torch.zeros(q.shape[0], dtype=torch.bool)
+    for i, n in enumerate(md.query_lens_host):
+        if n == 1:
+            decode_row[data.query_start_loc[i]] = True
+    out["split"] = {
+        "decode_rows": int(decode_row.sum()),
+        "decode_rows_untouched": bool(part[decode_row].isnan().all()),
+        "other_rows_equal": bool(torch.equal(part[~decode_row], full[~decode_row])),
+        "num_decode_seqs": md.num_decode_seqs,
+    }
 
     impl = B(4, 64, 2, 0.125)
     cache = B.allocate_kv_cache(4, 16, 2, 64, torch.float16, "cpu")
@@ -57,11 +94,27 @@ def test_triton_paged_matches_torch_native_in_the_interpreter():
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     cases = result["cases"]
-    # Every batch mix, the forced split path, and the extra soft-cap/non-causal cases ran.
-    assert {name.split("-")[0] for name in cases} == {"decode", "prefill", "mixed", "split3"}
+    # Every batch mix, the tile-edge prefill/chunked cases, the forced split path (also in
+    # mixed batches), the legacy prefill kernel, and the soft-cap/non-causal cases ran.
+    assert {name.split("-")[0] for name in cases} == {
+        "decode",
+        "prefill",
+        "mixed",
+        "edges",
+        "chunked",
+        "split3",
+        "legacy",
+    }
+    assert any(n.startswith("split3-mixed") for n in cases)
     assert any("cap" in n for n in cases) and any("noncausal" in n for n in cases)
     bad = {n: r for n, r in cases.items() if not r[3]}
     assert not bad, bad
+    assert result["split"] == {
+        "decode_rows": 1,
+        "decode_rows_untouched": True,
+        "other_rows_equal": True,
+        "num_decode_seqs": 1,
+    }
     errors = result["errors"]
     assert errors["slot"].startswith(
         "slot_mapping[1]=64 is out of range: the kv cache holds 64 slots"

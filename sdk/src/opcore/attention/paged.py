@@ -44,6 +44,8 @@ class PagedAttentionMetadata:
     num_tokens: int
     max_query_len: int
     max_seq_len: int
+    # Sequences with exactly one new token (decode rows), counted once here.
+    num_decode_seqs: int = 0
     _checked: set = dataclasses.field(default_factory=set, repr=False)
 
     @property
@@ -122,6 +124,7 @@ class PagedAttentionMetadata:
             num_tokens=num_tokens,
             max_query_len=max(query_lens, default=0),
             max_seq_len=max(lens, default=0),
+            num_decode_seqs=sum(1 for q in query_lens if q == 1),
         )
 
     def check_cache(self, num_blocks: int, block_size: int) -> None:

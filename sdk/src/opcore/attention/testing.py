@@ -7,7 +7,11 @@ The conformance suite (``opcore_conformance``) calls this interface:
     sequence; ``"prefill"``: whole prompts and a chunked prefill; ``"mixed"``: both in one
     batch), block size 16/32/64, GQA ratio 1/4/8 (2 kv heads), head size 64/128, sliding
     window none/32, dtype float16/bfloat16 (216 cases), plus soft-cap, non-causal and MQA
-    cases. ``quick=True`` yields a small subset that still takes every value of every axis.
+    cases, and prefill/chunked cases at tile edges (`EDGE_MIXES`: new-token counts 1, 127,
+    128 and 129 around 128-row query tiles and 64-key tiles, whole prompts and chunks over
+    a cached prefix that ends inside a page, windows that cut tiles, pages smaller than,
+    equal to and larger than a key tile, and a page size that is no power of two).
+    ``quick=True`` yields a small subset that still takes every value of every axis.
     Cases are frozen dataclasses with a stable ``name`` (use it as the test id).
 
 ``case_reasons(backend_name, case, device) -> list[str]``
@@ -50,6 +54,15 @@ BATCH_MIXES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "decode": ((1, 1, 1, 1, 1), (1, 37, 150, 300, 64)),
     "prefill": ((23, 70, 5, 40), (23, 70, 5, 130)),
     "mixed": ((1, 33, 1, 17, 1), (200, 33, 77, 90, 16)),
+}
+# Tile-edge batches (query_lens, seq_lens), for the prefill kernel's 128-row query tiles and
+# 64-key tiles: whole prompts of 1, 127, 128 and 129 tokens; chunks of those lengths over a
+# cached prefix that ends inside a page (33, 256 + 1, 100 tokens before the chunk) and a
+# decode row; a long chunk whose window cuts tiles on both sides.
+EDGE_MIXES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "edges": ((1, 127, 128, 129), (1, 127, 128, 129)),
+    "chunked": ((127, 129, 128, 1), (160, 386, 228, 17)),
+    "longchunk": ((257,), (700,)),
 }
 BLOCK_SIZES = (16, 32, 64)
 GQA_RATIOS = (1, 4, 8)
@@ -131,7 +144,7 @@ def make_case(
     query_lens: tuple[int, ...] | None = None,
     seq_lens: tuple[int, ...] | None = None,
 ) -> AttentionCase:
-    q_lens, s_lens = BATCH_MIXES[mix]
+    q_lens, s_lens = BATCH_MIXES.get(mix) or EDGE_MIXES[mix]
     q_lens = query_lens or q_lens
     s_lens = seq_lens or s_lens
     parts = [
@@ -174,6 +187,23 @@ def _extra_cases() -> list[AttentionCase]:
     ]
 
 
+def _edge_cases() -> list[AttentionCase]:
+    """Prefill/chunked cases at tile edges (`EDGE_MIXES`); the first two are in the quick
+    set. Pages of 16 and 32 (several per key tile), 64 (one), 128 (a tile is half a page)
+    and 24 (tiles straddle pages: one block-table entry per key)."""
+    return [
+        make_case("edges", torch.float16, 16, 4, 64, None),
+        make_case("chunked", torch.bfloat16, 128, 4, 128, None),
+        make_case("chunked", torch.float16, 32, 8, 64, 100),
+        make_case("edges", torch.bfloat16, 64, 1, 128, 32),
+        make_case("longchunk", torch.float16, 16, 4, 64, 400),
+        make_case("longchunk", torch.bfloat16, 24, 4, 64, None),
+        make_case("chunked", torch.float16, 16, 4, 64, None, causal=False),
+        make_case("chunked", torch.float16, 64, 4, 64, None, logits_soft_cap=2.0),
+        make_case("edges", torch.float16, 32, 8, 128, None, num_kv_heads=1),
+    ]
+
+
 def conformance_cases(quick: bool) -> Iterator[AttentionCase]:
     """The cases; see the module docstring."""
     if quick:
@@ -188,12 +218,14 @@ def conformance_cases(quick: bool) -> Iterator[AttentionCase]:
                 WINDOWS[(i // 2) % 2],
             )
         yield from _extra_cases()[:2]
+        yield from _edge_cases()[:2]
         return
     for mix, dtype, bs, gqa, hd, win in itertools.product(
         BATCH_MIXES, DTYPES, BLOCK_SIZES, GQA_RATIOS, HEAD_SIZES, WINDOWS
     ):
         yield make_case(mix, dtype, bs, gqa, hd, win)
     yield from _extra_cases()
+    yield from _edge_cases()
 
 
 def _backend_class(backend_name: str, cfg: AttentionSelectorConfig) -> type[AttentionBackend]:

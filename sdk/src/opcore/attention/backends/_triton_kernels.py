@@ -394,16 +394,22 @@ def paged_decode_kernel(
     SOFTCAP: tl.constexpr,
     SPLIT: tl.constexpr,
     INTERPRET: tl.constexpr,
+    DECODE_ROWS_ONLY: tl.constexpr = False,
 ):
     """Decode (one new token per sequence), split-KV: grid (num_seqs, num_kv_heads,
     num_splits). Without SPLIT (one split) it writes the output; otherwise each split
-    writes its unnormalised accumulator and (max, sum) for `paged_decode_reduce_kernel`."""
+    writes its unnormalised accumulator and (max, sum) for `paged_decode_reduce_kernel`.
+    ``DECODE_ROWS_ONLY``: skip sequences with more than one new token (a mixed batch,
+    whose other rows the prefill kernel serves)."""
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     q_begin, q_len = _query_span(query_start_loc, seq)
     if q_len == 0:
         return
+    if DECODE_ROWS_ONLY:
+        if q_len != 1:
+            return
     ctx = tl.load(seq_lens + seq)
 
     g = tl.arange(0, BLOCK_H)
@@ -492,6 +498,7 @@ def paged_decode_reduce_kernel(
     HEAD: tl.constexpr,
     HEAD_PAD: tl.constexpr,
     SPLITS_PAD: tl.constexpr,
+    DECODE_ROWS_ONLY: tl.constexpr = False,
 ):
     """Merge the splits of one (sequence, head): grid (num_seqs, num_heads)."""
     seq = tl.program_id(0)
@@ -499,6 +506,9 @@ def paged_decode_reduce_kernel(
     q_begin, q_len = _query_span(query_start_loc, seq)
     if q_len == 0:
         return
+    if DECODE_ROWS_ONLY:
+        if q_len != 1:
+            return
     sp = tl.arange(0, SPLITS_PAD)
     sp_ok = sp < num_splits
     d = tl.arange(0, HEAD_PAD)

@@ -6,8 +6,13 @@ This module imports without Triton; the kernels (`_triton_kernels`) are imported
 use, and `unavailable_reason` says why the backend cannot run when Triton is missing.
 
 Dispatch: a batch whose sequences all bring at most one new token runs the split-KV
-decode kernel (plus a merge kernel when it splits); any other batch runs the mixed
-prefill/decode kernel. The number of KV splits is chosen so that
+decode kernel (plus a merge kernel when it splits). Any other batch runs the paged prefill
+kernel (`_triton_prefill`: 128-row query tiles, whole pages per key tile) over its
+sequences with more than one new token; in a mixed batch the decode rows go to the decode
+kernel first (launched over the batch, skipping the others on the device), so a mixed batch
+costs its decode part plus its prefill part. ``prefill_path = "legacy"`` (for
+bench/attention_prefill.py) runs the earlier mixed kernel instead. The number of KV splits
+is chosen so that
 ``num_seqs * num_kv_heads * splits`` gives each multiprocessor about
 ``decode_programs_per_sm`` programs, each split keeping at least four tiles of keys.
 """
@@ -35,6 +40,13 @@ def _kernels():
     from opcore.attention.backends import _triton_kernels
 
     return _triton_kernels
+
+
+@functools.cache
+def _prefill():
+    from opcore.attention.backends import _triton_prefill
+
+    return _triton_prefill
 
 
 def _pow2(n: int) -> int:
@@ -77,6 +89,9 @@ class TritonPagedBackend(AttentionBackend):
     prefill_block_m = 64
     prefill_num_warps = 4
     prefill_num_stages = 2
+    # "paged_prefill": `_triton_prefill` (launch settings: its prefill_launch_config);
+    # "legacy": the earlier mixed kernel above (prefill_block_*), kept for the benchmark.
+    prefill_path = "paged_prefill"
     # None: choose from the device's multiprocessor count; an int forces it.
     num_splits: int | None = None
     # docs/properties.md. No atomics, no host synchronization in forward (the metadata's
@@ -209,8 +224,15 @@ class TritonPagedBackend(AttentionBackend):
         qk_scale = self.scale * LOG2E
         k = _kernels()
         num_seqs = metadata.num_seqs
-        if metadata.max_query_len <= 1:
-            splits = self._choose_splits(query.device, num_seqs, metadata.max_seq_len)
+        # A mixed batch: its decode rows here, the rest in the prefill kernel below.
+        mixed = (
+            metadata.max_query_len > 1
+            and metadata.num_decode_seqs > 0
+            and self.prefill_path != "legacy"
+        )
+        if metadata.max_query_len <= 1 or mixed:
+            busy = metadata.num_decode_seqs if mixed else num_seqs
+            splits = self._choose_splits(query.device, busy, metadata.max_seq_len)
             if splits > 1:
                 part_acc = torch.empty(
                     (num_seqs, self.num_heads, splits, head_pad),
@@ -245,6 +267,7 @@ class TritonPagedBackend(AttentionBackend):
                 BLOCK_H=max(16, _pow2(group)),
                 BLOCK_N=self.decode_block_n,
                 SPLIT=splits > 1,
+                DECODE_ROWS_ONLY=mixed,
                 num_warps=self.decode_num_warps,
                 num_stages=self.decode_num_stages,
                 **common,
@@ -263,7 +286,27 @@ class TritonPagedBackend(AttentionBackend):
                     HEAD=self.head_size,
                     HEAD_PAD=head_pad,
                     SPLITS_PAD=max(2, _pow2(splits)),
+                    DECODE_ROWS_ONLY=mixed,
                 )
+            if not mixed:
+                return out
+        if self.prefill_path != "legacy":
+            _prefill().launch_prefill(
+                query=query,
+                key_cache=key_cache,
+                value_cache=value_cache,
+                out=out,
+                metadata=metadata,
+                num_heads=self.num_heads,
+                num_kv_heads=self.num_kv_heads,
+                head_size=self.head_size,
+                qk_scale=qk_scale,
+                window=window,
+                softcap=common["SOFTCAP"],
+                causal=self.causal,
+                skip_decode_rows=mixed,
+                interpret=common["INTERPRET"],
+            )
             return out
         group_pad = _pow2(group)
         # BLOCK_Q query tokens x the padded GQA group fill the M dimension (tl.dot needs

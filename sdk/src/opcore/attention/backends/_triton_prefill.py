@@ -1,0 +1,460 @@
+"""``TRITON_PAGED``'s prefill kernel: FlashAttention-style tiles that read the paged KV
+cache in place (no gather into a contiguous copy). Imported only when Triton imports (see
+`triton_paged`); ``TRITON_INTERPRET=1`` must be set before the first import for the kernel
+to run on the CPU interpreter.
+
+What it computes, per query head ``h`` (kv head ``h // GROUP``) and new token ``i`` of a
+sequence with ``q_len`` new tokens over ``ctx`` tokens of context (new ones included), at
+absolute position ``p = ctx - q_len + i`` (bottom-right aligned: a chunk of a longer
+prompt sees the cached prefix, and its own earlier tokens)::
+
+    s_j   = scale * q_i . k_j                       (soft-capped: c * tanh(s_j / c))
+    V(i)  = { j : 0 <= j < ctx, p - j < window, and j <= p (causal)
+                                               or  j - p < window (non-causal) }
+    out_i = sum_{j in V(i)} softmax_j(s) v_j
+
+It is evaluated with an online softmax in base 2 (``exp2``, the scale folded into
+``qk_scale = scale * log2(e)``), fp32 accumulation, one program per (query head, tile of
+``BLOCK_M`` new tokens of one sequence).
+
+Key tiles (``BLOCK_N`` positions, aligned to ``BLOCK_N``) are read as whole runs of pages
+(``PAGE_MODE``):
+
+- 1: ``block_size`` divides ``BLOCK_N``: the tile's ``BLOCK_N // block_size`` block ids
+  are loaded from the block table and expanded to row offsets;
+- 2: ``BLOCK_N`` divides ``block_size``: one block id per tile, contiguous rows;
+- 0: any other page size: one block-table entry per key position.
+
+A query tile walks three ranges of key tiles: tiles cut by the sliding window's lower
+edge (masked), tiles every row of the tile sees whole (no mask: no ``where``, no masked
+loads), then the tiles on the causal diagonal (or past the context's end, or cut by a
+non-causal window's upper edge), masked. Tiles no row sees are never visited. A masked load
+reads zeros (``other=0``) and masked scores are ``-inf``, so NaN in unused cache slots never
+reaches the result.
+
+Varlen batches: the flat grid axis 1 has ``num_tokens // BLOCK_M + num_seqs`` tiles;
+sequence ``s`` owns tiles ``query_start_loc[s] // BLOCK_M + s`` onwards (at least
+``cdiv(q_len, BLOCK_M)`` of them), and a program finds its sequence by a binary search
+over ``query_start_loc``: no host copy of the lengths is needed. Tiles are visited last
+first (the longest causal tiles start first). ``SKIP_DECODE_ROWS`` leaves sequences with
+one new token to the decode kernel (mixed batches, see `triton_paged`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefillLaunch:
+    """Tile sizes and launch settings of `paged_prefill_kernel`."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def prefill_launch_config(head_size: int, dtype: torch.dtype) -> PrefillLaunch:
+    """The prefill launch for a head size and dtype (the interpreter ignores warps and
+    stages but uses the same tiles, so the CPU tests cover the GPU's tile edges).
+
+    ============  =======  =======  =====  ======  ===========================================
+    head (pad)    BLOCK_M  BLOCK_N  warps  stages  why
+    ============  =======  =======  =====  ======  ===========================================
+    <= 64         128      64       4      3       small tiles: 4 warps keep 128 rows busy
+    <= 128        128      64       8      3       the FlashAttention-2 shape for d=128
+    > 128 (256)   64       64       8      2       a 128 x 256 fp32 accumulator spills; two
+                                                   stages of 64 x 256 K and V fit shared memory
+    ============  =======  =======  =====  ======  ===========================================
+
+    fp32 (not a supported dtype of ``TRITON_PAGED`` today) would halve ``BLOCK_N``. Chosen
+    from the shapes FlashAttention kernels use, not yet tuned on a device: see
+    docs/attention.md.
+    """
+    pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
+    if pad <= 64:
+        cfg = PrefillLaunch(128, 64, 4, 3)
+    elif pad <= 128:
+        cfg = PrefillLaunch(128, 64, 8, 3)
+    else:
+        cfg = PrefillLaunch(64, 64, 8, 2)
+    if dtype == torch.float32:
+        cfg = dataclasses.replace(cfg, block_n=cfg.block_n // 2)
+    return cfg
+
+
+def page_mode(block_size: int, block_n: int) -> int:
+    """`paged_prefill_kernel`'s ``PAGE_MODE`` for a page size (module docstring)."""
+    if block_n % block_size == 0:
+        return 1
+    if block_size % block_n == 0:
+        return 2
+    return 0
+
+
+@triton.jit
+def _kv_rows(
+    bt_row,
+    start,
+    kpos,
+    n_pages,
+    block_size,
+    stride_b,
+    stride_s,
+    BLOCK_N: tl.constexpr,
+    PAGE_MODE: tl.constexpr,
+    PAGE: tl.constexpr,
+):
+    """Element offsets of key positions ``kpos = start + arange(BLOCK_N)`` in a cache of
+    block stride ``stride_b`` and slot stride ``stride_s`` (``[BLOCK_N]``, int64)."""
+    if PAGE_MODE == 1:
+        # A run of BLOCK_N // PAGE whole pages: load their ids, expand to rows.
+        NPT: tl.constexpr = BLOCK_N // PAGE
+        page = start // PAGE + tl.arange(0, NPT)
+        ids = tl.load(bt_row + page, mask=page < n_pages, other=0).to(tl.int64)
+        rows = ids[:, None] * stride_b + tl.arange(0, PAGE)[None, :] * stride_s
+        return tl.reshape(rows, (BLOCK_N,))
+    elif PAGE_MODE == 2:
+        # The tile lies in one page.
+        blk = tl.load(bt_row + start // PAGE).to(tl.int64)
+        return blk * stride_b + ((start % PAGE) + tl.arange(0, BLOCK_N)).to(tl.int64) * stride_s
+    else:
+        ok = kpos // block_size < n_pages
+        blk = tl.load(bt_row + kpos // block_size, mask=ok, other=0).to(tl.int64)
+        return blk * stride_b + (kpos % block_size).to(tl.int64) * stride_s
+
+
+@triton.jit
+def _step(
+    q,
+    m_i,
+    l_i,
+    acc,
+    start,
+    q_pos,
+    ctx,
+    window,
+    bt_row,
+    n_pages,
+    block_size,
+    K,
+    V,
+    kv_head,
+    d,
+    qk_scale,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    BLOCK_N: tl.constexpr,
+    HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    PAGE_MODE: tl.constexpr,
+    PAGE: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """One online-softmax step over key tile ``start .. start + BLOCK_N``. Unmasked
+    (``MASKED`` False) only where every row of the tile sees every key of it."""
+    kpos = start + tl.arange(0, BLOCK_N)
+    k_rows = _kv_rows(
+        bt_row, start, kpos, n_pages, block_size, stride_kb, stride_ks, BLOCK_N, PAGE_MODE, PAGE
+    )
+    v_rows = _kv_rows(
+        bt_row, start, kpos, n_pages, block_size, stride_vb, stride_vs, BLOCK_N, PAGE_MODE, PAGE
+    )
+    k_ptr = K + kv_head * stride_kh + k_rows[None, :] + d[:, None]
+    v_ptr = V + kv_head * stride_vh + v_rows[:, None] + d[None, :]
+    if MASKED:
+        k_ok = kpos < ctx
+        k = tl.load(k_ptr, mask=k_ok[None, :] & (d[:, None] < HEAD), other=0.0)
+        v = tl.load(v_ptr, mask=k_ok[:, None] & (d[None, :] < HEAD), other=0.0)
+    elif HEAD != HEAD_PAD:
+        k = tl.load(k_ptr, mask=d[:, None] < HEAD, other=0.0)
+        v = tl.load(v_ptr, mask=d[None, :] < HEAD, other=0.0)
+    else:
+        k = tl.load(k_ptr)
+        v = tl.load(v_ptr)
+    if INTERPRET:
+        # The interpreter computes on numpy, which has no bf16: do the math in fp32.
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(q, k)
+    if SOFTCAP > 0:
+        # c * tanh(x / c) on natural-unit scores, tanh(y) = 2 sigmoid(2y) - 1.
+        s = s * (qk_scale / 1.4426950408889634)
+        s = (SOFTCAP * (2.0 * tl.sigmoid(2.0 * s / SOFTCAP) - 1.0)) * 1.4426950408889634
+    else:
+        s = s * qk_scale
+    if MASKED:
+        vis = k_ok[None, :] & (q_pos[:, None] - kpos[None, :] < window)
+        if CAUSAL:
+            vis = vis & (kpos[None, :] <= q_pos[:, None])
+        else:
+            vis = vis & (kpos[None, :] - q_pos[:, None] < window)
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row that has seen nothing yet keeps m = -inf: subtract 0 instead (no NaN).
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = m_new  # finite: every row saw every (finite) score of this tile
+    p = tl.math.exp2(s - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _walk(
+    q,
+    m_i,
+    l_i,
+    acc,
+    begin,
+    end,
+    q_pos,
+    ctx,
+    window,
+    bt_row,
+    n_pages,
+    block_size,
+    K,
+    V,
+    kv_head,
+    d,
+    qk_scale,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    BLOCK_N: tl.constexpr,
+    HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    PAGE_MODE: tl.constexpr,
+    PAGE: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """`_step` over the key tiles starting at ``begin, begin + BLOCK_N, ...`` below ``end``."""
+    # The interpreter cannot take a tensor loop bound under numpy >= 2.4 (triton-lang/triton
+    # #9171): it runs the same step in a `while` loop. On a GPU the `for` loop's loads are
+    # software-pipelined (num_stages).
+    if INTERPRET:
+        start = begin
+        while start < end:
+            m_i, l_i, acc = _step(
+                q, m_i, l_i, acc, start, q_pos, ctx, window, bt_row, n_pages, block_size,
+                K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
+                stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, MASKED,
+                CAUSAL, SOFTCAP, INTERPRET,
+            )  # fmt: skip
+            start += BLOCK_N
+    else:
+        for start in tl.range(begin, end, BLOCK_N):
+            m_i, l_i, acc = _step(
+                q, m_i, l_i, acc, start, q_pos, ctx, window, bt_row, n_pages, block_size,
+                K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
+                stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, MASKED,
+                CAUSAL, SOFTCAP, INTERPRET,
+            )  # fmt: skip
+    return m_i, l_i, acc
+
+
+@triton.jit(do_not_specialize=["num_seqs", "block_size", "window"])
+def paged_prefill_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    query_start_loc,
+    seq_lens,
+    block_table,
+    qk_scale,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_bt,
+    num_seqs,
+    block_size,
+    window,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    PAGE_MODE: tl.constexpr,
+    PAGE: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    SKIP_DECODE_ROWS: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """Paged prefill attention (the module docstring gives the formula): grid
+    ``(num_heads, num_tokens // BLOCK_M + num_seqs)``."""
+    head = tl.program_id(0)
+    tile = tl.num_programs(1) - 1 - tl.program_id(1)  # last tiles first
+    # The sequence owning this tile: the last s with query_start_loc[s] // BLOCK_M + s <= tile.
+    lo = tl.full([], 0, tl.int32)
+    hi = tl.full([], 0, tl.int32) + num_seqs
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        below = tl.load(query_start_loc + mid) // BLOCK_M + mid <= tile
+        lo = tl.where(below, mid, lo)
+        hi = tl.where(below, hi, mid)
+    seq = lo
+    q_begin = tl.load(query_start_loc + seq)
+    q_len = tl.load(query_start_loc + seq + 1) - q_begin
+    t0 = (tile - (q_begin // BLOCK_M + seq)) * BLOCK_M
+    if t0 >= q_len:
+        return
+    if SKIP_DECODE_ROWS:
+        if q_len == 1:
+            return
+    ctx = tl.load(seq_lens + seq)
+    kv_head = head // GROUP
+
+    t = t0 + tl.arange(0, BLOCK_M)
+    row_ok = t < q_len
+    d = tl.arange(0, HEAD_PAD)
+    io_mask = row_ok[:, None] & (d[None, :] < HEAD)
+    q_tok = (q_begin + t).to(tl.int64)
+    q = tl.load(Q + q_tok[:, None] * stride_qt + head * stride_qh + d[None, :], mask=io_mask,
+                other=0.0)  # fmt: skip
+    if INTERPRET:
+        q = q.to(tl.float32)
+    q_pos = ctx - q_len + t
+    p_first = ctx - q_len + t0
+    p_last = ctx - q_len + tl.minimum(t0 + BLOCK_M, q_len) - 1
+
+    # Keys any row sees: [lo_key, hi_key).
+    lo_key = tl.maximum(0, p_first - window + 1)
+    if CAUSAL:
+        hi_key = p_last + 1
+        full_hi = (p_first + 1) // BLOCK_N * BLOCK_N
+    else:
+        hi_key = tl.minimum(ctx, p_last + window)
+        full_hi = tl.minimum(ctx, p_first + window) // BLOCK_N * BLOCK_N
+    # Tiles every row sees whole: [full_lo, full_hi) (possibly empty).
+    begin = lo_key // BLOCK_N * BLOCK_N
+    full_lo = tl.cdiv(tl.maximum(0, p_last - window + 1), BLOCK_N) * BLOCK_N
+    a = tl.maximum(begin, full_lo)
+    b = tl.maximum(a, full_hi)
+
+    bt_row = block_table + seq.to(tl.int64) * stride_bt
+    n_pages = tl.cdiv(ctx, block_size)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
+    # 1. cut by the window's lower edge; 2. whole; 3. the diagonal / the end.
+    m_i, l_i, acc = _walk(
+        q, m_i, l_i, acc, begin, tl.minimum(a, hi_key), q_pos, ctx, window, bt_row, n_pages,
+        block_size, K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
+        stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, True, CAUSAL, SOFTCAP,
+        INTERPRET,
+    )  # fmt: skip
+    m_i, l_i, acc = _walk(
+        q, m_i, l_i, acc, a, b, q_pos, ctx, window, bt_row, n_pages,
+        block_size, K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
+        stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, False, CAUSAL, SOFTCAP,
+        INTERPRET,
+    )  # fmt: skip
+    m_i, l_i, acc = _walk(
+        q, m_i, l_i, acc, b, hi_key, q_pos, ctx, window, bt_row, n_pages,
+        block_size, K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
+        stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, True, CAUSAL, SOFTCAP,
+        INTERPRET,
+    )  # fmt: skip
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    tl.store(Out + q_tok[:, None] * stride_ot + head * stride_oh + d[None, :],
+             out.to(Out.dtype.element_ty), mask=io_mask)  # fmt: skip
+
+
+def launch_prefill(
+    *,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    out: torch.Tensor,
+    metadata,
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    qk_scale: float,
+    window: int,
+    softcap: float,
+    causal: bool,
+    skip_decode_rows: bool,
+    interpret: bool,
+    launch: PrefillLaunch | None = None,
+) -> None:
+    """Launch `paged_prefill_kernel` over ``metadata``'s batch (sequences with one new
+    token left alone when ``skip_decode_rows``). No host synchronisation: the grid comes
+    from the metadata's host-side counts."""
+    block_size = key_cache.shape[1]
+    cfg = launch or prefill_launch_config(head_size, query.dtype)
+    mode = page_mode(block_size, cfg.block_n)
+    head_pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
+    num_seqs = metadata.num_seqs
+    grid = (num_heads, metadata.num_tokens // cfg.block_m + num_seqs)
+    paged_prefill_kernel[grid](
+        query,
+        key_cache,
+        value_cache,
+        out,
+        metadata.query_start_loc,
+        metadata.seq_lens,
+        metadata.block_table,
+        qk_scale,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        key_cache.stride(0),
+        key_cache.stride(1),
+        key_cache.stride(2),
+        value_cache.stride(0),
+        value_cache.stride(1),
+        value_cache.stride(2),
+        metadata.block_table.stride(0),
+        num_seqs,
+        block_size,
+        window,
+        GROUP=num_heads // num_kv_heads,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        HEAD=head_size,
+        HEAD_PAD=head_pad,
+        PAGE_MODE=mode,
+        PAGE=block_size if mode else 1,
+        CAUSAL=causal,
+        SOFTCAP=softcap,
+        SKIP_DECODE_ROWS=skip_decode_rows,
+        INTERPRET=interpret,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
