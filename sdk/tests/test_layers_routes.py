@@ -13,7 +13,7 @@ from opcore.plugins import GENERAL_PLUGINS_GROUP
 from opcore.testing import make_distribution, run_python
 
 PLUGIN = """
-from opcore.layers import Attention, SiluAndMul
+from opcore.layers import Attention, FusedMoE, SiluAndMul
 
 
 class AcmeSiluAndMul(SiluAndMul):
@@ -25,9 +25,14 @@ class AcmeAttention(Attention):
     pass
 
 
+class AcmeFusedMoE(FusedMoE):
+    pass
+
+
 def register():
     SiluAndMul.register_oot(AcmeSiluAndMul)
     Attention.register_oot(AcmeAttention)
+    FusedMoE.register_oot(AcmeFusedMoE)
 """
 
 INFO = "from opcore.cli import main; raise SystemExit(main({args!r}))"
@@ -81,3 +86,11 @@ def test_info_json_carries_the_route(site):
     assert registry["gelu_and_mul"]["route"] == (
         "forward_native -> op gelu_and_mul (priority picks the kernel)"
     )
+
+
+def test_info_names_the_fused_moe_route_in_tree_and_replaced(site, tmp_path):
+    replaced = _row(_info(site), "fused_moe")
+    assert "AcmeFusedMoE (replaces opcore.layers.moe.FusedMoE)" in replaced
+    assert "register_oot: AcmeFusedMoE (whole-layer replacement), forward" in replaced
+    in_tree = _row(_info(tmp_path), "fused_moe")  # no plugin on this site
+    assert "forward -> op topk_softmax, grouped_topk, fused_experts (priority picks" in in_tree

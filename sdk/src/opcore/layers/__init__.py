@@ -12,6 +12,8 @@
 - Reference layers: `RMSNorm`, `SiluAndMul`, `GeluAndMul`, `RotaryEmbedding` (with
   `build_cos_sin_cache`), `QKNormRoPE`; their ``forward_native`` calls `opcore.ir.ops`.
   `Attention` (a `PluggableLayer`) asks the attention selector and owns its KV cache.
+  `FusedMoE` (a `PluggableLayer`): router (``topk_softmax`` / ``grouped_topk``) and
+  ``fused_experts``, sharded over the intermediate dimension with ``group=``.
 - Tensor parallel: `ColumnParallelLinear`, `RowParallelLinear` (ends in the ``all_reduce``
   op), over a process group named in `opcore.distributed`.
 """
@@ -26,6 +28,7 @@ from opcore.layers.custom_op import (
     registered_layers,
     resolve_binding,
 )
+from opcore.layers.moe import FusedMoE
 from opcore.layers.norm import RMSNorm
 from opcore.layers.parallel import ColumnParallelLinear, RowParallelLinear
 from opcore.layers.rotary import QKNormRoPE, RotaryEmbedding, build_cos_sin_cache
@@ -34,6 +37,7 @@ __all__ = [
     "Attention",
     "ColumnParallelLinear",
     "CustomOp",
+    "FusedMoE",
     "GeluAndMul",
     "PluggableLayer",
     "QKNormRoPE",
