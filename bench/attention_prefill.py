@@ -1,0 +1,410 @@
+"""Prefill attention on one device (issue 29): ``TRITON_PAGED`` over a paged KV cache
+against PyTorch's SDPA, in TFLOP/s with spread.
+
+Per row (a causal problem: ``batch`` sequences of ``q_len`` new tokens over ``ctx`` tokens
+of context, ``heads``/``kv_heads`` x ``head_size``, a dtype, a page size; each sequence's
+pages scattered at random over the cache), the same queries, keys and values through:
+
+- ``paged_prefill``: ``TRITON_PAGED.forward`` (its prefill kernel, `_triton_prefill`);
+- ``legacy``: ``TRITON_PAGED.forward`` with ``prefill_path = "legacy"`` (the kernel before
+  issue 29);
+- ``sdpa_flash``: ``F.scaled_dot_product_attention`` on contiguous ``[B, H, L, D]`` K/V
+  (``enable_gqa=True``), the flash backend only where the device has it. A chunk
+  (``q_len < ctx``) uses the bottom-right causal mask (``causal_lower_right``), the dense
+  equivalent of a chunk over its cached prefix;
+- ``sdpa_gather``: the gather of K/V from the same pages into contiguous tensors, then the
+  same SDPA call (the gather is timed).
+
+TFLOP/s counts the causal part only: ``4 * heads * head_size * sum_i visible(i)`` with
+``visible(i) = ctx - q_len + i + 1``. Each provider is timed with
+``triton.testing.do_bench`` (median and quartiles; the host clock on the CPU). The error of
+``paged_prefill`` and ``legacy`` against ``sdpa_flash`` is recorded too.
+
+``mixed`` rows time one mixed batch (a chunk plus decode rows) against its decode part and
+its prefill part run alone.
+
+Grid (issue 29): batch x tokens 1x2048, 1x8192, 4x4096, 16x1024; heads 32/8, 64/8, 28/4;
+head size 128; bf16 and fp16; block sizes 16 and 128; head sizes 64 and 256 (32/8, bf16,
+block 16); chunked prefill, chunk 512 and 2048 over prefixes of 4k and 32k tokens. Rows run
+in that order until ``--budget-s`` is spent (the rest are listed as not measured).
+
+``--quick``: tiny shapes on the CPU under Triton's interpreter (set here when there is no
+GPU), to check the script runs; its timings mean nothing.
+
+Usage: python bench/attention_prefill.py [--quick] [--out DIR] [--rep-ms 50] [--budget-s 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+PROVIDERS = ("paged_prefill", "legacy", "sdpa_flash", "sdpa_gather")
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def grid(quick: bool) -> list[dict]:
+    """The rows: dicts of batch, q_len, ctx, heads, kv_heads, head_size, dtype, block_size."""
+    if quick:
+        base = dict(heads=4, kv_heads=2, head_size=64, dtype="float16")
+        return [
+            dict(base, batch=1, q_len=129, ctx=129, block_size=16),
+            dict(base, batch=2, q_len=64, ctx=64, block_size=128, dtype="bfloat16"),
+            dict(base, batch=1, q_len=64, ctx=200, block_size=16),
+        ]
+    rows = []
+    shapes = ((1, 2048), (1, 8192), (4, 4096), (16, 1024))
+    for dtype in ("bfloat16", "float16"):
+        for bs in (16, 128):
+            for heads, kv in ((32, 8), (64, 8), (28, 4)):
+                for b, n in shapes:
+                    rows.append(
+                        dict(batch=b, q_len=n, ctx=n, heads=heads, kv_heads=kv, head_size=128,
+                             dtype=dtype, block_size=bs)
+                    )  # fmt: skip
+    for hd in (64, 256):
+        for b, n in shapes:
+            rows.append(
+                dict(batch=b, q_len=n, ctx=n, heads=32, kv_heads=8, head_size=hd,
+                     dtype="bfloat16", block_size=16)
+            )  # fmt: skip
+    for bs in (16, 128):
+        for prefix in (4096, 32768):
+            for chunk in (512, 2048):
+                rows.append(
+                    dict(batch=1, q_len=chunk, ctx=prefix + chunk, heads=32, kv_heads=8,
+                         head_size=128, dtype="bfloat16", block_size=bs)
+                )  # fmt: skip
+    # The issue's table first: bf16, block 16, 32/8 x 128.
+    rows.sort(key=lambda r: (r["dtype"], r["block_size"], r["heads"]) != ("bfloat16", 16, 32))
+    return rows
+
+
+def causal_flops(batch: int, q_len: int, ctx: int, heads: int, head_size: int) -> float:
+    visible = q_len * (ctx - q_len) + q_len * (q_len + 1) // 2
+    return 4.0 * batch * heads * head_size * visible
+
+
+def timer(device: str, rep_ms: int):
+    """``time(fn) -> (median, q25, q75)`` in milliseconds."""
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        def time_cuda(fn):
+            q25, med, q75 = do_bench(fn, warmup=max(5, rep_ms // 4), rep=rep_ms,
+                                     quantiles=[0.25, 0.5, 0.75])  # fmt: skip
+            return med, q25, q75
+
+        return time_cuda
+
+    def time_host(fn):
+        fn()
+        samples = []
+        for _ in range(3):
+            t = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t) * 1e3)
+        q = statistics.quantiles(samples, n=4, method="inclusive")
+        return statistics.median(samples), q[0], q[2]
+
+    return time_host
+
+
+class Problem:
+    """One row's inputs: dense Q/K/V, the same K/V in a paged cache, metadata, backends."""
+
+    def __init__(self, row: dict, device: str, seed: int = 0) -> None:
+        import torch
+
+        from opcore.attention import PagedAttentionMetadata
+        from opcore.attention.backends.triton_paged import TritonPagedBackend
+
+        dtype = getattr(torch, row["dtype"])
+        b, n, ctx = row["batch"], row["q_len"], row["ctx"]
+        h, kv, d, bs = row["heads"], row["kv_heads"], row["head_size"], row["block_size"]
+        gen = torch.Generator(device=device).manual_seed(seed)
+        self.scale = d**-0.5
+        self.q = torch.randn((b * n, h, d), generator=gen, device=device, dtype=dtype)
+        self.k = torch.randn((b, ctx, kv, d), generator=gen, device=device, dtype=dtype)
+        self.v = torch.randn((b, ctx, kv, d), generator=gen, device=device, dtype=dtype)
+        pages = -(-ctx // bs)
+        num_blocks = b * pages + 1
+        perm = torch.randperm(num_blocks, generator=gen, device=device).to(torch.int32)
+        self.table = perm[: b * pages].view(b, pages).contiguous()
+        self.cache = TritonPagedBackend.allocate_kv_cache(num_blocks, bs, kv, d, dtype, device)
+        self.cache.zero_()
+        pad = pages * bs - ctx
+        for i, src in enumerate((self.k, self.v)):
+            full = torch.nn.functional.pad(src, (0, 0, 0, 0, 0, pad))
+            self.cache[i][self.table.long()] = full.view(b, pages, bs, kv, d)
+        self.metadata = PagedAttentionMetadata.build(
+            torch.arange(b + 1, device=device, dtype=torch.int32) * n,
+            torch.full((b,), ctx, device=device, dtype=torch.int32),
+            self.table,
+        )
+        self.metadata.check_cache(num_blocks, bs)
+        self.new = TritonPagedBackend(h, d, kv, self.scale)
+        self.old = TritonPagedBackend(h, d, kv, self.scale)
+        self.old.prefill_path = "legacy"
+        self.out = torch.empty_like(self.q)
+        self.row = row
+        # [B, H, L, D] views for SDPA.
+        self.q4 = self.q.view(b, n, h, d).transpose(1, 2)
+        self.k4 = self.k.transpose(1, 2)
+        self.v4 = self.v.transpose(1, 2)
+        self.device = device
+        self.sdpa_path = None
+
+    def paged(self, impl):
+        return lambda: impl.forward(self.q, self.cache, self.metadata, out=self.out)
+
+    def _sdpa(self, q, k, v):
+        import torch
+        import torch.nn.functional as F
+
+        n, ctx = self.row["q_len"], self.row["ctx"]
+        if n == ctx:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
+                                                  enable_gqa=True)  # fmt: skip
+        from torch.nn.attention.bias import causal_lower_right
+
+        mask = causal_lower_right(n, ctx)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
+                                              enable_gqa=True)  # fmt: skip
+
+    def sdpa(self, gather: bool):
+        import torch
+
+        def dense():
+            return self._sdpa(self.q4, self.k4, self.v4)
+
+        def gathered():
+            b, ctx = self.row["batch"], self.row["ctx"]
+            kv, d = self.row["kv_heads"], self.row["head_size"]
+            t = self.table.long()
+            k = self.cache[0][t].view(b, -1, kv, d)[:, :ctx].transpose(1, 2)
+            v = self.cache[1][t].view(b, -1, kv, d)[:, :ctx].transpose(1, 2)
+            return self._sdpa(self.q4, k, v)
+
+        fn = gathered if gather else dense
+        if self.device != "cuda":
+            self.sdpa_path = "default (no flash on this device)"
+            return fn
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def flash():
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                return fn()
+
+        try:
+            flash()
+            self.sdpa_path = "flash"
+            return flash
+        except RuntimeError as exc:
+            self.sdpa_path = f"default (flash refused: {str(exc).splitlines()[0][:120]})"
+            torch.cuda.synchronize()
+            return fn
+
+
+def measure_row(row: dict, device: str, time_fn) -> dict:
+    import torch
+
+    p = Problem(row, device)
+    flops = causal_flops(row["batch"], row["q_len"], row["ctx"], row["heads"], row["head_size"])
+    rec = dict(row, flops=flops, providers={})
+    ref = p.sdpa(False)().transpose(1, 2).reshape(p.q.shape).float()
+    for name in PROVIDERS:
+        if name in ("paged_prefill", "legacy"):
+            fn = p.paged(p.new if name == "paged_prefill" else p.old)
+            got = fn().float()
+            rec[f"{name}_max_abs_err"] = float((got - ref).abs().max())
+        else:
+            fn = p.sdpa(name == "sdpa_gather")
+        med, q25, q75 = time_fn(fn)
+        rec["providers"][name] = {
+            "ms": med,
+            "ms_q25": q25,
+            "ms_q75": q75,
+            # TFLOP/s at the median and at the quartiles of time (fast quartile first).
+            "tflops": flops / (med * 1e-3) / 1e12,
+            "tflops_q75": flops / (q25 * 1e-3) / 1e12,
+            "tflops_q25": flops / (q75 * 1e-3) / 1e12,
+        }
+    rec["sdpa_path"] = p.sdpa_path
+    prov = rec["providers"]
+    rec["ratio_vs_flash"] = prov["paged_prefill"]["tflops"] / prov["sdpa_flash"]["tflops"]
+    rec["ratio_vs_legacy"] = prov["paged_prefill"]["tflops"] / prov["legacy"]["tflops"]
+    del p
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return rec
+
+
+def measure_mixed(device: str, time_fn, quick: bool) -> dict:
+    """One mixed batch (a chunk plus decode rows) against its decode part and its prefill
+    part alone, all three through ``TRITON_PAGED.forward``."""
+    import torch
+
+    from opcore.attention import PagedAttentionMetadata
+
+    if quick:
+        chunk, prefix, decodes, dctx = 70, 60, 3, 100
+        row = dict(heads=4, kv_heads=2, head_size=64, dtype="float16", block_size=16)
+    else:
+        chunk, prefix, decodes, dctx = 2048, 8192, 64, 4096
+        row = dict(heads=32, kv_heads=8, head_size=128, dtype="bfloat16", block_size=16)
+    # The cache of the longest context, shared: every sequence reads its own pages of it.
+    ctx = max(prefix + chunk, dctx)
+    p = Problem(dict(row, batch=decodes + 1, q_len=1, ctx=ctx), device)
+    q_lens = [chunk] + [1] * decodes
+    s_lens = [prefix + chunk] + [dctx] * decodes
+
+    def md(idx):
+        starts = [0]
+        for i in idx:
+            starts.append(starts[-1] + q_lens[i])
+        m = PagedAttentionMetadata.build(
+            torch.tensor(starts, dtype=torch.int32, device=device),
+            torch.tensor([s_lens[i] for i in idx], dtype=torch.int32, device=device),
+            p.table[list(idx)].contiguous(),
+        )
+        q = torch.randn((starts[-1], row["heads"], row["head_size"]), device=device,
+                        dtype=p.q.dtype)  # fmt: skip
+        return m, q
+
+    out = {"chunk": chunk, "prefix": prefix, "decode_rows": decodes, "decode_ctx": dctx, **row}
+    for name, idx in (
+        ("mixed", range(decodes + 1)),
+        ("decode_part", range(1, decodes + 1)),
+        ("prefill_part", range(1)),
+    ):
+        m, q = md(idx)
+        med, q25, q75 = time_fn(lambda m=m, q=q: p.new.forward(q, p.cache, m))
+        out[name] = {"ms": med, "ms_q25": q25, "ms_q75": q75}
+    parts = out["decode_part"]["ms"] + out["prefill_part"]["ms"]
+    out["mixed_over_parts"] = out["mixed"]["ms"] / parts
+    return out
+
+
+def env_line(device: str) -> str:
+    import torch
+    import triton
+
+    when = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}"
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        dev = f"GPU {props.name} ({props.multi_processor_count} SMs)"
+    else:
+        dev = "CPU (Triton interpreter)"
+    return (
+        f"date {when}; {dev}; torch {torch.__version__}; triton {triton.__version__}; "
+        f"python {sys.version.split()[0]}"
+    )
+
+
+def _cell(rec: dict, name: str) -> str:
+    r = rec["providers"][name]
+    return f"{r['tflops']:.3g} [{r['tflops_q25']:.3g}-{r['tflops_q75']:.3g}]"
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "# Prefill attention: TRITON_PAGED vs SDPA",
+        "",
+        result["env"],
+        "",
+        "TFLOP/s (causal part), median [quartiles]; ratio = paged_prefill / sdpa_flash.",
+        "",
+        "| batch x q_len / ctx | heads | d | dtype | block | paged_prefill | legacy | "
+        "sdpa_flash | sdpa_gather | ratio | vs legacy | err |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['batch']}x{r['q_len']} / {r['ctx']} | {r['heads']}/{r['kv_heads']} | "
+            f"{r['head_size']} | {r['dtype']} | {r['block_size']} | {_cell(r, 'paged_prefill')} "
+            f"| {_cell(r, 'legacy')} | {_cell(r, 'sdpa_flash')} | {_cell(r, 'sdpa_gather')} | "
+            f"{r['ratio_vs_flash']:.2f} | {r['ratio_vs_legacy']:.2f} | "
+            f"{r['paged_prefill_max_abs_err']:.1e} |"
+        )
+    if result.get("not_measured"):
+        lines += ["", f"Not measured (budget spent): {len(result['not_measured'])} rows."]
+    m = result.get("mixed")
+    if m:
+        lines += [
+            "",
+            f"Mixed batch (chunk {m['chunk']} over {m['prefix']}, {m['decode_rows']} decode "
+            f"rows at {m['decode_ctx']}): mixed {m['mixed']['ms']:.3f} ms, decode part "
+            f"{m['decode_part']['ms']:.3f} ms, prefill part {m['prefill_part']['ms']:.3f} ms; "
+            f"mixed / (decode + prefill) = {m['mixed_over_parts']:.2f}",
+        ]
+    paths = sorted({r["sdpa_path"] for r in result["rows"]})
+    lines += ["", f"SDPA path: {'; '.join(paths)}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny shapes (the CPU interpreter)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="directory for results")
+    ap.add_argument("--rep-ms", type=int, default=50, help="do_bench time per provider")
+    ap.add_argument("--budget-s", type=float, default=200.0, help="stop starting rows after")
+    ap.add_argument("--limit", type=int, default=0, help="measure at most this many rows")
+    args = ap.parse_args(argv)
+    if args.quick and "TRITON_INTERPRET" not in os.environ:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"  # before Triton's first import
+    device = _device()
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        print("no GPU: run with --quick (Triton's interpreter)", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    time_fn = timer(device, args.rep_ms)
+    start = time.monotonic()
+    rows = grid(args.quick)
+    if args.limit:
+        rows = rows[: args.limit]
+    result = {"env": env_line(device), "rows": [], "not_measured": []}
+    print(result["env"], flush=True)
+    for row in rows:
+        if time.monotonic() - start > args.budget_s:
+            result["not_measured"].append(row)
+            continue
+        rec = measure_row(row, device, time_fn)
+        result["rows"].append(rec)
+        print(
+            f"{row['batch']}x{row['q_len']}/{row['ctx']} h{row['heads']}/{row['kv_heads']} "
+            f"d{row['head_size']} {row['dtype']} bs{row['block_size']}: "
+            + ", ".join(f"{k} {_cell(rec, k)}" for k in PROVIDERS)
+            + f"; ratio {rec['ratio_vs_flash']:.2f}, err {rec['paged_prefill_max_abs_err']:.1e}",
+            flush=True,
+        )
+    if time.monotonic() - start <= args.budget_s + 30 or args.quick:
+        result["mixed"] = measure_mixed(device, time_fn, args.quick)
+    result["elapsed_s"] = time.monotonic() - start
+    with open(os.path.join(args.out, "attention_prefill.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    text = markdown(result)
+    with open(os.path.join(args.out, "attention_prefill.md"), "w") as f:
+        f.write(text)
+    print(text)
+    worst = max((r["paged_prefill_max_abs_err"] for r in result["rows"]), default=0.0)
+    # A wrong result fails the run (bf16 outputs of unit-variance inputs: well under 0.1).
+    return 0 if math.isfinite(worst) and worst < 0.1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

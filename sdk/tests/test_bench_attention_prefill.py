@@ -1,0 +1,50 @@
+"""bench/attention_prefill.py --quick on the CPU (Triton's interpreter, in a child process:
+the variable must be set before Triton is first imported): every provider is timed on
+every row, the paged prefill kernel and the legacy kernel agree with SDPA, and the mixed
+batch and its two parts are timed. Timings themselves are not checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "attention_prefill.py"
+
+
+def test_prefill_bench_quick_runs_on_the_cpu(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "attention_prefill.json").read_text())
+    rows = result["rows"]
+    assert len(rows) == 3 and not result["not_measured"]
+    # A whole prompt past one 128-row tile, a 128-token page, a chunk over a prefix.
+    assert {(r["q_len"], r["ctx"], r["block_size"]) for r in rows} == {
+        (129, 129, 16),
+        (64, 64, 128),
+        (64, 200, 16),
+    }
+    for r in rows:
+        assert set(r["providers"]) == {"paged_prefill", "legacy", "sdpa_flash", "sdpa_gather"}
+        for p in r["providers"].values():
+            assert p["ms"] > 0 and p["tflops_q25"] <= p["tflops"] <= p["tflops_q75"]
+        tol = 3e-2 if r["dtype"] == "bfloat16" else 3e-3
+        assert r["paged_prefill_max_abs_err"] < tol, r
+        assert r["legacy_max_abs_err"] < tol, r
+    assert result["mixed"]["decode_rows"] == 3 and result["mixed"]["mixed"]["ms"] > 0
+    md = (tmp_path / "attention_prefill.md").read_text()
+    assert "| 1x64 / 200 | 4/2 | 64 | float16 | 16 |" in md
