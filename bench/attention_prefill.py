@@ -170,7 +170,6 @@ class Problem:
         return lambda: impl.forward(self.q, self.cache, self.metadata, out=self.out)
 
     def _sdpa(self, q, k, v):
-        import torch
         import torch.nn.functional as F
 
         n, ctx = self.row["q_len"], self.row["ctx"]
