@@ -36,6 +36,10 @@ of, so load weights before `apply` (in-place loads after it are seen; parameters
 by new tensors are not). A forward that records gradients uses the separate projections.
 A model on the meta device may be patched before ``to_empty`` and the weight load: it
 takes the unfused routes, and its rotary cache is built on the first forward.
+
+Mixture of experts: `apply_moe(model)` patches the sparse MoE blocks of Qwen3-MoE and
+Mixtral models (router through ``topk_softmax``, experts through ``fused_experts`` on
+transformers' fused expert weights); see `opcore.integrations.transformers._moe`.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import transformers as _hf
 
 from opcore.integrations.transformers import _versions
 from opcore.integrations.transformers._arch import ARCHES, Arch, arch_of
+from opcore.integrations.transformers._moe import MOE_MODEL_TYPES, MoePatch, apply_moe
 from opcore.integrations.transformers._patch import (
     OPS,
     ROOT_ATTR,
@@ -59,12 +64,15 @@ from opcore.integrations.transformers._patch import (
 )
 
 __all__ = [
+    "MOE_MODEL_TYPES",
     "OPS",
     "SUPPORTED_MODEL_TYPES",
     "TESTED_TRANSFORMERS",
     "Patch",
+    "MoePatch",
     "UnsupportedModelError",
     "apply",
+    "apply_moe",
     "apply_to_llama",
     "apply_to_mistral",
     "apply_to_qwen2",
