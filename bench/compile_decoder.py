@@ -297,9 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.config = None
     if args.priority:
-        from opcore.config import create_config
-        from opcore.ir import ensure_kernels_loaded
-        from opcore.ir.op import all_ops
+        from opcore.ir import all_ops, ensure_kernels_loaded
+        from opcore.settings import create_config
 
         ensure_kernels_loaded()
         names = [p.strip() for p in args.priority.split(",") if p.strip()]

@@ -36,8 +36,8 @@ import torch
 
 import opcore
 import opcore.compile as oc
-from opcore.config import get_current_config, set_current_config
 from opcore.ir import invalidate_caches, ops
+from opcore.settings import get_current_config, set_current_config
 
 TIMER = time.thread_time
 

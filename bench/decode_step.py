@@ -172,7 +172,7 @@ class Decoder:
         """The backend instance for the current config's required properties (a backend may
         settle its launch choices from them when built: TRITON_PAGED fixes its split count
         when batch invariance is required)."""
-        from opcore.config import get_current_config
+        from opcore.settings import get_current_config
 
         key = tuple(sorted(get_current_config().kernel.required_properties))
         impl = self.attn_impls.get(key)
@@ -386,7 +386,7 @@ def _time(fn, device) -> float:
 def batch_invariance(args, platform, device) -> int:
     """``--batch-invariance N``: see the module docstring. Returns the exit status (1 when
     a sequence's bits differ between alone and in the batch)."""
-    from opcore.config import create_config, get_current_config, set_current_config
+    from opcore.settings import create_config, get_current_config, set_current_config
 
     n = args.batch_invariance
     from_env = "batch_invariant" in get_current_config().kernel.required_properties
@@ -567,7 +567,7 @@ def trace_repeat(args, device) -> int:
     fixed inputs) or not (the variation came from earlier), what a replay on the first run's
     inputs gives, and whether any weight, KV context or cache changed across the runs (a
     stray write). Exit status 1 when any run differs."""
-    from opcore.config import create_config, set_current_config
+    from opcore.settings import create_config, set_current_config
 
     n = args.trace_repeat
     model = Decoder(n, args.context, device, attention=args.attention)

@@ -507,8 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown variant(s) {bad}; choose from {', '.join(VARIANTS)}")
 
-    from opcore.ir import ensure_kernels_loaded
-    from opcore.ir.op import all_ops
+    from opcore.ir import all_ops, ensure_kernels_loaded
 
     ensure_kernels_loaded()
     missing = [
@@ -519,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.config = None
     if args.priority:
-        from opcore.config import create_config
+        from opcore.settings import create_config
 
         names = [p.strip() for p in args.priority.split(",") if p.strip()]
         if "triton" in names:

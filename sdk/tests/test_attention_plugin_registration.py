@@ -134,7 +134,7 @@ def test_plugin_backend_registered_in_import_kernels_is_listed_and_selected(site
 SELECT = """
 import json, torch
 from opcore.attention import AttentionSelectorConfig, registry, select_backend
-from opcore.config import get_current_config
+from opcore.settings import get_current_config
 config = get_current_config()  # checks OPCORE_ATTENTION_BACKEND before any selection
 before = "ACME_ATTN" in registry.known_names()
 cfg = AttentionSelectorConfig(head_size=64, num_heads=4, num_kv_heads=2, dtype=torch.float32)

@@ -21,8 +21,8 @@ from opcore.attention import (
 )
 from opcore.attention.backends.torch_native import TorchNativeBackend
 from opcore.attention.registry import backend_class_path
-from opcore.config import create_config
 from opcore.platforms import Platform
+from opcore.settings import create_config
 from opcore.testing.attention import clear_selection_records, unregister_backend
 
 

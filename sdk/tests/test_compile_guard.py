@@ -11,8 +11,8 @@ import torch
 
 import opcore.compile as oc
 from opcore.compile.backend import OpcoreBackend
-from opcore.config import create_config, get_current_config, set_current_config
 from opcore.ir import invalidate_caches, ops
+from opcore.settings import create_config, get_current_config, set_current_config
 from opcore.testing.ir import temporary_impl
 
 WAIT_S = 60

@@ -41,9 +41,8 @@ else:
     def test_fused_ops_lower_to_the_triton_kernels(mode):
         import opcore.kernels.triton  # noqa: F401  (registers the provider off the GPU platforms)
         from opcore.compile.testing import quant_fusions_fire
-        from opcore.config import create_config, set_current_config
-        from opcore.ir import ensure_kernels_loaded
-        from opcore.ir.op import all_ops
+        from opcore.ir import all_ops, ensure_kernels_loaded
+        from opcore.settings import create_config, set_current_config
 
         ensure_kernels_loaded()
         missing = [n for n in FUSED if "triton" not in all_ops()[n].impls]

@@ -94,8 +94,8 @@ else:
     import opcore.compile as oc
     import opcore.kernels.triton  # noqa: F401  (registers the provider)
     from opcore.compile.decoder import Decoder, DecoderShape
-    from opcore.config import create_config
-    from opcore.ir.op import all_ops
+    from opcore.ir import all_ops
+    from opcore.settings import create_config
 
     SHAPE = DecoderShape(layers=2, hidden=256, heads=4, kv_heads=2, head_size=64, intermediate=256)
     TOKENS = 3

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+import opcore.layers  # noqa: F401  (the registry custom_ops names are checked against)
 from opcore.attention.registry import register_backend
 from opcore.config import (
     SWITCH_VARIABLES,
     ConfigError,
     OpcoreConfig,
-    create_config,
     env_flag,
-    get_current_config,
     parse_custom_ops,
     parse_ir_op_priority,
-    set_current_config,
 )
 from opcore.platforms import Platform
 from opcore.plugins import PLATFORM_PLUGINS_GROUP
+from opcore.settings import create_config, get_current_config, set_current_config
 from opcore.testing import make_distribution, run_python
 from opcore.testing.attention import unregister_backend
 
@@ -206,7 +205,7 @@ def test_names_a_platform_registers_in_import_kernels_are_known(tmp_path):
                     def import_kernels(self):
                         super().import_kernels()
                         from opcore.attention.registry import register_backend
-                        from opcore.config import get_current_config
+                        from opcore.settings import get_current_config
                         from opcore.layers import CustomOp
 
                         # Asking for the config while the check loads the kernels must
@@ -223,7 +222,8 @@ def test_names_a_platform_registers_in_import_kernels_are_known(tmp_path):
         },
     )
     code = """
-        from opcore.config import get_current_config
+        import opcore.attention, opcore.layers  # the registries the names are checked against
+        from opcore.settings import get_current_config
         c = get_current_config()
         print(c.attention.backend, c.compilation.custom_ops)
     """
@@ -247,3 +247,66 @@ def test_probe_budget_is_checked_when_the_config_is_created(monkeypatch):
     monkeypatch.setenv("OPCORE_PROBE_TIMEOUT_S", "soon")
     with pytest.raises(ConfigError, match="OPCORE_PROBE_TIMEOUT_S='soon': expected a positive"):
         create_config(RecordingPlatform())
+
+
+def test_names_are_checked_when_their_registry_first_serves_the_config():
+    """opcore.settings sits below the layers and attention (it imports neither): a config
+    built before a registry is loaded has that registry's names checked when the registry
+    first serves it, with the message naming what set them; one built after is checked at
+    once."""
+    code = """
+        import sys
+        from opcore.config import ConfigError
+        from opcore.settings import create_config, get_current_config, set_current_config
+
+        c = get_current_config()  # neither registry is loaded: nothing to check against yet
+        explicit = create_config(env={}, attention_backend="torch_natve")
+        print("built", "opcore.layers" in sys.modules, "opcore.attention" in sys.modules)
+        from opcore.layers import RMSNorm
+        for _ in range(2):  # still refused the second time: the name stays unchecked
+            try:
+                RMSNorm(8)
+            except ConfigError as exc:
+                print("layer", exc)
+        import torch
+        from opcore.attention import AttentionSelectorConfig, select_backend
+
+        cfg = AttentionSelectorConfig(
+            head_size=64, num_heads=8, num_kv_heads=8, dtype=torch.float32
+        )
+        try:
+            select_backend(cfg, config=explicit)
+        except ConfigError as exc:
+            print("attention", exc)
+        try:
+            create_config(env={"OPCORE_CUSTOM_OPS": "+rms_nrom"})  # layers loaded: at once
+        except ConfigError as exc:
+            print("at once", exc)
+        good = create_config(env={}, custom_ops=["none", "+rms_norm"])
+        with set_current_config(good):
+            print("good", RMSNorm(8).bound_method)
+    """
+    proc = run_python(code, env={"OPCORE_CUSTOM_OPS": "none,+rms_nrom"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert "built False False" in lines
+    refused = [line for line in lines if line.startswith("layer ")]
+    assert len(refused) == 2 and all(
+        line.startswith(
+            "layer OPCORE_CUSTOM_OPS: '+rms_nrom' names no known layer op "
+            "(did you mean 'rms_norm'?)"
+        )
+        for line in refused
+    ), lines
+    assert any(
+        line.startswith(
+            "attention attention.backend: 'torch_natve' names no known attention backend "
+            "(did you mean 'TORCH_NATIVE'?)"
+        )
+        for line in lines
+    ), lines
+    assert any(
+        line.startswith("at once OPCORE_CUSTOM_OPS: '+rms_nrom' names no known layer op")
+        for line in lines
+    ), lines
+    assert "good forward_native" in lines

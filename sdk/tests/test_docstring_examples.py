@@ -26,7 +26,7 @@ ENTRY_POINTS = [
     ("opcore.attention.selector", "select_backend"),
     ("opcore.platforms", ""),  # current_platform
     ("opcore.platforms", "get_current_platform"),
-    ("opcore.config", "create_config"),
+    ("opcore.settings", "create_config"),
 ]
 SECTIONS = ("Raises:", "Examples:")  # and Args: / Returns: for functions that have them
 

@@ -15,8 +15,8 @@ import functools
 import pytest
 import torch
 
-from opcore.config import create_config, set_current_config
 from opcore.ir import ops
+from opcore.settings import create_config, set_current_config
 from opcore.testing.interpreter import UNDER_TRITON_INTERPRETER, rerun_under_triton_interpreter
 from opcore.testing.ir import temporary_op
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from opcore.config import create_config
 from opcore.ir import all_ops, info, ops
+from opcore.settings import create_config
 from opcore.testing.ir import temporary_impl
 
 

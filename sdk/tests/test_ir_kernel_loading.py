@@ -96,7 +96,7 @@ def test_env_priority_naming_the_platform_provider_before_any_dispatch(site):
     code = """
     import json
     from opcore.ir import ops
-    from opcore.config import get_current_config
+    from opcore.settings import get_current_config
     d = ops.rms_norm.decision(get_current_config())
     print(json.dumps({"names": d.names, "effective": ops.rms_norm.effective_priority()}))
     """

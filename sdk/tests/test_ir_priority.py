@@ -9,9 +9,9 @@ import warnings
 import pytest
 import torch
 
-from opcore.config import create_config, set_current_config
 from opcore.ir import PriorityWarning, kernel_load_errors, ops
 from opcore.platforms import UnspecifiedPlatform
+from opcore.settings import create_config, set_current_config
 from opcore.testing.ir import temporary_impl, temporary_op
 
 

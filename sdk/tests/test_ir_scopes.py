@@ -9,8 +9,8 @@ import threading
 import pytest
 import torch
 
-from opcore.config import create_config, get_current_config, set_current_config
 from opcore.scopes import current_scopes
+from opcore.settings import create_config, get_current_config, set_current_config
 from opcore.testing.ir import temporary_impl, temporary_op
 
 WAIT_S = 10  # every wait in these tests is bounded

@@ -9,8 +9,9 @@ import logging
 import pytest
 import torch
 
-from opcore.config import ConfigError, create_config, set_current_config
+from opcore.config import ConfigError
 from opcore.layers import CustomOp, PluggableLayer, RMSNorm, binding_info
+from opcore.settings import create_config, set_current_config
 
 
 @contextlib.contextmanager

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from opcore.compile.cache_key import key_material
-from opcore.config import ConfigError, create_config, set_current_config
+from opcore.config import ConfigError
 from opcore.ir import Properties, info, ops
 from opcore.ir.priority import MissingPropertyError, PriorityWarning
 from opcore.properties import PROPERTY_NAMES, as_properties
+from opcore.settings import create_config, set_current_config
 from opcore.testing.ir import temporary_impl, temporary_op
 
 

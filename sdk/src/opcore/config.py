@@ -1,36 +1,24 @@
-"""`OpcoreConfig`: the one explicit configuration object every hook receives.
+"""`OpcoreConfig`: the one explicit configuration object every hook receives, and its parsing.
 
-Precedence, lowest first: dataclass defaults < the platform's
-``apply_config_platform_defaults`` < environment (``OPCORE_IR_OP_PRIORITY``,
-``OPCORE_CUSTOM_OPS``, ``OPCORE_ATTENTION_BACKEND``, ``OPCORE_COMPILATION_MODE``,
-``OPCORE_BATCH_INVARIANT`` / ``OPCORE_DETERMINISTIC`` / ``OPCORE_CAPTURE_SAFE``) < explicit
-arguments; then the platform's ``check_and_update_config`` has the last word.
+This module is a value and nothing more: the dataclasses, the parsers of every form a
+setting takes (environment, command line, keyword argument) and the ``custom_ops`` rule.
+It imports nothing of opcore but the leaves `opcore.env` and `opcore.properties`, so every
+layer may read a config (docs/design.md#layers-and-imports).
 
-Every core ``OPCORE_*`` variable is checked on the way (`check_environment`; names in
-``OPCORE_CUSTOM_OPS`` and ``OPCORE_ATTENTION_BACKEND`` against what is registered, see
-`check_custom_op_names`): a bad value is one `ConfigError` line naming the variable and the
-bad part (docs/platforms.md, "Environment variables").
-
-`create_config` builds one in that order. `set_current_config` makes one current for the
-code that needs it implicitly (op dispatch, layer construction); `get_current_config`
-builds one from the environment and the current platform the first time it is asked and
-none was set.
+Building one for a platform (`opcore.settings.create_config`: defaults, the platform's
+hooks, the ``OPCORE_*`` environment, explicit arguments, names checked against what is
+registered) and holding the current one (`opcore.settings.get_current_config`,
+`opcore.settings.set_current_config`) need the platforms and the registries; they live in
+`opcore.settings`, which imports this module.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import difflib
-import os
 import re
-import threading
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
 
 # The switches, the plugin allow-list and ConfigError live in the leaf module `opcore.env`
-# (plugin discovery reads them and must not import this module, which asks for the current
-# platform); re-exported here.
+# (plugin discovery reads them before any config exists); re-exported here.
 from opcore.env import (
     SWITCH_VARIABLES,
     ConfigError,
@@ -38,12 +26,30 @@ from opcore.env import (
     parse_plugin_names,
 )
 from opcore.properties import PROPERTY_NAMES, check_names
-from opcore.scopes import ScopeKind
 
-if TYPE_CHECKING:
-    from opcore.platforms import Platform
+__all__ = [
+    "COMPILATION_MODES",
+    "CUSTOM_OPS_BASES",
+    "PROPERTY_VARIABLES",
+    "SWITCH_VARIABLES",
+    "AttentionConfig",
+    "CompilationConfig",
+    "ConfigError",
+    "KernelConfig",
+    "OpcoreConfig",
+    "custom_op_enabled",
+    "env_flag",
+    "parse_backend_name",
+    "parse_custom_ops",
+    "parse_ir_op_priority",
+    "parse_mode",
+    "parse_op_name",
+    "parse_plugin_names",
+    "parse_required_properties",
+]
 
 COMPILATION_MODES = ("eager", "inductor")
+CUSTOM_OPS_BASES = ("all", "none")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 _BACKEND_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -118,10 +124,13 @@ def parse_ir_op_priority(
 
 
 def parse_custom_ops(items: list[str] | str, *, source: str = "custom_ops") -> list[str]:
-    """Validate a ``custom_ops`` list (or the comma-separated env form) and return it."""
+    """Validate a ``custom_ops`` list (or the comma-separated env form) and return it: at
+    most one base (`CUSTOM_OPS_BASES`), then ``+op`` / ``-op`` items, no op both enabled
+    and disabled. Whether the names are registered layer ops is checked where a config is
+    built (`opcore.settings.create_config`)."""
     if isinstance(items, str):
         items = [i.strip() for i in items.split(",") if i.strip()]
-    bases = [i for i in items if i in ("all", "none")]
+    bases = [i for i in items if i in CUSTOM_OPS_BASES]
     if len(bases) > 1:
         raise ConfigError(
             f"{source}: more than one base in {items!r}: use exactly one of all / none"
@@ -129,7 +138,7 @@ def parse_custom_ops(items: list[str] | str, *, source: str = "custom_ops") -> l
     enabled: set[str] = set()
     disabled: set[str] = set()
     for item in items:
-        if item in ("all", "none"):
+        if item in CUSTOM_OPS_BASES:
             continue
         sign, name = item[:1], item[1:]
         if sign not in "+-" or not sign or not _NAME.match(name):
@@ -139,6 +148,34 @@ def parse_custom_ops(items: list[str] | str, *, source: str = "custom_ops") -> l
     if both:
         raise ConfigError(f"{source}: {', '.join('+' + b + ' and -' + b for b in both)} both given")
     return list(items)
+
+
+def custom_op_enabled(compilation: CompilationConfig, name: str) -> tuple[bool, str]:
+    """Whether ``compilation.custom_ops`` enables layer op ``name``, and why: ``-name`` or
+    ``+name`` decide; else the base (``all`` / ``none``); with no base the mode's default
+    (``all`` in eager, ``none`` under inductor, so Inductor sees native code it can fuse).
+
+    Raises:
+        ConfigError: the list breaks a rule of `parse_custom_ops` (it may have been set
+            on the dataclass directly).
+    """
+    items = parse_custom_ops(list(compilation.custom_ops))
+    if f"-{name}" in items:
+        return False, f"disabled by '-{name}'"
+    if f"+{name}" in items:
+        return True, f"enabled by '+{name}'"
+    bases = [i for i in items if i in CUSTOM_OPS_BASES]
+    if bases:
+        return bases[0] == "all", f"base {bases[0]!r}"
+    base = "none" if compilation.mode == "inductor" else "all"
+    return base == "all", f"default base {base!r} for mode {compilation.mode!r}"
+
+
+def parse_op_name(text: object, *, source: str = "ir_op_priority") -> str:
+    """``text`` when it is a valid op name (``^[a-z_][a-z0-9_]*$``)."""
+    if not isinstance(text, str) or not _NAME.match(text):
+        raise ConfigError(f"{source}: {text!r} is not a valid op name")
+    return text
 
 
 def parse_mode(text: str, *, source: str = "compilation.mode") -> str:
@@ -169,297 +206,32 @@ def parse_required_properties(
         raise ConfigError(str(exc)) from None
 
 
-def check_environment(env: Mapping[str, str] | None = None) -> None:
-    """Check the ``OPCORE_*`` variables of ``env`` (default ``os.environ``) that configure
-    the process rather than the config object: the switches (`SWITCH_VARIABLES`), the
-    plugin allow-list and, for ``os.environ``, the probe budget. A bad value is a
-    `ConfigError` naming the variable and the bad part. `create_config` calls it; so does
-    `opcore info` before resolution reads them."""
-    env = os.environ if env is None else env
-    for name in SWITCH_VARIABLES:
-        env_flag(name, env)
-    if (raw := env.get("OPCORE_PLUGINS")) is not None:
-        parse_plugin_names(raw)
-    if env is os.environ:  # the probe budget is read from the process environment only
-        from opcore.platforms import PlatformResolutionError
-        from opcore.platforms.resolution import probe_timeout_s
-
-        try:
-            probe_timeout_s()
-        except PlatformResolutionError as exc:
-            raise ConfigError(str(exc)) from None
-
-
-# --------------------------------------------------------------------------- registered names
-def _layer_op_names() -> list[str]:
-    from opcore.layers import CustomOp, registered_layers
-
-    return [n for n, (base, _oot) in registered_layers().items() if issubclass(base, CustomOp)]
+# What moved to `opcore.settings` (building a config for a platform, the current config,
+# the name checks): an import of it from here says where it went instead of "cannot import
+# name". ImportError rather than AttributeError, because `from opcore.config import x`
+# turns an AttributeError into a message that drops ours.
+_MOVED_TO_SETTINGS = frozenset(
+    {
+        "CONFIG_SCOPE",
+        "add_config_arguments",
+        "apply_environment",
+        "check_attention_backend_name",
+        "check_custom_op_names",
+        "check_environment",
+        "config_from_args",
+        "config_generation",
+        "create_config",
+        "get_current_config",
+        "set_current_config",
+    }
+)
 
 
-def _attention_backend_names() -> list[str]:
-    from opcore.attention.registry import known_names
-
-    return known_names()
-
-
-def _is_current_platform(platform: Platform | None) -> bool:
-    from opcore import platforms
-
-    return platform is None or (
-        platforms.is_resolved() and platforms.get_current_platform() is platform
-    )
-
-
-_loading_names = threading.local()
-
-
-def _check_registered(
-    wanted: list[tuple[str, str]], list_known, *, what: str, source: str, platform
-) -> None:
-    """Each ``(shown, name)`` of ``wanted`` must name a registered ``what``.
-
-    Plugins register names when the platform's kernels and the general plugins load, which
-    happens lazily; so when a name is missing and the config is for the current platform,
-    they are loaded first (`opcore.platforms.kernels.ensure_kernels_loaded`, once per
-    process) and the names are checked again. For another platform the registry is taken as
-    it stands."""
-    if getattr(_loading_names, "active", False):
-        # A config made while this thread loads the kernels for a name check (a kernel
-        # module or import_kernels asked for one): the registry is incomplete until the
-        # load ends, and the outer check runs then.
-        return
-    known = list_known()
-    if all(name in known for _, name in wanted):
-        return
-    if _is_current_platform(platform):
-        from opcore.platforms.kernels import ensure_kernels_loaded
-
-        _loading_names.active = True
-        try:
-            ensure_kernels_loaded()
-        finally:
-            _loading_names.active = False
-        known = list_known()
-    for shown, name in wanted:
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(
-                f"{source}: {shown!r} names no known {what}{hint}; "
-                f"known: {', '.join(known) or 'none'}"
-            )
-
-
-def check_custom_op_names(
-    items: list[str], *, source: str = "custom_ops", platform: Platform | None = None
-) -> None:
-    """Every ``+op`` / ``-op`` of a parsed ``custom_ops`` list must name a registered
-    `opcore.layers.CustomOp` (a typo would otherwise be ignored in silence)."""
-    wanted = [(item, item[1:]) for item in items if item not in ("all", "none")]
-    if wanted:
-        _check_registered(
-            wanted, _layer_op_names, what="layer op", source=source, platform=platform
+def __getattr__(name: str):
+    if name in _MOVED_TO_SETTINGS:
+        raise ImportError(
+            f"opcore.config.{name} is opcore.settings.{name}: opcore.config holds the config "
+            "value only (docs/design.md#layers-and-imports)",
+            name="opcore.config",
         )
-
-
-def check_attention_backend_name(
-    text: str, *, source: str = "attention.backend", platform: Platform | None = None
-) -> None:
-    """``text`` must be a registered attention backend name: the core's own or one a
-    plugin registered (in its platform's ``import_kernels``, loaded first when needed).
-    Whether that backend suits a layer is decided when one is selected."""
-    _check_registered(
-        [(text, text.upper())],
-        _attention_backend_names,
-        what="attention backend",
-        source=source,
-        platform=platform,
-    )
-
-
-# --------------------------------------------------------------------------- building
-def apply_environment(
-    config: OpcoreConfig, env: Mapping[str, str], platform: Platform | None = None
-) -> None:
-    """Check every core ``OPCORE_*`` variable of ``env`` (`check_environment`) and apply
-    those the config holds to ``config``; names in ``OPCORE_CUSTOM_OPS`` and
-    ``OPCORE_ATTENTION_BACKEND`` must be registered (for ``platform``, default: current)."""
-    check_environment(env)
-    for variable, name in PROPERTY_VARIABLES.items():
-        if env_flag(variable, env) and name not in config.kernel.required_properties:
-            config.kernel.required_properties.append(name)
-    if raw := env.get("OPCORE_IR_OP_PRIORITY"):
-        config.kernel.ir_op_priority.update(parse_ir_op_priority(raw))
-    if raw := env.get("OPCORE_CUSTOM_OPS"):
-        items = parse_custom_ops(raw, source="OPCORE_CUSTOM_OPS")
-        check_custom_op_names(items, source="OPCORE_CUSTOM_OPS", platform=platform)
-        config.compilation.custom_ops = items
-    if raw := env.get("OPCORE_COMPILATION_MODE"):
-        config.compilation.mode = parse_mode(raw, source="OPCORE_COMPILATION_MODE")
-    if raw := env.get("OPCORE_ATTENTION_BACKEND"):
-        name = parse_backend_name(raw, source="OPCORE_ATTENTION_BACKEND")
-        check_attention_backend_name(raw, source="OPCORE_ATTENTION_BACKEND", platform=platform)
-        config.attention.backend = name
-
-
-def create_config(
-    platform: Platform | None = None,
-    *,
-    custom_ops: list[str] | None = None,
-    mode: str | None = None,
-    ir_op_priority: Mapping[str, list[str]] | None = None,
-    attention_backend: str | None = None,
-    required_properties: list[str] | tuple[str, ...] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> OpcoreConfig:
-    """Build a config in precedence order, calling the platform hooks on it.
-
-    Precedence, lowest first: defaults, the platform's
-    ``apply_config_platform_defaults``, the ``OPCORE_*`` environment variables, then the
-    keyword arguments; ``check_and_update_config`` sees the result last.
-
-    Args:
-        platform: the platform whose hooks run (default: the current platform).
-        custom_ops: ``compilation.custom_ops`` items such as ``["none", "+rms_norm"]``.
-        mode: the compilation mode.
-        ir_op_priority: ``{op name: [provider, ...]}`` user priority lists.
-        attention_backend: the attention backend name to use.
-        required_properties: provider properties every op's provider must declare
-            (replacing those the environment requires).
-        env: the environment to read ``OPCORE_*`` from (default: ``os.environ``).
-
-    Returns:
-        A new `OpcoreConfig` (not made current: see `set_current_config`).
-
-    Raises:
-        ConfigError: a value or environment variable is malformed or names something
-            unknown (the message names it).
-
-    Examples:
-        >>> from opcore.config import create_config
-        >>> config = create_config(ir_op_priority={"rms_norm": ["native"]}, env={})
-        >>> config.kernel.ir_op_priority["rms_norm"]
-        ['native']
-    """
-    if platform is None:
-        from opcore.platforms import get_current_platform
-
-        platform = get_current_platform()
-    config = OpcoreConfig()
-    platform.apply_config_platform_defaults(config)
-    apply_environment(config, os.environ if env is None else env, platform)
-    if custom_ops is not None:
-        config.compilation.custom_ops = parse_custom_ops(list(custom_ops))
-        check_custom_op_names(config.compilation.custom_ops, platform=platform)
-    if mode is not None:
-        config.compilation.mode = parse_mode(mode)
-    if ir_op_priority is not None:
-        for op, providers in ir_op_priority.items():
-            if not _NAME.match(op):
-                raise ConfigError(f"ir_op_priority: {op!r} is not a valid op name")
-            config.kernel.ir_op_priority[op] = list(providers)
-    if attention_backend is not None:
-        config.attention.backend = parse_backend_name(attention_backend)
-        check_attention_backend_name(attention_backend, platform=platform)
-    if required_properties is not None:
-        config.kernel.required_properties = parse_required_properties(required_properties)
-    platform.check_and_update_config(config)
-    config.kernel.required_properties = parse_required_properties(
-        config.kernel.required_properties, source="kernel.required_properties"
-    )
-    return config
-
-
-# Re-entrant: building the default config may load the kernels (a name check), and a
-# kernel module that dispatches while imported asks for the current config again.
-_default_lock = threading.RLock()
-_default: OpcoreConfig | None = None
-# The open set_current_config blocks of this thread / asyncio task (see opcore.scopes).
-CONFIG_SCOPE = "config"  # their `opcore.scopes.Frame.kind`
-_scopes = ScopeKind(CONFIG_SCOPE)
-_generation = 0
-
-
-def config_generation() -> int:
-    """A process-wide counter bumped whenever a `set_current_config` block is entered or
-    left in any thread. It says that something may have changed somewhere, not what is
-    current here: caches of per-thread decisions key on `opcore.scopes.current_scopes()`
-    and the config object instead."""
-    return _generation
-
-
-def get_current_config() -> OpcoreConfig:
-    """The config of the innermost `set_current_config` block open in this thread or
-    asyncio task, else the process default (built once from the environment and the
-    current platform)."""
-    config = _scopes.top()
-    if config is not None:
-        return config
-    global _default
-    if _default is None:
-        with _default_lock:
-            if _default is None:
-                _default = create_config()
-    return _default
-
-
-@contextlib.contextmanager
-def set_current_config(config: OpcoreConfig) -> Iterator[OpcoreConfig]:
-    """Make ``config`` current inside the ``with`` block, for this thread or asyncio task
-    only (other threads and tasks keep theirs). Blocks may be left in any order: leaving
-    one removes exactly that block (a `contextvars` scope; see `opcore.scopes`)."""
-    global _generation
-    _generation += 1
-    try:
-        with _scopes.push(config):
-            yield config
-    finally:
-        _generation += 1
-
-
-# --------------------------------------------------------------------------- command line
-def add_config_arguments(
-    parser, platform: Platform | None = None, *, platform_options: bool = True
-) -> None:
-    """Add the `OpcoreConfig` options to an ``argparse`` parser, then let the platform add
-    its own (``pre_register_and_update(parser)``) unless ``platform_options`` is false
-    (for commands that must work before, or without, a resolved platform). Pair with
-    `config_from_args`."""
-    group = parser.add_argument_group("opcore configuration (override the OPCORE_* environment)")
-    group.add_argument("--ir-op-priority", metavar="SPEC", help="e.g. 'rms_norm=triton,native'")
-    group.add_argument("--custom-ops", metavar="LIST", help="e.g. 'none,+rms_norm'")
-    group.add_argument("--compilation-mode", choices=COMPILATION_MODES)
-    group.add_argument("--attention-backend", metavar="NAME")
-    group.add_argument(
-        "--require-properties",
-        metavar="LIST",
-        help=f"provider properties every op must have, e.g. 'batch_invariant' "
-        f"(known: {', '.join(PROPERTY_NAMES)})",
-    )
-    if not platform_options:
-        return
-    if platform is None:
-        from opcore.platforms import get_current_platform
-
-        platform = get_current_platform()
-    platform.pre_register_and_update(parser)
-
-
-def config_from_args(args, platform: Platform | None = None) -> OpcoreConfig:
-    """`create_config` from options added by `add_config_arguments`."""
-    priority = getattr(args, "ir_op_priority", None)
-    custom_ops = getattr(args, "custom_ops", None)
-    required = getattr(args, "require_properties", None)
-    return create_config(
-        platform,
-        ir_op_priority=parse_ir_op_priority(priority, source="--ir-op-priority")
-        if priority
-        else None,
-        custom_ops=parse_custom_ops(custom_ops, source="--custom-ops") if custom_ops else None,
-        mode=getattr(args, "compilation_mode", None),
-        attention_backend=getattr(args, "attention_backend", None),
-        required_properties=parse_required_properties(required, source="--require-properties")
-        if required
-        else None,
-    )
+    raise AttributeError(f"module 'opcore.config' has no attribute {name!r}")

@@ -1,9 +1,9 @@
 """The process switches and the plugin allow-list read from ``OPCORE_*`` variables.
 
 A leaf module (it imports nothing of opcore), so that plugin discovery and platform
-resolution can read their variables without importing `opcore.config`, which itself asks
-for the current platform: the dependency then points one way, config -> platforms ->
-plugins -> env. `opcore.config` re-exports every name here.
+resolution read their variables before any config exists: the dependency points one way,
+settings -> platforms -> plugins -> env (docs/design.md#layers-and-imports).
+`opcore.config` re-exports every name here.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ them.
   captured input buffers, giving what an eager call on those values gives (no host
   synchronization, no host-side allocation or compilation while captured).
 
-This module is a leaf (it imports nothing of opcore), so that `opcore.config`, which
-must not import `opcore.ir`, can check the names a config requires. `opcore.ir`
+This module is a leaf (it imports nothing of opcore), so that `opcore.config`, a leaf
+value below `opcore.ir`, can check the names a config requires. `opcore.ir`
 re-exports `Properties` and `PROPERTY_NAMES`.
 """
 

@@ -1,6 +1,6 @@
 """Scoped settings: ``with``-block values private to each thread and asyncio task.
 
-`opcore.config.set_current_config` and `IrOp.set_priority` are scopes: what a block sets is
+`opcore.settings.set_current_config` and `IrOp.set_priority` are scopes: what a block sets is
 seen by the code running inside it and by nothing else. All of them live on one stack in
 one `contextvars.ContextVar`, so every thread starts with an empty stack and every asyncio
 task starts with a copy of its creator's stack (the standard contextvars rules), and one

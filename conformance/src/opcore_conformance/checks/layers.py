@@ -178,7 +178,7 @@ def _expected_method(entry) -> str:
 
 
 def _build(name: str, build, dtype: torch.dtype, custom_ops: list[str]):
-    from opcore.config import set_current_config
+    from opcore.settings import set_current_config
 
     with set_current_config(_config(custom_ops)):
         try:

@@ -446,13 +446,13 @@ def _configs() -> list[tuple[str, Any]]:
 def _no_ambient_config():
     """Make any read of the ambient config inside the block an error: hooks receive the
     config explicitly (docs/design.md#platform-interface) and must not fetch one of their own."""
-    import opcore.config as C
+    import opcore.settings as C
 
     original = C.get_current_config
 
     def forbidden():
         raise AssertionError(
-            "hook read the ambient config (opcore.config.get_current_config); "
+            "hook read the ambient config (opcore.settings.get_current_config); "
             "use the config it was given"
         )
 

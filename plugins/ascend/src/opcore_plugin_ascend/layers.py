@@ -26,7 +26,7 @@ class AscendAttention(Attention):
         **kwargs,
     ) -> None:
         if backend is None:
-            from opcore.config import get_current_config
+            from opcore.settings import get_current_config
 
             backend = get_current_config().attention.backend or "ASCEND"
         super().__init__(num_heads, head_size, scale, num_kv_heads, backend=backend, **kwargs)

@@ -27,6 +27,8 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any
 
+from opcore import settings
+
 if TYPE_CHECKING:
     from opcore.attention.backend import AttentionBackend
 
@@ -66,6 +68,11 @@ def known_names() -> list[str]:
     """Every registered name: the core's, then the plugins', in registration order."""
     with _lock:
         return list(CORE_BACKENDS) + list(_registered)
+
+
+# Configs' attention.backend is checked against this registry (the config layer sits below
+# attention and cannot import it).
+settings.register_name_source(settings.ATTENTION_BACKENDS, known_names)
 
 
 def register_backend(name: str, class_path: str | None = None) -> Any:

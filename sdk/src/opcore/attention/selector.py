@@ -163,7 +163,7 @@ def select_backend(
         cfg: what the attention layer needs (head sizes, dtype, KV-cache layout).
         backend: a backend name to use instead of the config's or platform's choice.
         platform: the platform whose candidates are tried (default: the current one).
-        config: the `opcore.config.OpcoreConfig` (default: the current one).
+        config: the `opcore.config.OpcoreConfig` (default: the current one, `opcore.settings`).
 
     Returns:
         The `Selection`. Its ``.selected`` is the name, ``.backend_cls`` the class,
@@ -182,7 +182,7 @@ def select_backend(
         >>> selection.selected, selection.backend_cls.__name__
         ('TORCH_NATIVE', 'TorchNativeBackend')
     """
-    from opcore.config import get_current_config
+    from opcore import settings
 
     load_registrations(platform)
     if platform is None:
@@ -190,7 +190,8 @@ def select_backend(
 
         platform = get_current_platform()
     if config is None:
-        config = get_current_config()
+        config = settings.get_current_config()
+    settings.check_pending_names(config, settings.ATTENTION_BACKENDS)
     if cfg.device_type is None:
         cfg = dataclasses.replace(cfg, device_type=platform.device_type or None)
 

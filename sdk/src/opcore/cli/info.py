@@ -21,7 +21,7 @@ import time
 import warnings
 from typing import Any
 
-from opcore.config import add_config_arguments
+from opcore.settings import add_config_arguments
 
 SCHEMA_VERSION = 1
 
@@ -120,7 +120,8 @@ def collect(args: argparse.Namespace | None = None) -> dict[str, Any]:
     a failed resolution or a strict-mode plugin failure: ``error`` and ``error_kind`` say
     what stopped it, and every field is present (null or empty when not reached)."""
     from opcore import platforms, plugins
-    from opcore.config import ConfigError, check_environment
+    from opcore.config import ConfigError
+    from opcore.settings import check_environment
 
     data = _skeleton()
     try:
@@ -149,8 +150,9 @@ def collect(args: argparse.Namespace | None = None) -> dict[str, Any]:
 
 def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[str, Any]:
     from opcore import plugins
-    from opcore.config import ConfigError, config_from_args, get_current_config, set_current_config
+    from opcore.config import ConfigError
     from opcore.platforms.device_check import device_type_problem
+    from opcore.settings import config_from_args, get_current_config, set_current_config
 
     platform = decision.platform
     problem = device_type_problem(platform)  # torch lacks the device type: say whose and why
@@ -163,6 +165,11 @@ def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[st
     except plugins.PluginError as exc:  # strict mode: a failing general plugin is fatal
         return _fail(data, ERROR_PLUGIN, exc)
     try:
+        # The registries the config's names are checked against: loaded first, so a bad
+        # name is refused here, as a config error, not later in a section.
+        import opcore.attention
+        import opcore.layers  # noqa: F401
+
         config = config_from_args(args, platform) if args is not None else get_current_config()
     except ConfigError as exc:
         return _fail(data, ERROR_CONFIG, exc)
@@ -203,7 +210,7 @@ def _sections():
     """The subsystem sections: each a name and a zero-argument function returning data."""
     from opcore import attention, certificates, ir, layers, tuning
     from opcore import compile as opcore_compile
-    from opcore.config import get_current_config
+    from opcore.settings import get_current_config
 
     yield "config", lambda: get_current_config().to_dict()
     yield "ops", lambda: ir.info(get_current_config())

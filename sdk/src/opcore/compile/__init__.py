@@ -78,7 +78,7 @@ def info(config: Any = None) -> dict[str, Any]:
     from opcore.compile.backend import effective_priorities
 
     if config is None:
-        from opcore.config import get_current_config
+        from opcore.settings import get_current_config
 
         config = get_current_config()
     modes = {}

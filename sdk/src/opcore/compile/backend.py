@@ -58,7 +58,8 @@ from opcore.compile.passes import (
     select_fusion_passes,
 )
 from opcore.compile.record import CompileRecord
-from opcore.ir.op import PRIORITY_SCOPE, all_ops, registry_generation
+from opcore.ir import all_ops
+from opcore.ir.dispatch import PRIORITY_SCOPE, registry_generation
 from opcore.ir.priority import MissingPropertyError
 from opcore.platforms.kernels import ensure_kernels_loaded
 from opcore.scopes import current_scopes
@@ -90,7 +91,7 @@ class OpcoreBackend:
         inductor_config: dict[str, Any] | None = None,
     ):
         if config is None:
-            from opcore.config import get_current_config
+            from opcore.settings import get_current_config
 
             config = get_current_config()
         self.config = copy.deepcopy(config)

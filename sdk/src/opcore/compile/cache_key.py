@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 import opcore
-from opcore.ir.op import all_ops
+from opcore.ir import all_ops
 from opcore.ir.priority import MissingPropertyError
 from opcore.platforms.kernels import ensure_kernels_loaded
 from opcore.tuning import identity as tuning_identity
@@ -112,7 +112,7 @@ def cache_key(
     """Hex SHA-256 of `key_material` (``config``: default the current one; ``mode``:
     default ``config.compilation.mode``; ``fusion``: a bool or the fusion passes run)."""
     if config is None:
-        from opcore.config import get_current_config
+        from opcore.settings import get_current_config
 
         config = get_current_config()
     material = key_material(config, mode=mode or config.compilation.mode, fusion=fusion)

@@ -33,7 +33,7 @@ Contracts:
   which includes ``OPCORE_IR_OP_PRIORITY``), then the platform's
   ``get_default_ir_op_priority(config)``, then ``native`` if no listed provider accepts
   every argument; see `opcore.ir.priority`. ``OPCORE_LOG_DISPATCH=1`` logs each decision.
-  ``set_priority`` and ``opcore.config.set_current_config`` blocks are scoped to the thread
+  ``set_priority`` and ``opcore.settings.set_current_config`` blocks are scoped to the thread
   or asyncio task (`opcore.scopes`) and may be left in any order; provider names are
   checked after the platform's kernels are loaded.
 - Eager calls dispatch in Python; while torch traces (Dynamo, make_fx, torch.fx) a call is

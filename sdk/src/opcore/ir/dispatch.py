@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from opcore import config as _config
+from opcore import settings as _settings
 from opcore.env import env_flag
 from opcore.ir import priority, registry, tuning_sources
 from opcore.ir.impl import Impl
@@ -54,7 +54,7 @@ _lock = threading.RLock()
 
 PRIORITY_SCOPE = "ir_priority"  # the `opcore.scopes.Frame.kind` of set_priority blocks
 _PRIORITY_SCOPES = ScopeKind(PRIORITY_SCOPE)
-_CONFIG_SCOPE = _config.CONFIG_SCOPE
+_CONFIG_SCOPE = _settings.CONFIG_SCOPE
 # Most signatures a route remembers, and most routes an op keeps, before starting over.
 MAX_SIGNATURES = 1024
 MAX_ROUTES = 32
@@ -400,7 +400,7 @@ class Dispatcher:
             elif kind == PRIORITY_SCOPE and override is None and frame.value[0] == self.name:
                 override = frame.value[1]
         if config is None:
-            config = _config.get_current_config()
+            config = _settings.get_current_config()
         key = (id(config), override)
         route = self._routes.get(key)
         if route is None or route.config is not config or route.generation != gen:
@@ -459,7 +459,7 @@ class Dispatcher:
             return self.route().decision
         ensure_kernels_loaded()
         if config is None:
-            config = _config.get_current_config()
+            config = _settings.get_current_config()
         return self._decide(config, self.priority_override(), platform)
 
     def effective_priority(self, config: Any = None) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from opcore import config as _config
+from opcore import settings as _settings
 from opcore.ir import registry
 from opcore.platforms.kernels import ensure_kernels_loaded
 from opcore.tuning import runtime as tuning_runtime
@@ -49,7 +49,7 @@ def _tuning_ops() -> dict[str, Any]:
 
 
 def _required_properties() -> tuple[str, ...]:
-    return tuple(_config.get_current_config().kernel.required_properties or ())
+    return tuple(_settings.get_current_config().kernel.required_properties or ())
 
 
 def connect(generation: Any, invalidate: Any) -> None:

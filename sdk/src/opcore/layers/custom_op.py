@@ -40,7 +40,8 @@ from typing import Any, ClassVar
 
 import torch.nn as nn
 
-from opcore.config import get_current_config
+from opcore import settings
+from opcore.config import custom_op_enabled
 
 logger = logging.getLogger("opcore.layers")
 
@@ -203,29 +204,6 @@ class _Replaceable:
         return super().__new__(cls)
 
 
-def _custom_ops_enabled(name: str, config: Any) -> tuple[bool, str]:
-    """Whether op ``name`` is enabled by ``config.compilation.custom_ops``, and why."""
-    items = list(config.compilation.custom_ops)
-    bases = [i for i in items if i in ("all", "none")]
-    if len(bases) > 1:
-        raise ValueError(
-            f"custom_ops {items!r}: more than one base; use exactly one of 'all' / 'none'"
-        )
-    plus, minus = f"+{name}" in items, f"-{name}" in items
-    if plus and minus:
-        raise ValueError(f"custom_ops {items!r}: both '+{name}' and '-{name}' given")
-    if bases:
-        base, base_why = bases[0], f"base {bases[0]!r}"
-    else:
-        base = "none" if config.compilation.mode == "inductor" else "all"
-        base_why = f"default base {base!r} for mode {config.compilation.mode!r}"
-    if minus:
-        return False, f"disabled by '-{name}'"
-    if plus:
-        return True, f"enabled by '+{name}'"
-    return base == "all", base_why
-
-
 class CustomOp(_Replaceable, nn.Module):
     """A layer with a pure-PyTorch reference forward that a plugin may replace whole.
 
@@ -295,9 +273,9 @@ class CustomOp(_Replaceable, nn.Module):
                 "%s is not registered with CustomOp.register; no custom_ops rule applies to it",
                 _qualname(cls),
             )
-        method, enabled, reason = resolve_binding(
-            cls, platform, get_current_config(), enforce_enable
-        )
+        config = settings.get_current_config()
+        settings.check_pending_names(config, settings.LAYER_OPS)
+        method, enabled, reason = resolve_binding(cls, platform, config, enforce_enable)
         record = {
             "op": name,
             "class": _qualname(cls),
@@ -329,13 +307,13 @@ def resolve_binding(
     platform chooses kernels through provider priority, never the method.
 
     Raises:
-        ValueError: ``config.compilation.custom_ops`` is contradictory.
+        opcore.config.ConfigError: ``config.compilation.custom_ops`` breaks its rules.
     """
     name = getattr(cls, "op_name", None)
     if name is None:
         enabled, why = True, "not registered with CustomOp.register: no custom_ops rule applies"
     else:
-        enabled, why = _custom_ops_enabled(name, config)
+        enabled, why = custom_op_enabled(config.compilation, name)
     if enforce_enable and not enabled:
         enabled, why = True, why + ", overridden by enforce_enable=True"
     why = f"custom_ops: {why}"
@@ -463,7 +441,8 @@ def binding_info() -> dict[str, Any]:
     (``bound``), its ``route`` and why."""
     from opcore.platforms import get_current_platform
 
-    platform, config = get_current_platform(), get_current_config()
+    platform, config = get_current_platform(), settings.get_current_config()
+    settings.check_pending_names(config, settings.LAYER_OPS)
     with _lock:
         registry = {}
         for name, e in sorted(_registry.items()):
@@ -488,6 +467,18 @@ def binding_info() -> dict[str, Any]:
             "bindings": {k: dict(v) for k, v in sorted(_bindings.items())},
             "registry": registry,
         }
+
+
+def _custom_op_names() -> list[str]:
+    """The registered layer names that ``custom_ops`` items may name (`CustomOp` layers;
+    a `PluggableLayer` has no forward to switch)."""
+    with _lock:
+        return [n for n, e in sorted(_registry.items()) if issubclass(e.base, CustomOp)]
+
+
+# Configs' custom_ops names are checked against this registry (the config layer sits below
+# the layers and cannot import them).
+settings.register_name_source(settings.LAYER_OPS, _custom_op_names)
 
 
 def clear_binding_records() -> None:

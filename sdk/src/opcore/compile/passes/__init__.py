@@ -29,7 +29,7 @@ from opcore.compile.passes.fuse_quant import PASSES as QUANT_PASSES
 from opcore.compile.passes.fuse_split_qkv_rmsnorm_rope import fuse_split_qkv_rmsnorm_rope
 from opcore.compile.passes.lower import LoweringError, lower
 from opcore.compile.record import CompileRecord, collecting
-from opcore.ir.op import bump_generation
+from opcore.ir.dispatch import bump_generation
 
 FusionPass = Callable[[fx.Graph], int]
 
@@ -81,7 +81,7 @@ def run_post_aot(graph: fx.Graph, record: CompileRecord, config) -> None:
     """Passes 2-4 on ``graph`` under ``config`` (made current while fusing and lowering, so
     dispatch sees the compile's mode and priorities). The fusion passes run are
     ``record.fusion_passes`` (when ``record.fusion``); their misses land in the record."""
-    from opcore.config import set_current_config
+    from opcore.settings import set_current_config
 
     with set_current_config(config):
         if record.fusion:

@@ -37,7 +37,7 @@ _is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 # OPCORE_IR_CHECK_VALUES=1 reads positions on every device (a device sync per call). Read
 # at import with the switch values every core switch accepts; a bad value is reported, one
-# line naming it, when the config is created (opcore.config.check_environment).
+# line naming it, when the config is created (opcore.settings.check_environment).
 _CHECK_ALL_DEVICES = os.environ.get("OPCORE_IR_CHECK_VALUES", "").strip().lower() in FLAG_ON
 
 
