@@ -33,7 +33,7 @@ import torch
 
 import opcore
 from opcore.ir import all_ops, ops
-from opcore.ir.op import is_tracing
+from opcore.ir.dispatch import is_tracing
 from opcore.testing.ir import temporary_impl
 
 TIMER = time.thread_time

@@ -334,7 +334,7 @@ def test_one_case_id_names_the_same_inputs_in_quick_and_full_mode():
 
 def test_an_op_declares_its_budget_next_to_its_tolerances():
     import opcore.ir as ir
-    from opcore.ir.op import unregister_op
+    from opcore.testing.ir import unregister_op
 
     def budget_probe_op(x: torch.Tensor) -> torch.Tensor:
         return x * 2

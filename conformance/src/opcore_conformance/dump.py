@@ -219,7 +219,7 @@ def run_provider(inputs):
     load()
     all_ops = getattr(opcore.ir, "all_ops", None)
     if all_ops is None:
-        from opcore.ir.op import all_ops
+        from opcore.ir import all_ops
     op = all_ops()[META["op"]]
     provider = META["provider"]
     args = move(inputs["args"], META["device"])

@@ -56,7 +56,7 @@ def load_kernels(platform: Any) -> None:
 
 
 def all_ops() -> dict[str, Any]:
-    from opcore.ir.op import all_ops as _all
+    from opcore.ir import all_ops as _all
 
     return _all()
 

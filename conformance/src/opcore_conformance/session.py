@@ -587,7 +587,7 @@ def _identities() -> dict[str, dict[str, dict[str, str | None]]]:
     whole identity hash (the header's provider table shows a prefix) and the distribution
     whose module defines the provider."""
     try:
-        from opcore.ir.op import all_ops
+        from opcore.ir import all_ops
     except ImportError:
         return {}
     out: dict[str, dict[str, dict[str, str | None]]] = {}

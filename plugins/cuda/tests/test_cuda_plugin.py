@@ -154,7 +154,7 @@ def test_import_ir_kernels_registers_triton_on_the_six_ops():
     code = (
         "from opcore_plugin_cuda.platform import CudaPlatform, TRITON_OPS;"
         "CudaPlatform().import_ir_kernels();"
-        "from opcore.ir.op import all_ops;"
+        "from opcore.ir import all_ops;"
         "registered = sorted(n for n, op in all_ops().items() if 'triton' in op.impls);"
         "assert registered == sorted(TRITON_OPS), registered;"
         "print('ok')"

@@ -25,8 +25,7 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 
-from opcore.ir import ops
-from opcore.ir.op import all_ops
+from opcore.ir import all_ops, ops
 
 SAMPLES_PER_OP = 3
 CALLS = 3

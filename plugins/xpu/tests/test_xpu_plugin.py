@@ -72,7 +72,7 @@ def test_xpu_defaults_simulated_intel_triton_backend(monkeypatch):
     p = XpuPlatform()
     p.import_ir_kernels()
     priority = p.get_default_ir_op_priority(None)
-    from opcore.ir.op import all_ops
+    from opcore.ir import all_ops
 
     with_triton = {name for name, op in all_ops().items() if "triton" in op.impls}
     assert {"rms_norm", "split_qkv_rmsnorm_rope"} <= with_triton

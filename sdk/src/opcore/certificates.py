@@ -364,7 +364,7 @@ def _provider_file(impl: Any) -> tuple[str | None, str | None]:
 
 
 def provider_distribution(impl: Any, installed: Installed | None = None) -> tuple[str | None, str]:
-    """The installed distribution registering provider ``impl`` (an `opcore.ir.op.Impl`):
+    """The installed distribution registering provider ``impl`` (an `opcore.ir.Impl`):
     the one that installed the source file its identity hashes. ``(name, "")``, or
     ``(None, why)``."""
     path, top = _provider_file(impl)
@@ -498,7 +498,7 @@ def info(platform: Any = None, config: Any = None) -> dict[str, Any]:
     distribution registering it. Certificates are looked for in the package of each
     provider's function and in the platform's package. ``errors``: certificate files that
     cannot be used (one line each)."""
-    from opcore.ir.op import all_ops
+    from opcore.ir import all_ops
     from opcore.platforms import get_current_platform
     from opcore.platforms.kernels import ensure_kernels_loaded
 

@@ -60,7 +60,7 @@ class XpuPlatform(TorchDevicePlatform):
         return out
 
     def get_default_ir_op_priority(self, config) -> dict[str, list[str]]:
-        from opcore.ir.op import all_ops
+        from opcore.ir import all_ops
 
         usable = self.default_providers()
         priority = {}

@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, signals: _Signals) -> int:
     import torch
 
-    from opcore.ir.op import all_ops, get_op
+    from opcore.ir import all_ops, get_op
     from opcore.platforms.kernels import ensure_kernels_loaded
     from opcore.properties import check_names
     from opcore.tuner import search

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.library import Library
 
-from opcore.ir.op import Impl, IrOp, all_ops
+from opcore.ir import Impl, IrOp, all_ops
 from opcore.ir.outputs import fresh_outputs
 
 NAMESPACE = "opcore_impl"

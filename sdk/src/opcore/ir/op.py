@@ -53,7 +53,6 @@ __all__ = [
     "priority_overrides",
     "register_op",
     "registry_generation",
-    "unregister_op",
 ]
 
 logger = logging.getLogger("opcore.ir")
@@ -602,15 +601,13 @@ def register_op(
     return decorator
 
 
-def unregister_op(name: str) -> None:
-    """Remove an op and its torch registration. For tests (`opcore.testing.ir`), not part
-    of the public API: compiled code that captured the op keeps a dangling reference."""
-    with _registry_lock:
-        op = _REGISTRY.pop(name, None)
-        if op is None:
-            raise KeyError(f"no op named {name!r}")
-        op._unregister_torch_op()
-        bump_generation()
+def _forget(op: IrOp) -> None:
+    """`opcore.ir.registry.unregister_op` removed ``op`` from the table."""
+    op._unregister_torch_op()
+    bump_generation()
+
+
+registry.on_unregister(_forget)
 
 
 def _check_namespace_free(name: str) -> None:

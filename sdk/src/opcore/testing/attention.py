@@ -15,7 +15,7 @@ Neither is part of `opcore.attention`: in a running process a registered name st
 (configs were checked against it, layers hold the class it selected) and the selection
 records are the history `opcore info` shows.
 They live beside the state they reset (`opcore.attention.registry`,
-`opcore.attention.selector`), as `unregister_op` lives in `opcore.ir.op`; the package
+`opcore.attention.selector`), as `unregister_op` lives in `opcore.ir.registry`; the package
 `opcore.attention` does not export them, and tests import them from here.
 """
 

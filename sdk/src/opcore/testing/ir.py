@@ -20,7 +20,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from opcore.ir.op import IrOp, register_op, unregister_op
+from opcore.ir import IrOp, register_op
+from opcore.ir.registry import unregister_op
 
 __all__ = ["temporary_impl", "temporary_op", "unregister_op"]
 

@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from opcore.ir.op import IrOp, all_ops
+from opcore.ir import IrOp, all_ops
 
 
 def ir_targets() -> tuple[dict[Any, IrOp], dict[Any, IrOp]]:

@@ -44,7 +44,7 @@ import torch.fx as fx
 from opcore.compile import opaque
 from opcore.compile.passes import fx_utils
 from opcore.compile.record import LoweringDecision
-from opcore.ir.op import Impl, IrOp
+from opcore.ir import Impl, IrOp
 
 logger = logging.getLogger("opcore.compile")
 
