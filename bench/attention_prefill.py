@@ -296,6 +296,58 @@ def measure_mixed(device: str, time_fn, quick: bool) -> dict:
     return out
 
 
+# (BLOCK_M, BLOCK_N, warps, stages, page mode or None): the settings near the best of a
+# wider sweep on the H200 (2026-12-02: BLOCK_M 64/128 x BLOCK_N 64/128 x warps 4/8 x stages
+# 2/3/4, page mode chosen or 0).
+SWEEP = (
+    (128, 64, 4, 3, None),
+    (128, 64, 8, 3, None),
+    (128, 64, 4, 2, None),
+    (128, 128, 8, 3, None),
+    (64, 64, 4, 2, None),
+    (128, 64, 8, 3, 0),
+)
+
+
+def sweep(device: str, time_fn) -> list[dict]:
+    """The prefill kernel alone under several launch settings (and page modes), on
+    4 x 4096 tokens, 32/8 heads x 128, bf16, block sizes 16 and 128."""
+    from opcore.attention.backends import _triton_prefill as P
+    from opcore.attention.backends.triton_paged import LOG2E
+
+    out = []
+    for bs in (16, 128):
+        row = dict(batch=4, q_len=4096, ctx=4096, heads=32, kv_heads=8, head_size=128,
+                   dtype="bfloat16", block_size=bs)  # fmt: skip
+        p = Problem(row, device)
+        flops = causal_flops(4, 4096, 4096, 32, 128)
+        ref = p.paged(p.new)().float()
+        for bm, bn, w, st, mode in SWEEP:
+            cfg = P.PrefillLaunch(bm, bn, w, st, mode)
+
+            def fn(cfg=cfg, p=p):
+                P.launch_prefill(
+                    query=p.q, key_cache=p.cache[0], value_cache=p.cache[1], out=p.out,
+                    metadata=p.metadata, num_heads=32, num_kv_heads=8, head_size=128,
+                    qk_scale=p.scale * LOG2E, window=1 << 30, softcap=0.0, causal=True,
+                    skip_decode_rows=False, interpret=device != "cuda", launch=cfg,
+                )  # fmt: skip
+                return p.out
+
+            try:
+                err = float((fn().float() - ref).abs().max())
+                med, q25, q75 = time_fn(fn)
+            except Exception as exc:  # out of resources, for one
+                out.append(dict(block_size=bs, launch=str(cfg), error=str(exc)[:200]))
+                print(bs, cfg, "error", str(exc)[:100], flush=True)
+                continue
+            tf = flops / (med * 1e-3) / 1e12
+            out.append(dict(block_size=bs, launch=str(cfg), tflops=tf, ms=med, err=err))
+            print(f"bs{bs} {cfg}: {tf:.0f} TFLOP/s [{flops / (q75 * 1e-3) / 1e12:.0f}-"
+                  f"{flops / (q25 * 1e-3) / 1e12:.0f}] err {err:.1e}", flush=True)  # fmt: skip
+    return out
+
+
 def env_line(device: str) -> str:
     import torch
     import triton
@@ -360,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rep-ms", type=int, default=50, help="do_bench time per provider")
     ap.add_argument("--budget-s", type=float, default=200.0, help="stop starting rows after")
     ap.add_argument("--limit", type=int, default=0, help="measure at most this many rows")
+    ap.add_argument("--sweep", action="store_true", help="only the launch-settings sweep")
     args = ap.parse_args(argv)
     if args.quick and "TRITON_INTERPRET" not in os.environ:
         import torch
@@ -372,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.makedirs(args.out, exist_ok=True)
     time_fn = timer(device, args.rep_ms)
+    if args.sweep:
+        with open(os.path.join(args.out, "attention_prefill_sweep.json"), "w") as f:
+            json.dump({"env": env_line(device), "sweep": sweep(device, time_fn)}, f, indent=1)
+        return 0
     start = time.monotonic()
     rows = grid(args.quick)
     if args.limit:

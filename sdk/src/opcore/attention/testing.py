@@ -8,7 +8,7 @@ The conformance suite (``opcore_conformance``) calls this interface:
     batch), block size 16/32/64, GQA ratio 1/4/8 (2 kv heads), head size 64/128, sliding
     window none/32, dtype float16/bfloat16 (216 cases), plus soft-cap, non-causal and MQA
     cases, and prefill/chunked cases at tile edges (`EDGE_MIXES`: new-token counts 1, 127,
-    128 and 129 around 128-row query tiles and 64-key tiles, whole prompts and chunks over
+    128 and 129 around 64- and 128-row query tiles and 64-key tiles, whole prompts and chunks over
     a cached prefix that ends inside a page, windows that cut tiles, pages smaller than,
     equal to and larger than a key tile, and a page size that is no power of two).
     ``quick=True`` yields a small subset that still takes every value of every axis.
@@ -55,7 +55,7 @@ BATCH_MIXES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "prefill": ((23, 70, 5, 40), (23, 70, 5, 130)),
     "mixed": ((1, 33, 1, 17, 1), (200, 33, 77, 90, 16)),
 }
-# Tile-edge batches (query_lens, seq_lens), for the prefill kernel's 128-row query tiles and
+# Tile-edge batches (query_lens, seq_lens), for the prefill kernel's 64/128-row query tiles and
 # 64-key tiles: whole prompts of 1, 127, 128 and 129 tokens; chunks of those lengths over a
 # cached prefix that ends inside a page (33, 256 + 1, 100 tokens before the chunk) and a
 # decode row; a long chunk whose window cuts tiles on both sides.

@@ -15,13 +15,13 @@ prompt sees the cached prefix, and its own earlier tokens)::
 
 It is evaluated with an online softmax in base 2 (``exp2``, the scale folded into
 ``qk_scale = scale * log2(e)``), fp32 accumulation, one program per (query head, tile of
-``BLOCK_M`` new tokens of one sequence).
+``BLOCK_M`` new tokens of one sequence; `prefill_launch_config` picks the tiles).
 
 Key tiles (``BLOCK_N`` positions, aligned to ``BLOCK_N``) are read as whole runs of pages
 (``PAGE_MODE``):
 
-- 1: ``block_size`` divides ``BLOCK_N``: the tile's ``BLOCK_N // block_size`` block ids
-  are loaded from the block table and expanded to row offsets;
+- 1: ``block_size`` divides ``BLOCK_N``: the tile covers ``BLOCK_N // block_size`` whole
+  pages; the block ids are read per position with the page size a compile-time constant;
 - 2: ``BLOCK_N`` divides ``block_size``: one block id per tile, contiguous rows;
 - 0: any other page size: one block-table entry per key position.
 
@@ -53,36 +53,45 @@ LOG2E = 1.4426950408889634
 
 @dataclasses.dataclass(frozen=True)
 class PrefillLaunch:
-    """Tile sizes and launch settings of `paged_prefill_kernel`."""
+    """Tile sizes and launch settings of `paged_prefill_kernel` (``page_mode``: None picks
+    `page_mode`; an int forces one, for sweeps: 0 works for every page size)."""
 
     block_m: int
     block_n: int
     num_warps: int
     num_stages: int
+    page_mode: int | None = None
 
 
-def prefill_launch_config(head_size: int, dtype: torch.dtype) -> PrefillLaunch:
-    """The prefill launch for a head size and dtype (the interpreter ignores warps and
-    stages but uses the same tiles, so the CPU tests cover the GPU's tile edges).
+def prefill_launch_config(
+    head_size: int, dtype: torch.dtype, block_size: int | None = None
+) -> PrefillLaunch:
+    """The prefill launch for a head size, dtype and page size (the interpreter ignores
+    warps and stages but uses the same tiles, so the CPU tests cover the GPU's tile edges).
 
-    ============  =======  =======  =====  ======  ===========================================
-    head (pad)    BLOCK_M  BLOCK_N  warps  stages  why
-    ============  =======  =======  =====  ======  ===========================================
-    <= 64         128      64       4      3       small tiles: 4 warps keep 128 rows busy
-    <= 128        128      64       8      3       the FlashAttention-2 shape for d=128
-    > 128 (256)   64       64       8      2       a 128 x 256 fp32 accumulator spills; two
-                                                   stages of 64 x 256 K and V fit shared memory
-    ============  =======  =======  =====  ======  ===========================================
+    ===========  ==========  =======  =======  =====  ======
+    head (pad)   page        BLOCK_M  BLOCK_N  warps  stages
+    ===========  ==========  =======  =======  =====  ======
+    <= 64        any         128      64       4      3
+    <= 128       >= 64       128      64       4      3
+    <= 128       < 64        64       64       4      2
+    > 128 (256)  any         64       64       8      2
+    ===========  ==========  =======  =======  =====  ======
 
-    fp32 (not a supported dtype of ``TRITON_PAGED`` today) would halve ``BLOCK_N``. Chosen
-    from the shapes FlashAttention kernels use, not yet tuned on a device: see
-    docs/attention.md.
+    Head size 128 was swept on an H200 (4 x 4096 tokens, 32/8 heads, bf16; BLOCK_M 64/128,
+    BLOCK_N 64/128, warps 4/8, stages 2/3/4): with pages of 128 (one block id per key tile)
+    128 x 64 with 4 warps and 3 stages was best (364 TFLOP/s; 8 warps: 320); with pages of
+    16, whose tiles read one block-table entry per key, 64 x 64 with 4 warps and 2 stages
+    (312; 128 x 64 with 8 warps: 254). Head sizes 64 and 256 are not tuned yet: 256 takes
+    64-row tiles because a 128 x 256 fp32 accumulator would spill. fp32 (not a dtype
+    ``TRITON_PAGED`` supports today) would halve ``BLOCK_N``. docs/attention.md.
     """
     pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     if pad <= 64:
         cfg = PrefillLaunch(128, 64, 4, 3)
     elif pad <= 128:
-        cfg = PrefillLaunch(128, 64, 8, 3)
+        small_pages = block_size is not None and block_size < 64
+        cfg = PrefillLaunch(64, 64, 4, 2) if small_pages else PrefillLaunch(128, 64, 4, 3)
     else:
         cfg = PrefillLaunch(64, 64, 8, 2)
     if dtype == torch.float32:
@@ -115,12 +124,13 @@ def _kv_rows(
     """Element offsets of key positions ``kpos = start + arange(BLOCK_N)`` in a cache of
     block stride ``stride_b`` and slot stride ``stride_s`` (``[BLOCK_N]``, int64)."""
     if PAGE_MODE == 1:
-        # A run of BLOCK_N // PAGE whole pages: load their ids, expand to rows.
-        NPT: tl.constexpr = BLOCK_N // PAGE
-        page = start // PAGE + tl.arange(0, NPT)
+        # A run of BLOCK_N // PAGE whole pages. Their ids are read per key position with a
+        # compile-time page size (shifts, the same few entries, cached): on an H200 this
+        # beat loading the BLOCK_N // PAGE ids and expanding them with tl.reshape (240 vs
+        # 169 TFLOP/s at 4 x 4096, 32/8 x 128, bf16, block 16), which adds a layout change.
+        page = kpos // PAGE
         ids = tl.load(bt_row + page, mask=page < n_pages, other=0).to(tl.int64)
-        rows = ids[:, None] * stride_b + tl.arange(0, PAGE)[None, :] * stride_s
-        return tl.reshape(rows, (BLOCK_N,))
+        return ids * stride_b + (kpos % PAGE).to(tl.int64) * stride_s
     elif PAGE_MODE == 2:
         # The tile lies in one page.
         blk = tl.load(bt_row + start // PAGE).to(tl.int64)
@@ -416,8 +426,8 @@ def launch_prefill(
     token left alone when ``skip_decode_rows``). No host synchronisation: the grid comes
     from the metadata's host-side counts."""
     block_size = key_cache.shape[1]
-    cfg = launch or prefill_launch_config(head_size, query.dtype)
-    mode = page_mode(block_size, cfg.block_n)
+    cfg = launch or prefill_launch_config(head_size, query.dtype, block_size)
+    mode = page_mode(block_size, cfg.block_n) if cfg.page_mode is None else cfg.page_mode
     head_pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     num_seqs = metadata.num_seqs
     grid = (num_heads, metadata.num_tokens // cfg.block_m + num_seqs)
