@@ -80,7 +80,7 @@ def binder(fn: Callable[..., Any]) -> Callable[..., tuple[Any, Callable[..., Any
             _state.recording = outer
         try:
             replay = _replay(fn, rec, args, result)
-        except _Unbindable as why:
+        except Exception as why:  # the call is computed: an unbindable one stays unbound
             logger.debug("%s: not bound (%s)", getattr(fn, "__qualname__", fn), why)
             replay = None
         return result, replay
@@ -162,7 +162,9 @@ def _replay(fn: Callable, rec: _Recording, args: tuple, result: Any) -> Callable
     allocs = rec.allocs
     specs = [(tuple(t.shape), t.stride(), t.dtype, t.device) for t in allocs]
     plan = _result_plan(result, args, allocs)
-    interpreted = any(c is None for *_, c in rec.launches)
+    # Under the interpreter there is no compiled kernel; with no launch at all (empty
+    # inputs) there is nothing to launch either: both replay through the kernels' call.
+    interpreted = not rec.launches or any(c is None for *_, c in rec.launches)
     steps = []
     for kernel, grid, kargs, options, compiled in rec.launches:
         if interpreted:
