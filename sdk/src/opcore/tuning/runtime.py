@@ -461,7 +461,7 @@ def launch_config(
     if row is None:
         return None
     t = int(tokens)
-    return row[(t - 1).bit_length() if t > 1 else 0]
+    return row[token_bucket(t)]
 
 
 @contextlib.contextmanager
@@ -531,14 +531,14 @@ def router_for(op: str, decision: Any, impls: Mapping[str, Any]) -> Callable[[tu
             row = get(key)
             if row is None:
                 return None
-            return row[(t - 1).bit_length() if t > 1 else 0]
+            return row[token_bucket(t)]
         except (TypeError, AttributeError):
             # symbolic sizes (tracing): the key function reads their hints
             dtype, t, shape = keyfn(*args)
             row = get((dtype,) + tuple(shape))
             if row is None:
                 return None
-            return row[(t - 1).bit_length() if t > 1 else 0]
+            return row[token_bucket(t)]
 
     if not keyed_by_first_arg(op):
 
