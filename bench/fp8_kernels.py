@@ -33,16 +33,7 @@ import time
 
 import torch
 
-QUANT_OPS = (
-    "scaled_fp8_quant",
-    "dynamic_per_token_scaled_fp8_quant",
-    "per_token_group_quant_fp8",
-    "rms_norm_static_fp8_quant",
-    "fused_add_rms_norm_static_fp8_quant",
-    "rms_norm_dynamic_per_token_quant",
-    "silu_and_mul_fp8_quant",
-    "silu_and_mul_per_token_group_fp8_quant",
-)
+from opcore.kernels import FP8_OPS as QUANT_OPS
 
 
 def _tensors(out):

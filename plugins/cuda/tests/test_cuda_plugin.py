@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import opcore_plugin_cuda
+from opcore.kernels import TRITON_OPS
 from opcore.platforms import Absent, Platform
 from opcore.platforms.api_version import removed_members
 from opcore_plugin_cuda.platform import (
-    TRITON_OPS,
     CudaPlatform,
     dtypes_for_capability,
     fp8_for_capability,
@@ -152,7 +152,8 @@ def test_dtypes_by_capability():
 def test_import_ir_kernels_registers_triton_on_the_six_ops():
     # In a child: importing the kernels here would build them for the GPU in this process.
     code = (
-        "from opcore_plugin_cuda.platform import CudaPlatform, TRITON_OPS;"
+        "from opcore.kernels import TRITON_OPS;"
+        "from opcore_plugin_cuda.platform import CudaPlatform;"
         "CudaPlatform().import_ir_kernels();"
         "from opcore.ir import all_ops;"
         "registered = sorted(n for n, op in all_ops().items() if 'triton' in op.impls);"

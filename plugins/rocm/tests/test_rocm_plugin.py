@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import opcore_plugin_rocm
+from opcore.kernels import TRITON_OPS
 from opcore.platforms import Absent, Platform
 from opcore.platforms.api_version import removed_members
-from opcore_plugin_rocm.platform import TRITON_OPS, RocmPlatform, fp8_for_arch
+from opcore_plugin_rocm.platform import RocmPlatform, fp8_for_arch
 from opcore_plugin_rocm.probe import PLATFORM_CLASS, probe
 
 

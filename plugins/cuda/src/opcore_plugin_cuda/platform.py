@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from opcore.kernels import TRITON_OPS
+from opcore.kernels import triton_default_priority
 from opcore.platforms.torch_device import TorchDevicePlatform
 
 
@@ -90,7 +90,8 @@ NATIVE_PROPERTIES = {
 
 class CudaPlatform(TorchDevicePlatform):
     """NVIDIA GPUs. Kernels: the portable Triton providers (`opcore.kernels.triton`),
-    preferred to native for the six ops (reached by the layers' ``forward_native``);
+    preferred to native for the ops of `opcore.kernels.TRITON_OPS` (reached by the layers'
+    ``forward_native``);
     attention tries ``TRITON_PAGED`` then ``TORCH_NATIVE``."""
 
     name = "cuda"
@@ -119,16 +120,7 @@ class CudaPlatform(TorchDevicePlatform):
             get_op(op).declare_native_properties(properties)
 
     def get_default_ir_op_priority(self, config: Any) -> dict[str, list[str]]:
-        # triton_batch_invariant after triton: it runs where a config requires
-        # batch_invariant, which triton's norms do not declare (docs/properties.md).
-        from opcore.kernels.triton import batch_invariant
-
-        return {
-            op: ["triton", batch_invariant.PROVIDER, "native"]
-            if op in batch_invariant.OPS
-            else ["triton", "native"]
-            for op in TRITON_OPS
-        }
+        return triton_default_priority()
 
     def get_device_communicator_cls(self) -> str | None:
         return "opcore_plugin_cuda.communicator.CudaCommunicator"

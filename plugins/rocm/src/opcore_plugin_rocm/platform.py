@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from opcore.kernels import TRITON_OPS
+from opcore.kernels import triton_default_priority
 from opcore.platforms.torch_device import TorchDevicePlatform
 
 
@@ -80,16 +80,7 @@ class RocmPlatform(TorchDevicePlatform):
         import opcore.kernels.triton.batch_invariant  # noqa: F401  (its row-count-free variant)
 
     def get_default_ir_op_priority(self, config: Any) -> dict[str, list[str]]:
-        # triton_batch_invariant after triton: it runs where a config requires
-        # batch_invariant, which triton's norms do not declare (docs/properties.md).
-        from opcore.kernels.triton import batch_invariant
-
-        return {
-            op: ["triton", batch_invariant.PROVIDER, "native"]
-            if op in batch_invariant.OPS
-            else ["triton", "native"]
-            for op in TRITON_OPS
-        }
+        return triton_default_priority()
 
     def get_device_communicator_cls(self) -> str | None:
         return "opcore_plugin_rocm.communicator.RocmCommunicator"

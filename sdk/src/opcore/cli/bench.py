@@ -44,7 +44,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     p.add_argument(
-        "--ops", type=_names, default=cases.OPS, help="comma-separated ops (default: all six)"
+        "--ops",
+        type=_names,
+        default=cases.OPS,
+        help=f"comma-separated ops (default: {','.join(cases.OPS)})",
     )
     p.add_argument(
         "--providers",

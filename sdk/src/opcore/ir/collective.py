@@ -29,7 +29,6 @@ from opcore.ir.ops import _checks as c
 from opcore.ir.ops import fused_add_rms_norm
 
 _FLOAT = c.FLOAT_SET
-_INF = c.INF
 _NORM_TOLERANCES = {torch.float16: (1e-2, 2e-3), torch.bfloat16: (2e-2, 1.6e-2)}
 
 
@@ -109,19 +108,14 @@ def _validate_fused_all_reduce_add_rms_norm(x, residual, weight, epsilon, group)
         dt = x.dtype
         if dt not in _FLOAT:
             c.bad_float(op, "x", x)
-        if not (type(epsilon) is float and 0.0 <= epsilon < _INF) and not c.other_eps_ok(epsilon):
+        if not c.eps_ok(epsilon):
             c.bad_eps(op, "epsilon", epsilon)
         if not (residual.dtype is dt and residual.shape == x.shape and residual.device == x.device):
             c.bad_like(
                 op, "residual", residual, "x", x, shape=tuple(x.shape), shape_text=" like 'x'"
             )
         if weight is not None:
-            if not (
-                weight.dtype is dt
-                and weight.ndim == 1
-                and weight.numel() == x.shape[-1]
-                and weight.device == x.device
-            ):
+            if not c.weight_ok(weight, x.shape[-1], dt, x.device):
                 c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
         elif not x.ndim:
             c.bad_float(op, "x", x)

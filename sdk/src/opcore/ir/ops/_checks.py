@@ -143,11 +143,22 @@ def bad_bool(op: str, arg: str, value: object) -> NoReturn:
     wrong_type(op, arg, value, "a bool")
 
 
+# The rules several ops share, each written once here (`bad_eps` / `bad_weight` say what broke).
+def eps_ok(eps: object) -> bool:
+    """The epsilon rule: a finite float >= 0, an int >= 0, or a symbolic float while
+    tracing (its value is not known here)."""
+    return (type(eps) is float and 0.0 <= eps < INF) or other_eps_ok(eps)
+
+
 def other_eps_ok(eps: object) -> bool:
-    """The rest of the epsilon rule, after ``type(eps) is float and 0.0 <= eps < INF``
-    (which a validator writes inline, the common case): an int >= 0, or a symbolic float
-    while tracing (its value is not known here)."""
+    """The epsilon rule but its common case (a finite float >= 0): an int >= 0, or a
+    symbolic float while tracing."""
     return (type(eps) is int and eps >= 0) or isinstance(eps, SymFloat)
+
+
+def weight_ok(w: torch.Tensor, size: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """The weight rule: a 1-D tensor of ``size`` elements, of ``dtype``, on ``device``."""
+    return w.dtype is dtype and w.ndim == 1 and w.numel() == size and w.device == device
 
 
 def positive_int_ok(value: object) -> bool:

@@ -16,7 +16,6 @@ from opcore.ir.ops import _checks as c
 from opcore.ir.samples import SampleInput, randn
 
 _FLOAT = c.FLOAT_SET
-_INF = c.INF
 _NORM_TOLERANCES = {torch.float16: (1e-2, 2e-3), torch.bfloat16: (2e-2, 1.6e-2)}
 
 
@@ -69,15 +68,10 @@ def _validate_rms_norm(x, weight, epsilon, variance_size=None):
         dt = x.dtype
         if dt not in _FLOAT:
             c.bad_float("rms_norm", "x", x)
-        if not (type(epsilon) is float and 0.0 <= epsilon < _INF) and not c.other_eps_ok(epsilon):
+        if not c.eps_ok(epsilon):
             c.bad_eps("rms_norm", "epsilon", epsilon)
         if weight is not None:
-            if not (
-                weight.dtype is dt
-                and weight.ndim == 1
-                and weight.numel() == x.shape[-1]
-                and weight.device == x.device
-            ):
+            if not c.weight_ok(weight, x.shape[-1], dt, x.device):
                 c.bad_weight("rms_norm", "weight", weight, x.shape[-1], "x", x)
         elif not x.ndim:
             c.bad_float("rms_norm", "x", x)
@@ -103,7 +97,7 @@ def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=N
         dt = x.dtype
         if dt not in _FLOAT:
             c.bad_float(op, "x", x)
-        if not (type(epsilon) is float and 0.0 <= epsilon < _INF) and not c.other_eps_ok(epsilon):
+        if not c.eps_ok(epsilon):
             c.bad_eps(op, "epsilon", epsilon)
         if not (
             x_residual.dtype is dt and x_residual.shape == x.shape and x_residual.device == x.device
@@ -112,12 +106,7 @@ def _validate_fused_add_rms_norm(x, x_residual, weight, epsilon, variance_size=N
                 op, "x_residual", x_residual, "x", x, shape=tuple(x.shape), shape_text=" like 'x'"
             )
         if weight is not None:
-            if not (
-                weight.dtype is dt
-                and weight.ndim == 1
-                and weight.numel() == x.shape[-1]
-                and weight.device == x.device
-            ):
+            if not c.weight_ok(weight, x.shape[-1], dt, x.device):
                 c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
         elif not x.ndim:
             c.bad_float(op, "x", x)

@@ -57,12 +57,6 @@ def split_qkv_rmsnorm_rope(
     return q, k, v
 
 
-def _weight_ok(w, head_size, dt, dev) -> bool:
-    return w is None or (
-        w.dtype is dt and w.ndim == 1 and w.shape[0] == head_size and w.device == dev
-    )
-
-
 @split_qkv_rmsnorm_rope.register_validator
 def _validate(
     qkv,
@@ -81,7 +75,7 @@ def _validate(
         dt, dev = qkv.dtype, qkv.device
         if dt not in c.FLOAT_SET or qkv.ndim < 2:
             c.bad_float(OP, "qkv", qkv, min_dim=2)
-        if not (type(epsilon) is float and 0.0 <= epsilon < c.INF) and not c.other_eps_ok(epsilon):
+        if not c.eps_ok(epsilon):
             c.bad_eps(OP, "epsilon", epsilon)
         for arg, value in (
             ("num_heads", num_heads),
@@ -98,9 +92,9 @@ def _validate(
                 f"last dim is {qkv.shape[-1]}, but (num_heads + 2 * num_kv_heads) * head_size = "
                 f"({num_heads} + 2 * {num_kv_heads}) * {head_size} = {expected}",
             )
-        if not _weight_ok(q_weight, head_size, dt, dev):
+        if q_weight is not None and not c.weight_ok(q_weight, head_size, dt, dev):
             c.bad_weight(OP, "q_weight", q_weight, head_size, "qkv", qkv)
-        if not _weight_ok(k_weight, head_size, dt, dev):
+        if k_weight is not None and not c.weight_ok(k_weight, head_size, dt, dev):
             c.bad_weight(OP, "k_weight", k_weight, head_size, "qkv", qkv)
         if not c.cache_ok(cos_sin_cache, head_size, dt, dev):
             c.bad_cache(OP, cos_sin_cache, head_size, "qkv", qkv)

@@ -1,9 +1,11 @@
 """Portable Triton kernels, registered as provider ``triton`` on the `opcore.ir` ops.
 
 Shared by the cuda, rocm and xpu platforms, which import this package from their
-``import_ir_kernels`` hook. Importing it registers the provider on all six ops:
-``rms_norm``, ``fused_add_rms_norm`` (in place), ``silu_and_mul``, ``gelu_and_mul``,
-``rotary_embedding`` (in place) and ``split_qkv_rmsnorm_rope`` (one fused kernel).
+``import_ir_kernels`` hook. Importing it registers the provider on every op of
+`opcore.kernels.TRITON_OPS`: ``rms_norm``, ``fused_add_rms_norm`` (in place),
+``silu_and_mul``, ``gelu_and_mul``, ``rotary_embedding`` (in place),
+``split_qkv_rmsnorm_rope`` (one fused kernel) and the eight fp8 ops
+(`opcore.kernels.FP8_OPS`).
 
 The package imports without Triton or a GPU: the provider is then registered with
 ``supported=False`` (so `opcore info` shows why it does not run) and the kernel modules

@@ -13,6 +13,7 @@ import inspect
 import torch
 
 from opcore.ir import ops
+from opcore.kernels import FP8_OPS
 from opcore.kernels.triton import HAS_TRITON, PROVIDER
 from opcore.kernels.triton._support import (
     FLOAT_DTYPES,
@@ -31,6 +32,7 @@ if HAS_TRITON:
         _launch,
         _support,
         activation,
+        moe,
         norm,
         qk_norm_rope,
         quant,
@@ -284,17 +286,91 @@ def supports_silu_and_mul_per_token_group_fp8_quant(x, group_size=128) -> bool:
     )
 
 
-# The fp8 ops and their kernels (`quant`), by op name; each op's ``supports_<op>`` above.
-QUANT_OPS = (
-    "scaled_fp8_quant",
-    "dynamic_per_token_scaled_fp8_quant",
-    "per_token_group_quant_fp8",
-    "rms_norm_static_fp8_quant",
-    "fused_add_rms_norm_static_fp8_quant",
-    "rms_norm_dynamic_per_token_quant",
-    "silu_and_mul_fp8_quant",
-    "silu_and_mul_per_token_group_fp8_quant",
-)
+# --------------------------------------------------------------------------- mixture of experts
+# The routing and align kernels hold a row of E experts in registers (`moe.MAX_EXPERTS`).
+def _experts_ok(n) -> bool:
+    return 0 < n <= 1024
+
+
+def supports_topk_softmax(gating_output, topk, renormalize) -> bool:
+    if not (_float(gating_output) and isinstance(renormalize, bool) and _on_device(gating_output)):
+        return False
+    shape = gating_output.shape
+    return bool(len(shape) == 2 and _experts_ok(shape[1]) and _pos_int(topk) and topk <= shape[1])
+
+
+def supports_grouped_topk(
+    gating_output,
+    topk,
+    renormalize,
+    num_expert_group,
+    topk_group,
+    scoring_func="softmax",
+    routed_scaling_factor=1.0,
+    e_score_correction_bias=None,
+) -> bool:
+    # With a bias the order is that of s + bias, where the kernel's fp32 exp/sigmoid (a few
+    # ULPs off torch's) could swap near-tied experts: those calls run on the next provider.
+    if e_score_correction_bias is not None or scoring_func not in ("softmax", "sigmoid"):
+        return False
+    if not (_scalar(routed_scaling_factor) and supports_topk_softmax(gating_output, 1, renormalize)):
+        return False
+    experts = gating_output.shape[1]
+    if not (_pos_int(num_expert_group) and num_expert_group <= 64 and _pos_int(topk_group)):
+        return False
+    return bool(
+        experts % num_expert_group == 0
+        and topk_group <= num_expert_group
+        and _pos_int(topk)
+        and topk <= topk_group * (experts // num_expert_group)
+    )
+
+
+def supports_fused_experts(
+    hidden_states,
+    w13,
+    w2,
+    topk_weights,
+    topk_ids,
+    activation="silu",
+    apply_router_weight_on_input=False,
+) -> bool:
+    x = hidden_states
+    if not (
+        _float(x)
+        and isinstance(w13, _Tensor)
+        and isinstance(w2, _Tensor)
+        and w13.dtype == x.dtype
+        and w2.dtype == x.dtype
+        and _float(topk_weights)
+        and isinstance(topk_ids, _Tensor)
+        and topk_ids.dtype in INDEX_DTYPES
+        and activation in ("silu", "gelu")
+        and isinstance(apply_router_weight_on_input, bool)
+        and _on_device(x, w13, w2, topk_weights, topk_ids)
+    ):
+        return False
+    if len(x.shape) != 2 or len(w13.shape) != 3 or len(w2.shape) != 3 or len(topk_ids.shape) != 2:
+        return False
+    tokens, hidden = x.shape
+    experts, two_i = w13.shape[0], w13.shape[1]
+    k = topk_ids.shape[1]
+    return bool(
+        _experts_ok(experts)
+        and hidden > 0
+        and two_i > 0
+        and two_i % 2 == 0
+        and w13.shape[2] == hidden
+        and tuple(w2.shape) == (experts, hidden, two_i // 2)
+        and topk_ids.shape[0] == tokens
+        and tuple(topk_weights.shape) == (tokens, k)
+        and 0 < k <= experts
+        and (not apply_router_weight_on_input or k == 1)
+        and tokens * k < 2**31 // 2  # pair indices are int32
+    )
+
+
+MOE_OPS = ("topk_softmax", "grouped_topk", "fused_experts")
 
 
 # --------------------------------------------------------------------------- registration
@@ -336,6 +412,14 @@ PROPERTIES = {
     "rms_norm_dynamic_per_token_quant": _REDUCING,
     "silu_and_mul_fp8_quant": _ELEMENTWISE,
     "silu_and_mul_per_token_group_fp8_quant": _ELEMENTWISE,
+    # Mixture of experts: no atomics and every sum in a fixed order (the slot sum of
+    # fused_experts is its own kernel), no host synchronisation (the block-aligned sort runs
+    # on the device; grids are sized for the worst routing). Not batch-invariant: the
+    # routing kernels' row sums follow ROWS and num_warps, which follow the token count, and
+    # a token's expert blocks (and BLOCK_M) change with the batch.
+    "topk_softmax": _REDUCING,
+    "grouped_topk": _REDUCING,
+    "fused_experts": _REDUCING,
 }
 
 
@@ -363,7 +447,8 @@ def _register(op_name, impl, supports, *, inplace=False, functional=None):
 
 
 def register_all() -> None:
-    """Register provider ``triton`` on the six ops, with its launch spaces (idempotent)."""
+    """Register provider ``triton`` on every op of `opcore.kernels.TRITON_OPS`, with its
+    launch spaces (idempotent)."""
     k = HAS_TRITON
     if k:
         spaces.register_spaces(PROVIDER)
@@ -389,8 +474,11 @@ def register_all() -> None:
         qk_norm_rope.split_qkv_rmsnorm_rope if k else None,
         supports_split_qkv_rmsnorm_rope,
     )
-    for name in QUANT_OPS:
+    # The fp8 ops: each has its kernel in `quant` and its ``supports_<op>`` above, by name.
+    for name in FP8_OPS:
         _register(name, getattr(quant, name) if k else None, globals()[f"supports_{name}"])
+    for name in MOE_OPS:
+        _register(name, getattr(moe, name) if k else None, globals()[f"supports_{name}"])
 
 
 register_all()

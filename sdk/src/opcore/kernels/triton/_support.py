@@ -11,11 +11,10 @@ import os
 
 import torch
 
+from opcore.kernels import TRITON_BACKEND_DEVICE_TYPES
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
-
-# Triton backend name -> the torch device type whose tensors that backend drives.
-_BACKEND_DEVICE = {"nvidia": "cuda", "amd": "cuda", "intel": "xpu"}
 
 
 def triton_importable() -> bool:
@@ -46,7 +45,11 @@ def driven_device_types(interpreted: bool) -> frozenset[str]:
         from triton.backends import backends
     except Exception:
         return frozenset()
-    return frozenset(_BACKEND_DEVICE[name] for name in backends if name in _BACKEND_DEVICE)
+    return frozenset(
+        TRITON_BACKEND_DEVICE_TYPES[name]
+        for name in backends
+        if name in TRITON_BACKEND_DEVICE_TYPES
+    )
 
 
 def row_layout(t: torch.Tensor) -> tuple[int, int, int] | None:
