@@ -313,7 +313,9 @@ def supports_grouped_topk(
     # ULPs off torch's) could swap near-tied experts: those calls run on the next provider.
     if e_score_correction_bias is not None or scoring_func not in ("softmax", "sigmoid"):
         return False
-    if not (_scalar(routed_scaling_factor) and supports_topk_softmax(gating_output, 1, renormalize)):
+    if not (
+        _scalar(routed_scaling_factor) and supports_topk_softmax(gating_output, 1, renormalize)
+    ):
         return False
     experts = gating_output.shape[1]
     if not (_pos_int(num_expert_group) and num_expert_group <= 64 and _pos_int(topk_group)):
