@@ -5,7 +5,10 @@ bound, fails; native and a correct reciprocal-multiplying provider pass.
 The defects live in a real installed distribution (`opcore.testing.make_distribution`); the
 suite runs in a fresh interpreter through ``python -m opcore_conformance`` on the cpu
 platform, over ``scaled_fp8_quant``'s samples (its ``ties_t4_h64`` sample holds only exact
-rounding ties, its ``saturating_rows`` sample values past the fp8 range).
+rounding ties, its ``saturating_rows`` sample values past the fp8 range), and over the
+dynamic quantizers' rows holding NaN and infinities (``nonfinite_rows*``): a provider whose
+scale takes NaN or inf into its amax (whole rows NaN or 0) fails there, and only there,
+while native (the scale from the finite elements) passes with NaN matched to NaN.
 """
 
 from __future__ import annotations
@@ -68,9 +71,24 @@ def wrong_bound(x, scale):
     return v.to(dt)
 
 
+def amax_nonfinite(x, scale_ub=None):
+    # DEFECT: the row's amax over every element, NaN and inf included: a NaN makes the
+    # scale and the whole row NaN, an inf makes the scale inf and the row 0 (inf / inf NaN)
+    m = fp8_max(fp8_dtype())
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1, keepdim=True)
+    if scale_ub is not None:
+        amax = torch.minimum(amax, scale_ub.float().reshape(()))
+    scales = (amax / m).clamp_min(torch.finfo(torch.float32).tiny)
+    return (xf / scales).clamp(-m, m).to(fp8_dtype()), scales
+
+
 def register():
     if "planted_fp8_trunc" in ops.scaled_fp8_quant.impls:
         return
+    ops.dynamic_per_token_scaled_fp8_quant.register_impl("planted_fp8_nan_amax")(
+        amax_nonfinite
+    )
     ops.scaled_fp8_quant.register_impl("planted_fp8_reciprocal")(reciprocal)
     ops.scaled_fp8_quant.register_impl("planted_fp8_trunc")(truncating)
     ops.scaled_fp8_quant.register_impl("planted_fp8_ties_away")(ties_away)
@@ -200,3 +218,70 @@ def test_a_dumped_fp8_case_reproduces_code_by_code(fp8_site, tmp_path, run_suite
         )  # fmt: skip
         assert proc.stdout.strip().endswith(verdict), proc.stdout + proc.stderr[-2000:]
         assert "fp8 values off the reference" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def nonfinite_run(fp8_site, tmp_path_factory, run_suite, read_statuses):
+    report_dir = tmp_path_factory.mktemp("fp8-nonfinite") / "reports"
+    proc = run_suite(
+        [
+            "--platform",
+            "cpu",
+            "--ops",
+            "dynamic_per_token_scaled_fp8_quant",
+            "--providers",
+            "planted_fp8_nan_amax,native",
+            "--dtypes",
+            "float32,bfloat16",
+            "--checks",
+            "numerics",
+            "--expectations",
+            "none",
+            "--no-progress",
+        ],
+        site=fp8_site,
+        report_dir=report_dir,
+    )
+    return proc, read_statuses(report_dir)
+
+
+def test_nan_and_inf_rows_fail_an_amax_that_takes_them_in(nonfinite_run):
+    proc, records = nonfinite_run
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    native = _cases(records, "native")
+    nonfinite = {k for k in native if k[1].startswith("nonfinite_rows")}
+    assert {s for _, s in nonfinite} == {
+        "nonfinite_rows_t6_h64",
+        "nonfinite_rows_scale_ub_t6_h64",
+    }, sorted(native)
+    assert {r["status"] for r in native.values()} == {"pass"}
+    planted = _cases(records, "planted_fp8_nan_amax")
+    failed = {k for k, r in planted.items() if r["status"] == "fail"}
+    # NaN where the reference has codes, or 0 where it has values: many codes off
+    assert failed == nonfinite, sorted(failed)
+    for key in failed:
+        message = planted[key]["message"]
+        assert "more than 1 code(s) from the reference" in message, message
+
+
+def test_opcheck_passes_on_outputs_holding_nan(fp8_site, tmp_path, run_suite, read_statuses):
+    """torch.library.opcheck's AOT comparison counts NaN as unequal to NaN; the fp8 ops'
+    NaN / inf rows run that comparison with NaN matching NaN (the case says so), and the
+    rest of opcheck as usual."""
+    cases = [
+        "opcheck[dynamic_per_token_scaled_fp8_quant-native-float32-nonfinite_rows_t6_h64]",
+        "opcheck[fused_add_rms_norm_static_fp8_quant-native-bfloat16-nonfinite_rows_t6_h64]",
+        "opcheck[dynamic_per_token_scaled_fp8_quant-native-float32-t1_h8]",
+    ]
+    args = ["--platform", "cpu", "--full", "--expectations", "none", "--no-progress"]
+    for case in cases:
+        args += ["--case", case]
+    proc = run_suite(args, site=fp8_site, report_dir=tmp_path / "reports")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    records = read_statuses(tmp_path / "reports")
+    assert set(records) == set(cases)
+    for case in cases[:2]:
+        details = records[case]["details"]
+        assert details["equal_nan"] == ["test_aot_dispatch_dynamic"], details
+        assert details["default"]["test_aot_dispatch_dynamic"] == "SUCCESS", details
+    assert "equal_nan" not in records[cases[2]]["details"]  # finite outputs: opcheck as is

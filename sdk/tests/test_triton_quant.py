@@ -5,8 +5,11 @@ at most one fp8 code apart on at most the op's declared fraction of elements, sc
 within float32 rounding, residual sums bit for bit; the fp32 -> fp8 rounding against
 torch's conversion over every fp8 value, every midpoint and random values in every
 binade; rows longer than one register tile (the three-pass path); the choice of provider;
-a platform declaring ``float8_e4m3fnuz``. And, outside the interpreter, the kernels
-compiled for sm_90 and gfx942 as a GPU would (no GPU needed to compile).
+a platform declaring ``float8_e4m3fnuz``; rows holding NaN and infinities (one rule with
+native: the scale from the finite elements, ±inf saturated, NaN kept);
+`silu_and_mul_fp8_quant` rounding once (fp16 products among fp16's subnormals). And,
+outside the interpreter, the kernels compiled for sm_90 and gfx942 as a GPU would (no GPU
+needed to compile).
 As in test_triton_kernels.py, the collected test re-runs this file in a child pytest with
 ``TRITON_INTERPRET=1`` (the interpreter must be on before the kernels are decorated).
 """
@@ -108,12 +111,23 @@ else:
     DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
     def code_distance(a, b):
+        """fp8 values apart; NaN and NaN 0 (any code: e4m3fnuz has one, at 0x80), NaN and a
+        number 1000."""
+
         def ordinal(t):
             bits = t.contiguous().view(torch.uint8).to(torch.int32)
             mag = bits & 0x7F
             return torch.where(bits >= 128, -mag, mag)
 
-        return (ordinal(a) - ordinal(b)).abs()
+        nan_a, nan_b = torch.isnan(a.float()), torch.isnan(b.float())
+        d = torch.where(nan_a & nan_b, 0, (ordinal(a) - ordinal(b)).abs())
+        return torch.where(nan_a != nan_b, 1000, d)
+
+    def same_bits(a, b):
+        """Equal, NaN where NaN (residual sums of rows holding infinities)."""
+        return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(
+            a.nan_to_num(), b.nan_to_num()
+        )
 
     def compare(op_name, got, want, dtype, where, counts, fp8=E4M3):
         got = got if isinstance(got, tuple) else (got,)
@@ -134,7 +148,7 @@ else:
                 # last bit may differ, moving the amax by a float32 ulp)
                 torch.testing.assert_close(g, w, atol=0, rtol=3e-7, msg=where)
             else:
-                assert torch.equal(g, w), f"{where}: output {i} differs"
+                assert same_bits(g, w), f"{where}: output {i} differs"
 
     @pytest.mark.parametrize("dtype", DTYPES, ids=str)
     @pytest.mark.parametrize("op_name", QUANT_OPS)
@@ -199,7 +213,8 @@ else:
         op = getattr(ops, op_name)
         counts = [0, 0]
         for s in op.sample_inputs("cpu", torch.bfloat16):
-            if not any(k in s.name for k in ("zero", "saturating", "tiny", "huge", "mixed")):
+            special = ("zero", "saturating", "tiny", "huge", "mixed", "nonfinite")
+            if not any(k in s.name for k in special):
                 continue
             with op.set_priority(["triton", "native"]):
                 got = op(*s.args, **s.kwargs)
@@ -208,6 +223,82 @@ else:
             assert first.dtype == torch.float8_e4m3fnuz
             compare(op_name, got, want, torch.bfloat16, s.name, counts, fp8=torch.float8_e4m3fnuz)
         assert counts[1] and counts[0] <= 0.04 * counts[1], counts
+
+    def nonfinite_rows():
+        """Six rows of eight: row 0 finite, rows 1-4 the same values with NaN / +inf /
+        -inf / all three in place of some (never the amax, 2.9), row 5 nothing finite."""
+        nan, inf = float("nan"), float("inf")
+        x = torch.tensor([[0.3, -1.7, 2.9, 0.05, -0.6, 1.1, -2.2, 0.8]] * 6)
+        x[1, 3], x[2, 5], x[3, 0] = nan, inf, -inf
+        x[4, 1], x[4, 4], x[4, 7] = nan, inf, -inf
+        x[5] = torch.tensor([nan, inf, -inf] * 3)[:8]
+        return x
+
+    def _nonfinite_args(op_name, dtype):
+        x = nonfinite_rows().to(dtype)
+        r = torch.linspace(-1, 1, 48).reshape(6, 8).to(dtype)
+        w = torch.linspace(0.5, 1.5, 8).to(dtype)
+        s = torch.tensor([0.01])
+        gated = torch.cat([x, x.flip(0)], dim=-1)
+        return {
+            "scaled_fp8_quant": [(x, s)],
+            "dynamic_per_token_scaled_fp8_quant": [(x,), (x, torch.tensor([1.0]))],
+            "per_token_group_quant_fp8": [(x, 4), (x, 4, True)],
+            "rms_norm_static_fp8_quant": [(x, w, 1e-6, s)],
+            "fused_add_rms_norm_static_fp8_quant": [(x, r, w, 1e-6, s)],
+            "rms_norm_dynamic_per_token_quant": [(x, w, 1e-6), (x, w, 1e-6, r)],
+            "silu_and_mul_fp8_quant": [(gated, s)],
+            "silu_and_mul_per_token_group_fp8_quant": [(gated, 4)],
+        }[op_name]
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+    @pytest.mark.parametrize("op_name", QUANT_OPS)
+    def test_nan_and_inf_rows_follow_the_rule(op_name, dtype):
+        """The kernels follow native's rule on rows holding NaN and infinities: a dynamic
+        scale from the finite elements (finite, the row's own scale without them), ±inf
+        saturated to ±448, NaN kept; the same NaN positions and codes as native."""
+        for args in _nonfinite_args(op_name, dtype):
+            got = getattr(quant, op_name)(*args)
+            want = getattr(ops, op_name).native(*args)
+            compare(op_name, got, want, dtype, f"{op_name}{len(args)}", [0, 0])
+            got = got if isinstance(got, tuple) else (got,)
+            q = got[0].float()
+            assert torch.isnan(q).any(), op_name
+            if "norm" not in op_name:  # a normalised row holding inf is 0 and NaN: no inf
+                assert (q.abs() == 448.0).any(), op_name
+            if len(got) > 1 and op_name not in RESIDUAL_AT_1:
+                assert torch.isfinite(got[1]).all(), f"{op_name}: scales {got[1]}"
+
+    def test_a_nan_or_inf_leaves_the_row_scale_alone():
+        """Rows 1-4 hold row 0's finite values and NaN / ±inf elsewhere: the same scale
+        and, at the finite places, the same codes as row 0; row 5 (nothing finite) gets
+        MIN_SCALE; ±inf -> ±448."""
+        x = nonfinite_rows()
+        q, scales = quant.dynamic_per_token_scaled_fp8_quant(x)
+        assert torch.equal(scales[:5], scales[:1].expand(5, 1)), scales
+        assert float(scales[5]) == quant.MIN_SCALE
+        codes = q.float()
+        for row in range(1, 5):
+            finite = torch.isfinite(x[row])
+            assert torch.equal(codes[row][finite], codes[0][finite]), row
+        assert codes[2, 5] == 448.0 and codes[3, 0] == -448.0 and torch.isnan(codes[1, 3])
+
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+    def test_silu_and_mul_fp8_quant_rounds_once(dtype):
+        """``silu(gate) * up`` is quantized from fp32, not rounded to ``x``'s dtype first:
+        in fp16 at small magnitudes that rounding (fp16's subnormals) would move most of a
+        row by a code or more from the exact value's e4m3 rounding."""
+        g = torch.Generator().manual_seed(5)
+        x = (torch.randn(8, 256, generator=g) * 1e-3).to(dtype)
+        scale = torch.tensor([4.5e-6 / 448.0])
+        xd = x.double()
+        exact = (xd[:, :128] * torch.sigmoid(xd[:, :128]) * xd[:, 128:]) / scale.double()
+        want = exact.clamp(-448, 448).to(E4M3)  # float64 -> e4m3: nearest, ties to even
+        got = quant.silu_and_mul_fp8_quant(x, scale)
+        d = code_distance(got, want)
+        assert int(d.max()) <= 1 and float((d > 0).float().mean()) <= 0.01, int(d.max())
+        native = ops.silu_and_mul_fp8_quant.native(x, scale)
+        assert int(code_distance(got, native).max()) <= 1
 
     def test_supports_args_refuses_what_the_kernels_do_not_take():
         x, one = torch.randn(4, 64), torch.ones(1)

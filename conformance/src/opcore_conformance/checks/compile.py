@@ -18,8 +18,11 @@ the QKV fusion, twice per layer for add + RMSNorm) and leave its output unchange
 
 ``compile.quant_fusion[mode]``: each FP8 quantization fusion (norm or activation, then a
 quantization) fires once in a graph written with the unfused ops, in bfloat16, and the
-fused ops, on the providers lowering picks here, give the unfused graph's outputs within
-their fp8 tolerance.
+fused ops, on the providers lowering picks here, give the unfused graph's outputs (on the
+native functions) within each fused op's budget against its chain
+(``opcore.ir.tolerances.fp8_chain_tolerance``: its fp8 tolerance for the ops defined as
+their chain; for ``silu_and_mul_fp8_quant``, which rounds once, that plus the chain's
+rounding of the intermediate to bfloat16). The details name the budgets.
 
 Modes and cost: ``torch.compile`` is slow, Inductor most of all, so ``--quick`` compiles
 with the ``eager`` backend mode (Dynamo, AOTAutograd, the opcore passes; the lowered FX
@@ -538,7 +541,12 @@ def _quant_fusion_body(mode: str):
                 culprit=lambda: _lower_op_by_op(ctx, mode),
                 **_device_kwargs(ctx, fn),
             )
-        return {"mode": mode, "fusions": m.get("fusions"), "providers": m.get("providers")}
+        return {
+            "mode": mode,
+            "fusions": m.get("fusions"),
+            "providers": m.get("providers"),
+            "fp8_budgets": m.get("fp8_budgets"),
+        }
 
     return body
 

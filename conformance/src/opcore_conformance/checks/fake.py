@@ -11,11 +11,16 @@ tensors and fails. Providers without ``supports_args`` take every argument and g
 (and its ``maybe_inplace`` overload for ops that have one) with this device's inputs and the
 provider forced: schema, fake implementation, AOT dispatch. ``test_autograd_registration``
 runs only on cpu and cuda devices (PyTorch does not implement it for other backends:
-``not_applicable`` there, recorded in the case).
+``not_applicable`` there, recorded in the case). opcheck compares the eager and the
+AOT-traced outputs with ``torch.testing.assert_close``, for which NaN never equals NaN: for
+a sample whose outputs hold NaN (the fp8 ops' rows with NaN and infinities) its
+``test_aot_dispatch_dynamic`` runs as the same torch check (``aot_autograd_check``) with
+NaN matching NaN (``equal_nan`` in the case's details).
 """
 
 from __future__ import annotations
 
+import functools
 import traceback
 from typing import Any
 
@@ -25,12 +30,40 @@ from opcore_conformance import irapi
 from opcore_conformance import status as S
 from opcore_conformance.case import Case, CheckFailed, NotApplicable, case_id
 from opcore_conformance.checks._op_grid import device_sample, forced, grid
-from opcore_conformance.tensors import map_tensors
+from opcore_conformance.tensors import iter_tensors, map_tensors
 
 SUPPORTS_ARGS = "supports_args"
 OPCHECK = "opcheck"
 OPCHECK_UTILS = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
 AUTOGRAD_DEVICES = ("cpu", "cuda")
+NAN_AWARE_UTIL = "test_aot_dispatch_dynamic"  # run with NaN == NaN where outputs hold NaN
+
+
+def _holds_nan(value: Any) -> bool:
+    return any(
+        isinstance(t, torch.Tensor) and t.is_floating_point() and bool(torch.isnan(t.float()).any())
+        for _, t in iter_tensors(value)
+    )
+
+
+def _aot_dispatch_dynamic_equal_nan(torch_op, args, kwargs) -> str:
+    """opcheck's ``test_aot_dispatch_dynamic`` (eager against AOTAutograd with dynamic
+    shapes, through torch's own ``aot_autograd_check``), NaN equal to NaN; raises as it.
+    ``"skip"`` where this torch has no such function (it is internal to torch's tests)."""
+    import torch.utils._pytree as pytree
+
+    try:
+        from torch.testing._internal.optests.aot_autograd import aot_autograd_check
+    except ImportError:
+        return "skip"
+
+    def func(*a, **k):
+        a, k = pytree.tree_map_only(torch.Tensor, torch.clone, (a, k))
+        return torch_op(*a, **k)
+
+    same = functools.partial(torch.testing.assert_close, equal_nan=True)
+    aot_autograd_check(func, args, kwargs, True, assert_equals_fn=same, check_gradients="auto")
+    return "SUCCESS"
 
 
 def collect(ctx) -> list:
@@ -144,9 +177,13 @@ def _opcheck_body(op_name: str, provider: str, dtype: str, sample_name: str):
         opcheck = getattr(torch.library, "opcheck", None)
         if opcheck is None:
             raise NotApplicable(f"torch {torch.__version__} has no torch.library.opcheck")
-        op, _, args, kwargs = device_sample(ctx, op_name, dtype, sample_name)
+        op, sample, args, kwargs = device_sample(ctx, op_name, dtype, sample_name)
         utils = list(OPCHECK_UTILS)
         info: dict[str, Any] = {}
+        equal_nan = _holds_nan(op.native(*sample.args, **dict(sample.kwargs)))
+        if equal_nan:
+            utils.remove(NAN_AWARE_UTIL)
+            info["equal_nan"] = [NAN_AWARE_UTIL]
         if ctx.device.type in AUTOGRAD_DEVICES:
             utils.append("test_autograd_registration")
         else:
@@ -164,6 +201,9 @@ def _opcheck_body(op_name: str, provider: str, dtype: str, sample_name: str):
                 name = f"opcore_ir::{op_name}.{overload}"
                 try:
                     result = opcheck(torch_op, a, kw, test_utils=utils)
+                    if equal_nan:
+                        result = dict(result or {})
+                        result[NAN_AWARE_UTIL] = _aot_dispatch_dynamic_equal_nan(torch_op, a, kw)
                 except NotImplementedError as exc:
                     raise NotApplicable(
                         f"opcheck({name}) cannot run on {ctx.device.type}: {exc}"

@@ -5,9 +5,13 @@ fp8 codes, the scales and, where the op returns one, the residual sum: the norm 
 activation output never goes to memory.
 
 Numerics (the ops' contract, `opcore.ir.ops.scaled_fp8_quant` and siblings): math in fp32;
-the norm or activation output is rounded to ``x``'s dtype first (the fused op is the
-unfused chain); dynamic scales are ``max(min(amax, scale_ub) / fp8_max, MIN_SCALE)``
-divided correctly rounded (``div_rn``); then ``q = round_fp8(sat(y * (1 / scale)))``.
+the norm output, and the activation output of the per-token-group op, is rounded to ``x``'s
+dtype first (those fused ops are the unfused chain); `silu_and_mul_fp8_quant` quantizes
+``silu(gate) * up`` from fp32 (it rounds once); dynamic scales are ``max(min(amax,
+scale_ub) / fp8_max, MIN_SCALE)`` with ``amax`` over the finite values only (`_finite_abs`:
+NaN and infinities leave the scale alone), divided correctly rounded (``div_rn``); then
+``q = round_fp8(sat(y * (1 / scale)))``, where ``sat`` takes ``±inf`` to ``±fp8_max`` and
+keeps NaN.
 Multiplying by the reciprocal instead of dividing moves a value sitting on an fp8 rounding
 tie by one code, at most (the ops' fp8 tolerance). ``round_fp8`` rounds to nearest, ties to
 even: by the device's conversion where the platform declares this fp8 dtype as its
@@ -109,9 +113,17 @@ def _round_to(y, dtype, EMULATE: tl.constexpr):
 
 
 @triton.jit
-def _silu_mul(g, u, dtype, EMULATE: tl.constexpr):
-    """``silu(g) * u`` in fp32, rounded to ``dtype`` as `silu_and_mul` returns it."""
-    return _round_to(g * tl.sigmoid(g) * u, dtype, EMULATE).to(tl.float32)
+def _silu_mul(g, u):
+    """``silu(g) * u = g * sigmoid(g) * u``, in fp32 (not rounded)."""
+    return g * tl.sigmoid(g) * u
+
+
+@triton.jit
+def _finite_abs(y):
+    """``|y|`` where ``y`` is finite, else 0 (NaN fails the comparison, as does an
+    infinity): the values a dynamic scale's ``amax`` is the largest of."""
+    a = tl.abs(y)
+    return tl.where(a <= 3.4028234663852886e38, a, 0.0)
 
 
 @triton.jit
@@ -155,7 +167,8 @@ def _static_kernel(
     ROWS: tl.constexpr,
 ):
     """``q = round_fp8(y / scale)`` over a ``[ROWS, BLOCK_C]`` tile of the ``[rows, d]``
-    output; ``y = x`` or, GATED, ``silu(x[:, :d]) * x[:, d:]`` rounded to ``x``'s dtype."""
+    output; ``y = x`` or, GATED, ``silu(x[:, :d]) * x[:, d:]`` in fp32 (not rounded to
+    ``x``'s dtype: `silu_and_mul_fp8_quant` rounds once)."""
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (rows < n_rows)[:, None] & (cols < d)[None, :]
@@ -163,7 +176,7 @@ def _static_kernel(
     y = tl.load(x_rows, mask=mask, other=0.0).to(tl.float32)
     if GATED:
         u = tl.load(x_rows + d, mask=mask, other=0.0).to(tl.float32)
-        y = _silu_mul(y, u, x_ptr.dtype.element_ty, EMULATE)
+        y = _silu_mul(y, u)
     inv = tl.math.div_rn(1.0, tl.load(scale_ptr).to(tl.float32))
     q_at = q_ptr + rows[:, None] * d + cols[None, :]
     _store_fp8(q_at, y * inv, mask, FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE)
@@ -245,7 +258,8 @@ def scaled_fp8_quant(x, scale):
 
 
 def silu_and_mul_fp8_quant(x, scale):
-    """`silu_and_mul_fp8_quant` on a Triton device, one pass over ``x``."""
+    """`silu_and_mul_fp8_quant` on a Triton device, one pass over ``x``: ``round_fp8(silu(
+    gate) * up / scale)`` from fp32, rounded once."""
     return _static(x, scale, True, "silu_and_mul_fp8_quant: x")
 
 
@@ -321,8 +335,9 @@ def _row_quant_kernel(
     N_CHUNKS: tl.constexpr,
 ):
     """``ROWS`` whole rows per program. NORM: ``y = rms_norm(x [+ r]) `` (``rstd =
-    rsqrt(mean(x**2) + eps)``), else ``y = x``. DYNAMIC: ``scale = max(min(amax(|y|), ub)
-    / FP8_MAX, MIN_SCALE)`` per row, stored; else the one static scale. ``q =
+    rsqrt(mean(x**2) + eps)``), else ``y = x``. DYNAMIC: ``scale = max(min(amax, ub) /
+    FP8_MAX, MIN_SCALE)`` per row (``amax``: the largest finite ``|y|``), stored; else the
+    one static scale. ``q =
     round_fp8(y / scale)``. A row that fits in ``BLOCK_N`` is read once; a longer one is
     read in ``N_CHUNKS`` chunks once per pass (sum of squares, amax, quantize)."""
     eps = tl.cast(eps, tl.float32)
@@ -355,7 +370,7 @@ def _row_quant_kernel(
                 True, HAS_RESIDUAL, False, False, EMULATE,
             )  # fmt: skip
         if DYNAMIC:
-            amax = tl.max(tl.abs(y), axis=1)
+            amax = tl.max(_finite_abs(y), axis=1)
         else:
             amax = tl.zeros([ROWS], dtype=tl.float32)
     else:
@@ -382,7 +397,7 @@ def _row_quant_kernel(
                     x_rows, r_rows, res_rows, w_ptr, cols, mask, n_cols, rstd,
                     False, HAS_RESIDUAL, NORM, HAS_WEIGHT, EMULATE,
                 )  # fmt: skip
-                peak = tl.maximum(peak, tl.abs(y))
+                peak = tl.maximum(peak, _finite_abs(y))
             amax = tl.max(peak, axis=1)
     if DYNAMIC:
         if HAS_UB:
@@ -551,8 +566,8 @@ def _group_quant_kernel(
 ):
     """``GROUPS`` (row, group) pairs per program, one group of ``group_size`` columns each:
     ``y`` (``x``, or GATED ``silu(gate) * up`` rounded to ``x``'s dtype), ``scale =
-    max(amax(|y|) / FP8_MAX, MIN_SCALE)`` stored at ``row * s_row_stride + group *
-    s_group_stride``, ``q = round_fp8(y / scale)``."""
+    max(amax / FP8_MAX, MIN_SCALE)`` (``amax``: the largest finite ``|y|``) stored at
+    ``row * s_row_stride + group * s_group_stride``, ``q = round_fp8(y / scale)``."""
     gid = tl.program_id(0).to(tl.int64) * GROUPS + tl.arange(0, GROUPS)
     ok = gid < n_groups_total
     row = gid // groups
@@ -564,8 +579,9 @@ def _group_quant_kernel(
     y = tl.load(x_at, mask=mask, other=0.0).to(tl.float32)
     if GATED:
         u = tl.load(x_at + d, mask=mask, other=0.0).to(tl.float32)
-        y = _silu_mul(y, u, x_ptr.dtype.element_ty, EMULATE)
-    scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(y), axis=1), FP8_MAX), MIN_SCALE)
+        # rounded to x's dtype as silu_and_mul returns it: this op is the unfused chain
+        y = _round_to(_silu_mul(y, u), x_ptr.dtype.element_ty, EMULATE).to(tl.float32)
+    scale = tl.maximum(tl.math.div_rn(tl.max(_finite_abs(y), axis=1), FP8_MAX), MIN_SCALE)
     tl.store(s_ptr + row * s_row_stride + grp * s_group_stride, scale, mask=ok)
     inv = tl.math.div_rn(tl.full([GROUPS], 1.0, tl.float32), scale)
     q_at = q_ptr + row[:, None] * d + col
