@@ -68,6 +68,9 @@ def test_torch_compile_aot_runs_rotary_without_key():
 # Representative samples per op keep opcheck (slow: it traces with AOTAutograd) in budget;
 # the conformance suite runs it over every sample.
 _OPCHECK_SAMPLES = {
+    "topk_softmax": ["t7_e64_k6_renorm", "ties_t6_e16_k4"],
+    "grouped_topk": ["t5_e256_g8_tg4_k8_sigmoid_bias", "t4_e64_g8_tg3_k6_softmax"],
+    "fused_experts": ["t7_e16_used8_k2_h48_i40_silu", "t4_e8_used6_k1_h40_i24_silu_on_input"],
     "rms_norm": [
         "t5_h33",
         "strided_rows_t6_h96",

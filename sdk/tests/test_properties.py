@@ -216,9 +216,10 @@ def test_an_op_without_a_provider_of_the_property_is_reported_not_an_error():
 
 def test_opcore_info_lists_ops_left_without_a_provider_and_exits_0():
     """On the CPU, native gelu_and_mul is not batch-invariant in float32 (its only
-    provider): `OPCORE_BATCH_INVARIANT=1 opcore info` names it, says a call raises, and
-    exits 0 (the config is valid; docs/properties.md). The fp8 ops' native functions
-    declare it here, so they are not listed."""
+    provider) and native fused_experts is not claimed so: `OPCORE_BATCH_INVARIANT=1 opcore
+    info` names them, says a call raises, and exits 0 (the config is valid;
+    docs/properties.md). The fp8 ops' and the routers' native functions declare it here,
+    so they are not listed."""
     proc = subprocess.run(
         [sys.executable, "-m", "opcore", "info"],
         env={**_plain_env(), "OPCORE_BATCH_INVARIANT": "1"},
@@ -232,8 +233,8 @@ def test_opcore_info_lists_ops_left_without_a_provider_and_exits_0():
         for line in proc.stdout.splitlines()
         if "NONE WITH REQUIRED PROPERTIES" in line
     ]
-    assert listed == ["gelu_and_mul"], proc.stdout
-    assert "1 op(s) have no provider with the required properties" in proc.stdout
+    assert listed == ["fused_experts", "gelu_and_mul"], proc.stdout
+    assert "2 op(s) have no provider with the required properties" in proc.stdout
     assert "gelu_and_mul: op 'gelu_and_mul': the config requires batch_invariant" in proc.stdout
     assert "opcore info: error" not in proc.stderr
 

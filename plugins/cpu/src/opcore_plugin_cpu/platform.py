@@ -78,6 +78,13 @@ NATIVE_PROPERTIES = {
     "rms_norm_dynamic_per_token_quant": _INVARIANT,
     "silu_and_mul_fp8_quant": _INVARIANT,
     "silu_and_mul_per_token_group_fp8_quant": _INVARIANT,
+    # Mixture of experts (measured the same way, 2026-12-02): the routers are per-row
+    # softmax/sigmoid and a stable sort. fused_experts repeats (determinism passes) but is
+    # not claimed batch-invariant: each expert's rows go through one matmul whose blocking
+    # follows how many rows the batch routes there, and the suite has no row sample of it.
+    "topk_softmax": _INVARIANT,
+    "grouped_topk": _INVARIANT,
+    "fused_experts": frozenset({"deterministic"}),
     # The collectives, through this platform's communicator (gloo), measured with 2 and 3
     # ranks: deterministic. Not batch-invariant: with 3 ranks a row is summed in an order
     # that follows its place in the buffer (10 of 12 rows differed alone vs in batches);
