@@ -9,19 +9,55 @@ at offset ``p % block_size``. A decode sequence has ``query_len == 1``; a prefil
 chunk of one) has more; one batch may mix both.
 
 `PagedAttentionMetadata.build` checks the structure once and keeps host copies of the
-lengths (one device->host copy per batch, shared by every layer). `check_cache` checks
-the data against a cache's geometry (block ids and slots in range, block tables long
-enough) and remembers that it did, so a batch is checked once per cache geometry, not
-once per layer.
+lengths, the block table and the slots (device->host copies once per batch, shared by every
+layer). `check_cache` checks them against a cache's geometry (block ids and slots in range,
+block tables long enough) on the host, and remembers that it did, so a batch is checked
+once per cache geometry, not once per layer, and a forward never waits for the device.
+
+A metadata object is one batch: its fields cannot be reassigned (frozen), and what is
+derived from it is cached on it (`checked_cache`; docs/attention.md#per-batch-cache). Torch
+counts in-place writes into a tensor (its version counter, shared by its views), and each
+use compares the counts with those seen when the cached values were made: after a write
+into ``block_table`` or ``slot_mapping`` the host copies are made again and the cache
+checks redone; after a write into ``query_start_loc`` or ``seq_lens`` the host copies of
+the lengths (which choose kernels, grids and split counts) no longer describe the batch,
+and its next use raises. Writes torch does not count (tensors made under
+``torch.inference_mode``, which have no counter; writes through ``.data``, a NumPy or
+DLPack alias, a kernel or a graph replay) are not seen: build a new metadata instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
+from typing import Any
 
 import torch
 
 _INT_DTYPES = (torch.int32, torch.int64)
+_version = operator.attrgetter("_version")
+# The tensors whose in-place writes invalidate what was derived from them (see the module
+# docstring): the lengths, whose host copies cannot be refreshed behind the caller's back,
+# and the tables, whose checks can be redone.
+_LENGTHS = ("query_start_loc", "seq_lens")
+_TABLES = ("block_table", "slot_mapping")
+
+
+class _BatchState:
+    """What is derived from one metadata object: host copies of its tables, the cache
+    geometries checked, backends' derived values, and the version counts of the tensors
+    they were derived from (``None``: not yet recorded)."""
+
+    __slots__ = ("watched", "names", "versions", "table_host", "slots_host", "checked", "derived")
+
+    def __init__(self) -> None:
+        self.watched: tuple[torch.Tensor, ...] = ()
+        self.names: tuple[str, ...] = ()
+        self.versions: tuple[int, ...] | None = None
+        self.table_host: torch.Tensor | None = None
+        self.slots_host: torch.Tensor | None = None
+        self.checked: set[tuple[int, int]] = set()
+        self.derived: dict[Any, Any] = {}
 
 
 def _as_int_vector(name: str, t: torch.Tensor) -> None:
@@ -31,7 +67,7 @@ def _as_int_vector(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name} must be int32 or int64, got {t.dtype}")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class PagedAttentionMetadata:
     """One batch's layout. Build it with `build`; see the module docstring."""
 
@@ -46,7 +82,10 @@ class PagedAttentionMetadata:
     max_seq_len: int
     # Sequences with exactly one new token (decode rows), counted once here.
     num_decode_seqs: int = 0
-    _checked: set = dataclasses.field(default_factory=set, repr=False)
+    # Not an argument: `dataclasses.replace` gives the copy a state of its own.
+    _state: _BatchState = dataclasses.field(
+        default_factory=_BatchState, init=False, repr=False, compare=False
+    )
 
     @property
     def num_seqs(self) -> int:
@@ -114,7 +153,7 @@ class PagedAttentionMetadata:
                     f"(query_start_loc[-1]), got shape {tuple(slot_mapping.shape)}"
                 )
             slot_mapping = slot_mapping.to(torch.int64)
-        return cls(
+        md = cls(
             query_start_loc=query_start_loc.to(torch.int32),
             seq_lens=seq_lens.to(torch.int32),
             block_table=block_table.to(torch.int32),
@@ -126,12 +165,68 @@ class PagedAttentionMetadata:
             max_seq_len=max(lens, default=0),
             num_decode_seqs=sum(1 for q in query_lens if q == 1),
         )
+        md._state_now()
+        md._host_tables()  # the batch's device->host copies, here rather than in a forward
+        return md
+
+    # ------------------------------------------------------------------ derived values
+    def _state_now(self) -> _BatchState:
+        """The state, after comparing the watched tensors' version counts with those its
+        values were derived from (see the module docstring)."""
+        st = self._state
+        if st.versions is None:
+            tracked = [
+                (n, t)
+                for n in _LENGTHS + _TABLES
+                if (t := getattr(self, n)) is not None and not t.is_inference()
+            ]
+            st.names = tuple(n for n, _ in tracked)
+            st.watched = tuple(t for _, t in tracked)
+            st.versions = tuple(map(_version, st.watched))
+            return st
+        now = tuple(map(_version, st.watched))
+        if now != st.versions:
+            written = [n for n, a, b in zip(st.names, st.versions, now, strict=True) if a != b]
+            lengths = [n for n in written if n in _LENGTHS]
+            if lengths:
+                raise ValueError(
+                    f"PagedAttentionMetadata: {' and '.join(lengths)} written in place after "
+                    "build: its host copies of the lengths no longer describe the batch; "
+                    "build a new PagedAttentionMetadata for the new contents"
+                )
+            # New table contents: the host copies and everything checked against them go.
+            st.table_host = st.slots_host = None
+            st.checked.clear()
+            st.derived.clear()
+            st.versions = now
+        return st
+
+    def checked_cache(self) -> dict[Any, Any]:
+        """The cache of values derived from this batch, for backends (keys: a tuple that
+        starts with the backend's name). It is emptied when ``block_table`` or
+        ``slot_mapping`` were written in place since the values were made (they must be
+        checked again), and raises ``ValueError`` when ``query_start_loc`` or ``seq_lens``
+        were."""
+        st = self._state
+        # Inline of `_state_now`'s common case: this runs on every forward.
+        if st.versions is not None and tuple(map(_version, st.watched)) == st.versions:
+            return st.derived
+        return self._state_now().derived
+
+    def _host_tables(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        st = self._state
+        if st.table_host is None:
+            st.table_host = self.block_table.cpu()
+            st.slots_host = None if self.slot_mapping is None else self.slot_mapping.cpu()
+        return st.table_host, st.slots_host
 
     def check_cache(self, num_blocks: int, block_size: int) -> None:
         """Check block tables and slots against a cache of ``num_blocks`` blocks of
-        ``block_size`` slots. Done once per geometry per batch."""
+        ``block_size`` slots, on the host copies. Done once per geometry per batch (again
+        after an in-place write into the tables)."""
+        st = self._state_now()
         key = (num_blocks, block_size)
-        if key in self._checked:
+        if key in st.checked:
             return
         width = self.block_table.shape[1]
         for i, length in enumerate(self.seq_lens_host):
@@ -142,20 +237,21 @@ class PagedAttentionMetadata:
                     f"needs {need} blocks of block_size {block_size}, but block_table has "
                     f"{width} columns"
                 )
+        table, slots = self._host_tables()
         if self.num_seqs and width:
-            cols = torch.arange(width, device=self.block_table.device)
-            needed = (self.seq_lens.to(torch.int64) + block_size - 1) // block_size
-            used = cols[None, :] < needed[:, None]
-            bad = used & ((self.block_table < 0) | (self.block_table >= num_blocks))
+            cols = torch.arange(width)
+            lens = torch.tensor(self.seq_lens_host, dtype=torch.int64)
+            used = cols[None, :] < ((lens + block_size - 1) // block_size)[:, None]
+            bad = used & ((table < 0) | (table >= num_blocks))
             if bool(bad.any()):
                 i, j = (int(x) for x in bad.nonzero()[0])
                 raise ValueError(
-                    f"block_table[{i}, {j}]={int(self.block_table[i, j])} is out of range for a "
+                    f"block_table[{i}, {j}]={int(table[i, j])} is out of range for a "
                     f"kv cache of {num_blocks} blocks"
                 )
-        if self.slot_mapping is not None:
-            check_slot_mapping(self.slot_mapping, num_blocks * block_size, num_blocks, block_size)
-        self._checked.add(key)
+        if slots is not None:
+            check_slot_mapping(slots, num_blocks * block_size, num_blocks, block_size)
+        st.checked.add(key)
 
 
 def check_slot_mapping(

@@ -15,6 +15,11 @@ bench/attention_prefill.py) runs the earlier mixed kernel instead. The number of
 is chosen so that
 ``num_seqs * num_kv_heads * splits`` gives each multiprocessor about
 ``decode_programs_per_sm`` programs, each split keeping at least four tiles of keys.
+
+The per-call path (`_triton_paged_plan`, docs/attention.md#per-batch-cache): a forward
+checks a batch once and caches its plan (kernel path, split count) on the metadata; the
+launches of a plan and call signature are recorded once (`opcore.kernels.triton._bound`)
+and replayed through the compiled kernels' launchers with the call's tensors.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import torch
 
 from opcore.attention.backend import AttentionBackend, MultipleOf
+from opcore.attention.backends import _triton_paged_plan as _plan
 from opcore.attention.paged import PagedAttentionMetadata, check_qkv
 
 LOG2E = 1.4426950408889634
@@ -47,6 +53,14 @@ def _prefill():
     from opcore.attention.backends import _triton_prefill
 
     return _triton_prefill
+
+
+@functools.cache
+def _bound():
+    # Imported with the kernels, on first use (it needs Triton's launcher).
+    from opcore.kernels.triton import _bound
+
+    return _bound
 
 
 def _pow2(n: int) -> int:
@@ -107,6 +121,9 @@ class TritonPagedBackend(AttentionBackend):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        # (plan, call signature) -> the bound launch serving it; the binder, made on first use.
+        self._replays: dict = {}
+        self._bind = None
         if self.num_splits is None:
             from opcore.config import get_current_config
 
@@ -176,7 +193,49 @@ class TritonPagedBackend(AttentionBackend):
         )
 
     # ------------------------------------------------------------------ forward
+    def _settings(self) -> tuple:
+        """Every setting `_make_plan` and `_launch` read: part of each plan's value, so a
+        changed setting makes new plans and new bindings."""
+        return (
+            self.num_heads, self.num_kv_heads, self.head_size, self.scale, self.sliding_window,
+            self.logits_soft_cap, self.causal, self.num_splits, self.decode_block_n,
+            self.decode_num_warps, self.decode_num_stages, self.decode_programs_per_sm,
+            self.prefill_path, self.prefill_block_n, self.prefill_block_m,
+            self.prefill_num_warps, self.prefill_num_stages,
+        )  # fmt: skip
+
     def forward(self, query, kv_cache, metadata: PagedAttentionMetadata, out=None) -> torch.Tensor:
+        # The per-call path (`_triton_paged_plan`): this batch's plan for these settings and
+        # this cache, then the replay bound for this plan and these tensors. A plan means
+        # every check of the batch passed; a replay, that this signature's checks did.
+        settings = self._settings()
+        try:
+            plan = metadata.checked_cache().get(
+                (type(self), settings, kv_cache.shape, query.shape[0], query.device)
+            )
+            replay = (
+                None
+                if plan is None
+                else self._replays.get((plan, _plan.call_signature(kv_cache, query, out, metadata)))
+            )
+        except (AttributeError, TypeError):  # not tensors: the full path says what is wrong
+            replay = None
+        if replay is None:
+            return self._forward_full(query, kv_cache, metadata, out, settings)
+        return replay(
+            kv_cache,
+            query,
+            out,
+            metadata.query_start_loc,
+            metadata.seq_lens,
+            metadata.block_table,
+            metadata,
+            plan,
+        )
+
+    def _forward_full(self, query, kv_cache, metadata, out, settings) -> torch.Tensor:
+        """Check the call, find or make the batch's plan, then replay the launches bound
+        for it and these tensors, or run them (binding them where the plan allows)."""
         check_qkv(self.name, self.num_heads, self.num_kv_heads, self.head_size, query=query)
         if query.shape[0] != metadata.num_tokens:
             raise ValueError(
@@ -185,18 +244,94 @@ class TritonPagedBackend(AttentionBackend):
             )
         if query.stride(-1) != 1:
             raise ValueError(f"{self.name}: query must be contiguous in head_size")
-        key_cache, value_cache = self.split_kv_cache(kv_cache)
+        key_cache, _ = self.split_kv_cache(kv_cache)
         if key_cache.dtype != query.dtype:
             raise ValueError(
                 f"{self.name}: query dtype {query.dtype} differs from kv_cache dtype "
                 f"{key_cache.dtype}"
             )
-        num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
-        metadata.check_cache(num_blocks, block_size)
-        if out is None:
-            out = torch.empty_like(query)
+        if out is not None:
+            self._check_out(query, out)
+        derived = metadata.checked_cache()
+        plan_key = (type(self), settings, kv_cache.shape, query.shape[0], query.device)
+        plan = derived.get(plan_key)
+        if plan is None:
+            metadata.check_cache(key_cache.shape[0], key_cache.shape[1])
+            plan = derived[plan_key] = self._make_plan(settings, query.device, metadata)
+        if plan.kind == _plan.EMPTY:
+            return torch.empty_like(query) if out is None else out
+        args = (
+            kv_cache,
+            query,
+            out,
+            metadata.query_start_loc,
+            metadata.seq_lens,
+            metadata.block_table,
+            metadata,
+            plan,
+        )
+        # An output that is the query would be taken for it in the recording (a replay
+        # would then return the query even when given another output): not bound.
+        if not plan.bindable or out is query:
+            return self._launch(*args)
+        key = (plan, _plan.call_signature(kv_cache, query, out, metadata))
+        replay = self._replays.get(key)
+        if replay is not None:  # a new batch of a plan and signature bound before
+            return replay(*args)
+        if self._bind is None:
+            self._bind = _bound().binder(self._launch)
+        result, replay = self._bind(*args)
+        if replay is not None:
+            _plan.remember(self._replays, key, replay)
+        return result
+
+    def _check_out(self, query, out) -> None:
+        if (
+            not isinstance(out, torch.Tensor)
+            or out.shape != query.shape
+            or out.dtype != query.dtype
+            or out.device != query.device
+            or out.stride(-1) != 1
+        ):
+            got = (
+                f"{tuple(out.shape)} {out.dtype} on {out.device}, strides {out.stride()}"
+                if isinstance(out, torch.Tensor)
+                else type(out).__name__
+            )
+            raise ValueError(
+                f"{self.name}: out must be a tensor like the query ({tuple(query.shape)} "
+                f"{query.dtype} on {query.device}, contiguous in head_size), got {got}"
+            )
+
+    def _make_plan(self, settings: tuple, device: torch.device, metadata) -> _plan.Plan:
+        """What this batch's host values decide: the kernel path, the split count."""
+        num_seqs = metadata.num_seqs
         if metadata.num_tokens == 0:
-            return out
+            return _plan.intern(settings, _plan.EMPTY, num_seqs, 0, 0)
+        if metadata.max_query_len <= 1:
+            splits = self._choose_splits(device, num_seqs, metadata.max_seq_len)
+            return _plan.intern(settings, _plan.DECODE, num_seqs, splits, 0)
+        if self.prefill_path == "legacy":
+            return _plan.intern(settings, _plan.LEGACY, num_seqs, 0, metadata.max_query_len)
+        if metadata.num_decode_seqs > 0:
+            # A mixed batch: its decode rows in the decode kernel, the rest in the prefill
+            # kernel; the split count sized for the decode rows.
+            splits = self._choose_splits(device, metadata.num_decode_seqs, metadata.max_seq_len)
+            return _plan.intern(settings, _plan.MIXED, num_seqs, splits, 0)
+        return _plan.intern(settings, _plan.PREFILL, num_seqs, 0, 0)
+
+    def _launch(
+        self, kv_cache, query, out, query_start_loc, seq_lens, block_table, metadata, plan
+    ) -> torch.Tensor:
+        """Allocate and launch ``plan``'s kernels over the call's tensors, through `_bound`
+        (a bind records them). For a bound kind it reads nothing of the batch but its
+        tensors and the plan: a replay serves other batches of the same plan. ``metadata``
+        is read by the prefill kernel's launcher (kinds not bound)."""
+        b = _bound()
+        key_cache, value_cache = self.split_kv_cache(kv_cache)
+        if out is None:
+            out = b.empty(query.shape, query.dtype, query.device)
+        block_size = key_cache.shape[1]
         group = self.num_heads // self.num_kv_heads
         head_pad = max(16, _pow2(self.head_size))
         common = dict(
@@ -216,46 +351,40 @@ class TritonPagedBackend(AttentionBackend):
             value_cache.stride(0),
             value_cache.stride(1),
             value_cache.stride(2),
-            metadata.block_table.stride(0),
+            block_table.stride(0),
         )
         # Block size and window are runtime arguments so one compiled kernel serves every
         # page size; "no window" is a window longer than any context.
         window = self.sliding_window or (1 << 30)
         qk_scale = self.scale * LOG2E
         k = _kernels()
-        num_seqs = metadata.num_seqs
-        # A mixed batch: its decode rows here, the rest in the prefill kernel below.
-        mixed = (
-            metadata.max_query_len > 1
-            and metadata.num_decode_seqs > 0
-            and self.prefill_path != "legacy"
-        )
-        if metadata.max_query_len <= 1 or mixed:
-            busy = metadata.num_decode_seqs if mixed else num_seqs
-            splits = self._choose_splits(query.device, busy, metadata.max_seq_len)
+        num_seqs = plan.num_seqs
+        mixed = plan.kind == _plan.MIXED
+        if plan.kind in (_plan.DECODE, _plan.MIXED):
+            splits = plan.splits
             if splits > 1:
-                part_acc = torch.empty(
-                    (num_seqs, self.num_heads, splits, head_pad),
-                    dtype=torch.float32,
-                    device=query.device,
+                part_acc = b.empty(
+                    (num_seqs, self.num_heads, splits, head_pad), torch.float32, query.device
                 )
-                part_ml = torch.empty(
-                    (num_seqs, self.num_heads, splits, 2), dtype=torch.float32, device=query.device
+                part_ml = b.empty(
+                    (num_seqs, self.num_heads, splits, 2), torch.float32, query.device
                 )
             else:
                 part_acc = part_ml = out  # unused by the kernel when it does not split
             pa = part_acc.stride()[:3] if splits > 1 else (0, 0, 0)
             pm = part_ml.stride()[:2] if splits > 1 else (0, 0)
-            k.paged_decode_kernel[(num_seqs, self.num_kv_heads, splits)](
+            b.launch(
+                k.paged_decode_kernel,
+                (num_seqs, self.num_kv_heads, splits),
                 query,
                 key_cache,
                 value_cache,
                 out,
                 part_acc,
                 part_ml,
-                metadata.query_start_loc,
-                metadata.seq_lens,
-                metadata.block_table,
+                query_start_loc,
+                seq_lens,
+                block_table,
                 qk_scale,
                 *strides,
                 *pa,
@@ -273,11 +402,13 @@ class TritonPagedBackend(AttentionBackend):
                 **common,
             )
             if splits > 1:
-                k.paged_decode_reduce_kernel[(num_seqs, self.num_heads)](
+                b.launch(
+                    k.paged_decode_reduce_kernel,
+                    (num_seqs, self.num_heads),
                     out,
                     part_acc,
                     part_ml,
-                    metadata.query_start_loc,
+                    query_start_loc,
                     out.stride(0),
                     out.stride(1),
                     *pa,
@@ -290,7 +421,7 @@ class TritonPagedBackend(AttentionBackend):
                 )
             if not mixed:
                 return out
-        if self.prefill_path != "legacy":
+        if plan.kind != _plan.LEGACY:
             _prefill().launch_prefill(
                 query=query,
                 key_cache=key_cache,
@@ -312,15 +443,17 @@ class TritonPagedBackend(AttentionBackend):
         # BLOCK_Q query tokens x the padded GQA group fill the M dimension (tl.dot needs
         # M >= 16).
         block_q = max(1, self.prefill_block_m // group_pad, -(-16 // group_pad))
-        grid = (num_seqs, -(-metadata.max_query_len // block_q), self.num_kv_heads)
-        k.paged_attention_kernel[grid](
+        grid = (num_seqs, -(-plan.max_query_len // block_q), self.num_kv_heads)
+        b.launch(
+            k.paged_attention_kernel,
+            grid,
             query,
             key_cache,
             value_cache,
             out,
-            metadata.query_start_loc,
-            metadata.seq_lens,
-            metadata.block_table,
+            query_start_loc,
+            seq_lens,
+            block_table,
             qk_scale,
             *strides,
             block_size,
