@@ -95,28 +95,47 @@ class _Unbindable(Exception):
 
 # Where a launch argument or a result comes from on replay.
 _ARG, _ALLOC, _VIEW = 0, 1, 2
+# In a compiled replay's plan, a view's pointer is its base's plus a byte offset.
+_VIEW_ARG, _VIEW_ALLOC = 3, 4
 
 
 def _source(t: torch.Tensor, args: tuple, allocs: list[torch.Tensor]) -> tuple:
+    """Where ``t`` comes from on replay: ``(_ARG, i)``, ``(_ALLOC, k)``, or ``(_VIEW,
+    kind, index, byte offset, shape, stride, dtype)`` for a view (any dtype) of argument
+    or allocation ``index``: the same offset from it on every call of this signature."""
     for i, a in enumerate(args):
         if a is t:
             return (_ARG, i)
     for k, a in enumerate(allocs):
         if a is t:
             return (_ALLOC, k)
-    base = t.untyped_storage().data_ptr()
-    for i, a in enumerate(args):
-        if isinstance(a, _Tensor) and a.device == t.device:
-            if a.untyped_storage().data_ptr() == base and a.dtype == t.dtype:
-                # A view of argument i: the same offset from it on every call of this
-                # signature (in bytes for a pointer, in elements for as_strided).
-                return (
-                    _VIEW,
-                    i,
-                    t.data_ptr() - a.data_ptr(),
-                    t.storage_offset() - a.storage_offset(),
-                )
+    storage = t.untyped_storage().data_ptr()
+    for kind, pool in ((_ARG, args), (_ALLOC, allocs)):
+        for i, a in enumerate(pool):
+            if (
+                isinstance(a, _Tensor)
+                and a.device == t.device
+                and a.untyped_storage().data_ptr() == storage
+            ):
+                src = (_VIEW, kind, i, t.data_ptr() - a.data_ptr(), tuple(t.shape), t.stride(),
+                       t.dtype)  # fmt: skip
+                rebuilt = _view_of(a, src)
+                if (
+                    rebuilt.data_ptr() != t.data_ptr()
+                    or rebuilt.shape != t.shape
+                    or rebuilt.stride() != t.stride()
+                ):
+                    raise _Unbindable("a view that as_strided cannot rebuild")
+                return src
     raise _Unbindable(f"a tensor of shape {tuple(t.shape)} is neither an argument nor allocated")
+
+
+def _view_of(base: torch.Tensor, src: tuple) -> torch.Tensor:
+    """The view ``src`` describes, rebuilt over ``base`` (for the interpreter's replay)."""
+    _, _, _, offset, shape, stride, dtype = src
+    if base.dtype != dtype:
+        base = base.view(dtype)
+    return torch.as_strided(base, shape, stride, base.storage_offset() + offset // base.itemsize)
 
 
 def _result_plan(result: Any, args: tuple, allocs: list[torch.Tensor]) -> Any:
@@ -172,7 +191,7 @@ def _replay(fn: Callable, rec: _Recording, args: tuple, result: Any) -> Callable
             subs, template = [], list(kargs)
             for pos, v in enumerate(kargs):
                 if isinstance(v, _Tensor):
-                    subs.append((pos, _source(v, args, allocs), tuple(v.shape), v.stride()))
+                    subs.append((pos, _source(v, args, allocs)))
                     template[pos] = None  # the template holds no tensor of the first call
             steps.append((kernel, grid, template, options, subs))
             continue
@@ -204,17 +223,15 @@ def _interpreted_replay(fn: Callable, specs: list, steps: list, plan: Any) -> Ca
         outs = [torch.empty_strided(s, st, dtype=dt, device=dev) for s, st, dt, dev in specs]
         for kernel, grid, template, options, subs in steps:
             values = list(template)
-            for pos, src, shape, stride in subs:
+            for pos, src in subs:
                 kind = src[0]
                 if kind == _ARG:
                     values[pos] = args[src[1]]
                 elif kind == _ALLOC:
                     values[pos] = outs[src[1]]
                 else:
-                    base = args[src[1]]
-                    values[pos] = torch.as_strided(
-                        base, shape, stride, base.storage_offset() + src[3]
-                    )
+                    base = args[src[2]] if src[1] == _ARG else outs[src[2]]
+                    values[pos] = _view_of(base, src)
             kernel[grid](*values, **options)
         return _build(plan, args, outs)
 
@@ -279,7 +296,11 @@ def _compiled_replay(
         plan_subs = []
         for pos, src in subs:
             values[pos] = None
-            plan_subs.append((pos, src[0], src[1], src[2] if src[0] == _VIEW else 0))
+            if src[0] == _VIEW:  # its base's pointer plus the recorded byte offset
+                kind = _VIEW_ARG if src[1] == _ARG else _VIEW_ALLOC
+                plan_subs.append((pos, kind, src[2], src[3]))
+            else:
+                plan_subs.append((pos, src[0], src[1], 0))
         launch = _direct_launch(run)
         if launch is None:
 
@@ -300,8 +321,10 @@ def _compiled_replay(
                     values[pos] = args[i].data_ptr()
                 elif kind == _ALLOC:
                     values[pos] = outs[i].data_ptr()
-                else:
+                elif kind == _VIEW_ARG:
                     values[pos] = args[i].data_ptr() + offset
+                else:
+                    values[pos] = outs[i].data_ptr() + offset
             launch(gx, gy, gz, stream, function, meta, *values)
         return _build(plan, args, outs)
 

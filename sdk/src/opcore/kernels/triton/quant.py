@@ -38,7 +38,7 @@ import triton.language as tl
 
 from opcore.ir.quant import MIN_SCALE as _MIN_SCALE
 from opcore.ir.quant import fp8_dtype
-from opcore.kernels.triton import _launch
+from opcore.kernels.triton import _bound, _launch
 from opcore.kernels.triton._support import require_row_stride
 from opcore.platforms import get_current_platform
 
@@ -223,7 +223,7 @@ def _q_arg(q: torch.Tensor) -> torch.Tensor:
 
 def _fp8_out(shape, device) -> tuple[torch.Tensor, dict[str, float | int | bool]]:
     dtype = fp8_dtype()
-    return torch.empty(shape, dtype=dtype, device=device), fp8_format(dtype)
+    return _bound.empty(shape, dtype=dtype, device=device), fp8_format(dtype)
 
 
 def _static(x: torch.Tensor, scale: torch.Tensor, gated: bool, what: str) -> torch.Tensor:
@@ -235,7 +235,9 @@ def _static(x: torch.Tensor, scale: torch.Tensor, gated: bool, what: str) -> tor
     stride = require_row_stride(x, what)
     block_c, rows, warps = _launch.elementwise_params(n_rows, d)
     grid = (_launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c))
-    _static_kernel[grid](
+    _bound.launch(
+        _static_kernel,
+        grid,
         x,
         stride,
         scale,
@@ -470,16 +472,18 @@ def _rows_quant(
     n_cols = x.shape[-1]
     q, fmt = _fp8_out(x.shape, x.device)
     scales = (
-        torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device) if dynamic else None
+        _bound.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device) if dynamic else None
     )
-    res = None if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    res = None if residual is None else _bound.empty(x.shape, dtype=x.dtype, device=x.device)
     n_rows = x.numel() // n_cols if n_cols else 0
     if n_rows == 0:
         return q, scales, res
     sx = require_row_stride(x, f"{what}: x")
     sr = 0 if residual is None else require_row_stride(residual, f"{what}: residual")
     block_n, rows, single, warps = _row_params(n_rows, n_cols)
-    _row_quant_kernel[(_launch.cdiv(n_rows, rows),)](
+    _bound.launch(
+        _row_quant_kernel,
+        (_launch.cdiv(n_rows, rows),),
         x,
         sx,
         x if residual is None else residual,
@@ -610,17 +614,19 @@ def _group(x, group_size, column_major, gated, what):
     groups = d // group_size
     n_rows = math.prod(lead)
     if column_major:
-        scales = torch.empty((groups, *lead), dtype=torch.float32, device=x.device)
+        scales = _bound.empty((groups, *lead), dtype=torch.float32, device=x.device)
         s_row, s_group = 1, n_rows
     else:
-        scales = torch.empty((*lead, groups), dtype=torch.float32, device=x.device)
+        scales = _bound.empty((*lead, groups), dtype=torch.float32, device=x.device)
         s_row, s_group = groups, 1
     total = n_rows * groups
     if total == 0:
         return q, scales
     stride = require_row_stride(x, what)
     block_s, per_program, warps = group_params(total, group_size)
-    _group_quant_kernel[(_launch.cdiv(total, per_program),)](
+    _bound.launch(
+        _group_quant_kernel,
+        (_launch.cdiv(total, per_program),),
         x,
         stride,
         _q_arg(q),
