@@ -137,6 +137,9 @@ def test_platform_identity():
         "rms_norm_dynamic_per_token_quant",
         "silu_and_mul_fp8_quant",
         "silu_and_mul_per_token_group_fp8_quant",
+        "topk_softmax",
+        "grouped_topk",
+        "fused_experts",
     }
 
 

@@ -24,6 +24,10 @@ FP8_OPS = (
     "silu_and_mul_per_token_group_fp8_quant",
 )
 
+# The mixture-of-experts ops (docs/ops.md#mixture-of-experts), each with a Triton kernel in
+# `opcore.kernels.triton.moe`.
+MOE_OPS = ("topk_softmax", "grouped_topk", "fused_experts")
+
 # The ops that provider ``triton`` (`opcore.kernels.triton`) registers on. Platforms name
 # them in their default priorities from here, which builds nothing: importing the kernel
 # package itself registers the provider and, with a GPU, compiles for it.
@@ -35,6 +39,7 @@ TRITON_OPS = (
     "rotary_embedding",
     "split_qkv_rmsnorm_rope",
     *FP8_OPS,
+    *MOE_OPS,
 )
 
 # Triton backend name -> the torch device type whose tensors that backend drives (nvidia

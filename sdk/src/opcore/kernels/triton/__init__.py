@@ -4,8 +4,9 @@ Shared by the cuda, rocm and xpu platforms, which import this package from their
 ``import_ir_kernels`` hook. Importing it registers the provider on every op of
 `opcore.kernels.TRITON_OPS`: ``rms_norm``, ``fused_add_rms_norm`` (in place),
 ``silu_and_mul``, ``gelu_and_mul``, ``rotary_embedding`` (in place),
-``split_qkv_rmsnorm_rope`` (one fused kernel) and the eight fp8 ops
-(`opcore.kernels.FP8_OPS`).
+``split_qkv_rmsnorm_rope`` (one fused kernel), the eight fp8 ops
+(`opcore.kernels.FP8_OPS`) and the mixture-of-experts ops ``topk_softmax``,
+``grouped_topk`` and ``fused_experts`` (`opcore.kernels.MOE_OPS`).
 
 The package imports without Triton or a GPU: the provider is then registered with
 ``supported=False`` (so `opcore info` shows why it does not run) and the kernel modules

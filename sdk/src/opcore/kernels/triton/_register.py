@@ -13,7 +13,7 @@ import inspect
 import torch
 
 from opcore.ir import ops
-from opcore.kernels import FP8_OPS
+from opcore.kernels import FP8_OPS, MOE_OPS
 from opcore.kernels.triton import HAS_TRITON, PROVIDER
 from opcore.kernels.triton._support import (
     FLOAT_DTYPES,
@@ -371,8 +371,6 @@ def supports_fused_experts(
         and tokens * k < 2**31 // 2  # pair indices are int32
     )
 
-
-MOE_OPS = ("topk_softmax", "grouped_topk", "fused_experts")
 
 
 # --------------------------------------------------------------------------- registration
