@@ -107,9 +107,10 @@ def _route_kernel(
     if SIGMOID:
         s = 1.0 / (1.0 + tl.exp(-x))
     else:
-        m = tl.max(x, axis=1)
+        live = rows < n_rows
+        m = tl.where(live, tl.max(x, axis=1), 0.0)  # rows past the end: no inf - inf
         ex = tl.where(valid, tl.exp(x - m[:, None]), 0.0)
-        s = ex / tl.sum(ex, axis=1)[:, None]
+        s = ex / tl.where(live, tl.sum(ex, axis=1), 1.0)[:, None]
     if GROUPED:
         # Group scores: the largest logit of each group (softmax and sigmoid are increasing).
         gcols = tl.arange(0, BLOCK_G)
