@@ -1,0 +1,53 @@
+"""bench/moe.py --quick on the CPU (Triton's interpreter, in a child process: the variable
+must be set before Triton is first imported): the triton provider is chosen and timed on
+prefill and decode rows, agrees with the native op, and the report holds every row.
+Timings themselves are not checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "moe.py"
+
+
+def test_moe_bench_quick_runs_on_the_cpu(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "moe.json").read_text())
+    rows = result["rows"]
+    assert [(r["phase"], r["tokens"]) for r in rows] == [
+        ("prefill", 33),
+        ("decode", 1),
+        ("decode", 4),
+    ]
+    assert not result["not_measured"]
+    for r in rows:
+        assert set(r["providers"]) == {"triton", "native", "flag_gems", "liger"}
+        t, n = r["providers"]["triton"], r["providers"]["native"]
+        assert t["provider"] == "triton" and t["us"] > 0 and n["us"] > 0
+        assert t["us_q25"] <= t["us"] <= t["us_q75"]
+        assert t["max_abs_err"] <= 4 * 2**-8 * max(1.0, t["ref_max_abs"]), t  # bf16, 4 ulps
+        assert 1 <= r["experts_touched"] <= r["experts"]
+        if r["phase"] == "prefill":
+            assert t["tflops_q25"] <= t["tflops"] <= t["tflops_q75"]
+            assert r["dense_gemm"]["tflops"] > 0 and t["pct_of_dense"] > 0
+        else:
+            assert t["weight_gbs"] > 0
+    md = (tmp_path / "moe.md").read_text()
+    assert "| tiny | 33 |" in md and "| tiny | 4 |" in md
