@@ -125,7 +125,7 @@ class TritonPagedBackend(AttentionBackend):
         self._replays: dict = {}
         self._bind = None
         if self.num_splits is None:
-            from opcore.config import get_current_config
+            from opcore.settings import get_current_config
 
             # A config requiring batch_invariant (OPCORE_BATCH_INVARIANT=1) gets the
             # fixed split count, decided once here rather than per forward.
