@@ -182,6 +182,7 @@ def _collect_platform(data: dict[str, Any], decision: Any, args: Any) -> dict[st
                 data[section] = {"error": f"{type(exc).__name__}: {exc}"}
                 if section == "tuning" and _is_tuning_table_error(exc):
                     tuning_error = exc
+        data.update(extra_sections())
     # An op whose priority cannot be decided is a configuration error (its user list names
     # a provider nobody registered): every call of it would raise. An op that no provider
     # of the required properties serves is not (ir.info's "missing_properties"): the
@@ -221,6 +222,36 @@ def _sections():
     yield "certificates", lambda: certificates.info(config=get_current_config())
     # The tuning tables in use and what they cover (docs/tuning.md).
     yield "tuning", tuning.info
+
+
+# Sections other distributions add (docs/design.md's entry-point groups): each entry point's
+# name is the section's key, its value a zero-argument function returning JSON-able data, or
+# None for "no section here" (e.g. the engine it reports on does not import).
+INFO_SECTIONS_GROUP = "opcore.info_sections"
+
+
+def extra_sections() -> dict[str, Any]:
+    """The ``opcore.info_sections`` entry points' data by name, sorted; a name the core
+    already uses is skipped, and a section that fails is ``{"error": ...}``."""
+    import importlib.metadata as md
+
+    reserved = set(_skeleton_keys())
+    out: dict[str, Any] = {}
+    for ep in sorted(md.entry_points(group=INFO_SECTIONS_GROUP), key=lambda e: e.name):
+        if ep.name in reserved or ep.name in out:
+            continue
+        try:
+            value = ep.load()()
+        except Exception as exc:
+            value = {"error": f"{type(exc).__name__}: {exc}"}
+        if value is not None:
+            out[ep.name] = value
+    return out
+
+
+def _skeleton_keys() -> tuple[str, ...]:
+    """The core's own top-level fields (an extra section never takes one)."""
+    return tuple(_skeleton())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -321,6 +352,11 @@ def render(data: dict[str, Any]) -> str:
     out += _render_compile(data.get("compile"))
     out += _render_certificates(data.get("certificates"))
     out += _render_tuning(data.get("tuning"))
+    extra = [k for k in data if k not in _skeleton_keys()]
+    if extra:
+        out.append("Sections from other distributions (opcore info --json has them in full):")
+        out += [f"  {k}: {_one_line(json.dumps(data[k], default=str))[:200]}" for k in extra]
+        out.append("")
     return "\n".join(out) + "\n"
 
 
