@@ -28,6 +28,11 @@ def test_conformance_samples_pass_for_triton_under_the_interpreter(interpreted_c
     ops = set()
     for rec in records:
         if rec.get("provider") == "triton":
+            if rec["status"] == "unsupported":
+                # the one sample kind the provider declines: grouped_topk with a
+                # score-correction bias (docs/ops.md#mixture-of-experts)
+                assert rec["op"] == "grouped_topk" and rec["sample"].endswith("_bias"), rec
+                continue
             statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
             ops.add(rec.get("op"))
     assert set(statuses) == {"pass"}, statuses
@@ -39,4 +44,7 @@ def test_conformance_samples_pass_for_triton_under_the_interpreter(interpreted_c
         "gelu_and_mul",
         "rotary_embedding",
         "split_qkv_rmsnorm_rope",
+        "topk_softmax",
+        "grouped_topk",
+        "fused_experts",
     }
