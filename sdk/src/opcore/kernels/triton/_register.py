@@ -372,7 +372,6 @@ def supports_fused_experts(
     )
 
 
-
 # --------------------------------------------------------------------------- registration
 def _unavailable(op_name: str):
     def fail(*args, **kwargs):
