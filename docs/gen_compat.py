@@ -85,6 +85,25 @@ def matrix() -> str:
             f"| {_spec(project['dependencies'], 'opcore')} | {_plugin_api(folder / 'src')} "
             f"| {_extras(project)} |"
         )
+    integrations = sorted(p.parent for p in ROOT.glob("integrations/*/pyproject.toml"))
+    if integrations:
+        lines += [
+            "",
+            "| integration | version | opcore | engine (tested range) | Python |",
+            "|---|---|---|---|---|",
+        ]
+    for folder in integrations:
+        project = _project(folder)
+        deps = project["dependencies"]
+        engines = [
+            f"{Requirement(d).name} {_spec(deps, Requirement(d).name)}"
+            for d in deps
+            if Requirement(d).name != "opcore"
+        ]
+        lines.append(
+            f"| {project['name']} | {project['version']} | {_spec(deps, 'opcore')} "
+            f"| {'; '.join(engines) or '-'} | {project['requires-python']} |"
+        )
     return "\n".join(lines)
 
 
