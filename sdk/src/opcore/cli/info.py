@@ -352,10 +352,10 @@ def render(data: dict[str, Any]) -> str:
     out += _render_compile(data.get("compile"))
     out += _render_certificates(data.get("certificates"))
     out += _render_tuning(data.get("tuning"))
-    extra = [k for k in data if k not in _skeleton_keys()]
-    if extra:
+    others = [k for k in data if k not in _skeleton_keys()]
+    if others:
         out.append("Sections from other distributions (opcore info --json has them in full):")
-        out += [f"  {k}: {_one_line(json.dumps(data[k], default=str))[:200]}" for k in extra]
+        out += [f"  {k}: {_one_line(json.dumps(data[k], default=str))[:200]}" for k in others]
         out.append("")
     return "\n".join(out) + "\n"
 
