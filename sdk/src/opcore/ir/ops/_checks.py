@@ -29,7 +29,7 @@ FLOAT_SET = frozenset(FLOAT_DTYPES)
 INDEX_DTYPES = (torch.int32, torch.int64)
 INDEX_SET = frozenset(INDEX_DTYPES)
 # ``0.0 <= eps < INF`` is False for a negative, NaN or infinite epsilon: the one comparison
-# the validators make for a float epsilon.
+# `eps_ok` makes for a float epsilon.
 INF = float("inf")
 SymInt = torch.SymInt
 SymFloat = torch.SymFloat
@@ -147,13 +147,11 @@ def bad_bool(op: str, arg: str, value: object) -> NoReturn:
 def eps_ok(eps: object) -> bool:
     """The epsilon rule: a finite float >= 0, an int >= 0, or a symbolic float while
     tracing (its value is not known here)."""
-    return (type(eps) is float and 0.0 <= eps < INF) or other_eps_ok(eps)
-
-
-def other_eps_ok(eps: object) -> bool:
-    """The epsilon rule but its common case (a finite float >= 0): an int >= 0, or a
-    symbolic float while tracing."""
-    return (type(eps) is int and eps >= 0) or isinstance(eps, SymFloat)
+    return (
+        (type(eps) is float and 0.0 <= eps < INF)
+        or (type(eps) is int and eps >= 0)
+        or isinstance(eps, SymFloat)
+    )
 
 
 def weight_ok(w: torch.Tensor, size: int, dtype: torch.dtype, device: torch.device) -> bool:

@@ -69,15 +69,14 @@ fusion replaces, `opcore.ir.tolerances.fp8_chain_tolerance`) the chain's budget 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from opcore.ir.op import register_op
 from opcore.ir.ops import _checks as c
+from opcore.ir.ops import _quant_samples as inputs
 from opcore.ir.ops._activation import silu_and_mul
 from opcore.ir.ops._norm import fused_add_rms_norm, rms_norm
-from opcore.ir.quant import DEFAULT_FP8_DTYPE, MIN_SCALE, fp8_dtype, fp8_max
+from opcore.ir.quant import MIN_SCALE, fp8_dtype, fp8_max
 from opcore.ir.samples import SampleInput, randn
 from opcore.ir.tolerances import declare_fp8_tolerance
 
@@ -299,14 +298,9 @@ def _check_group(op: str, group_size, width: int, of: str) -> None:
 
 def _check_norm_args(op: str, x, weight, epsilon) -> None:
     _check_x(op, x)
-    if not (type(epsilon) is float and 0.0 <= epsilon < c.INF) and not c.other_eps_ok(epsilon):
+    if not c.eps_ok(epsilon):
         c.bad_eps(op, "epsilon", epsilon)
-    if weight is not None and not (
-        weight.dtype is x.dtype
-        and weight.ndim == 1
-        and weight.numel() == x.shape[-1]
-        and weight.device == x.device
-    ):
+    if weight is not None and not c.weight_ok(weight, x.shape[-1], x.dtype, x.device):
         c.bad_weight(op, "weight", weight, x.shape[-1], "x", x)
 
 
@@ -470,285 +464,133 @@ def _silu_and_mul_group_fake(x, group_size=128):
 
 
 # --------------------------------------------------------------------------- samples
-# Magnitudes: |x| of about 3 (randn's tail) maps to the top of the fp8 range under the
-# default scale; "saturating" rows exceed it eightfold; "tiny" rows land among the fp8
-# subnormals and zero under a static scale (and use the full range under a dynamic one);
-# "huge" rows are near fp16's range.
-_DEFAULT_SCALE = 3.0 / 448.0
-_TINY, _HUGE = 1e-5, 1e4
-# "tiny_gated" rows (x 1e-3): |silu(gate) * up| up to about 4.5e-6 maps to fp8_max
-_TINY_GATED_SCALE = 4.5e-6 / 448.0
-
-
-def _scale(value: float = _DEFAULT_SCALE, *, zero_dim: bool = False) -> torch.Tensor:
-    t = torch.tensor([value], dtype=torch.float32)
-    return t.reshape(()) if zero_dim else t
-
-
-def _rows(shape, dtype, g, kind: str = "", strided: bool = False) -> torch.Tensor:
-    """An activation of ``shape`` (drawn and shaped in fp32, then cast, so every dtype sees
-    the same values); ``kind`` makes some rows special: ``zero`` (every other row 0),
-    ``large`` (all rows x100), ``mixed`` (row ``i`` scaled by ``10 ** (i % 7 - 3)``: tiny to
-    large rows in one tensor; ``mixed_gated``: ``10 ** ((i % 7 - 3) / 3)``), ``tiny`` or
-    ``huge`` (all rows), ``small`` (all rows x0.05), ``saturating`` (every other row 8x
-    the scale's range), ``tiny_gated`` (all rows x1e-3: ``silu(gate) * up`` among fp16's
-    subnormals, for the op that does not round it to ``x``'s dtype).
-
-    Gated inputs use ``large``, ``small`` and ``mixed_gated`` instead of ``huge``, ``tiny``
-    and ``mixed``: the op rounds ``silu(gate) * up`` to ``x``'s dtype, and a product of
-    two tiny (huge) values underflows (overflows) fp16, where the float64 reference keeps
-    it: such a row would measure fp16's range, not a kernel."""
-    width = 3 * shape[-1] if strided else shape[-1]  # strided: rows of a 3x wider buffer
-    buf = randn((*shape[:-1], width), torch.float32, g)
-    x = buf[..., shape[-1] : 2 * shape[-1]] if strided else buf
-    rows = x.reshape(-1, shape[-1])  # a view for 2-D shapes, which is where "mixed" is used
-    if kind == "zero":
-        x[..., ::2, :] = 0
-    elif kind == "tiny":
-        x.mul_(_TINY)
-    elif kind == "huge":
-        x.mul_(_HUGE)
-    elif kind == "large":  # gated inputs: gate x up stays inside fp16's range
-        x.mul_(100.0)
-    elif kind == "small":  # gated inputs: gate x up stays above fp16's subnormals
-        x.mul_(0.05)
-    elif kind == "tiny_gated":  # gate x up (about 3e-7) among fp16's subnormals
-        x.mul_(1e-3)
-    elif kind == "saturating":
-        x[..., ::2, :] *= 8.0
-    elif kind.startswith("mixed"):
-        # gated inputs multiply two such values: half the exponent keeps fp16 finite
-        half = kind == "mixed_gated"
-        for i in range(rows.shape[0]):
-            rows[i] *= 10.0 ** ((i % 7 - 3) / (3 if half else 1))
-    buf = buf.to(dtype)
-    return buf[..., shape[-1] : 2 * shape[-1]] if strided else buf
-
-
-def _ties(shape, g) -> torch.Tensor:
-    """Values that are exact rounding ties once divided by 0.0625: midpoints between
-    neighbouring float8_e4m3fn values (below 448), times 0.0625. Midpoints have four
-    mantissa bits, so every float dtype holds them exactly: a provider must round each to
-    the neighbour with the even code."""
-    grid = torch.arange(0, 126, dtype=torch.int32).to(torch.uint8).view(DEFAULT_FP8_DTYPE)
-    grid = grid.to(torch.float32)  # 0 .. 416, every non-negative value below the max
-    mids = (grid[:-1] + grid[1:]) / 2
-    pick = torch.randint(0, mids.numel(), shape, generator=g)
-    sign = torch.where(torch.rand(shape, generator=g) < 0.5, -1.0, 1.0)
-    return mids[pick] * sign * 0.0625
-
-
-def _nonfinite_rows(shape, dtype, g, *, gated: bool = False) -> torch.Tensor:
-    """Six rows of ``randn`` with NaN and infinities at drawn columns (the rule of the module
-    docstring): row 0 finite; 1 one NaN; 2 one +inf; 3 one -inf; 4 one each of NaN, +inf
-    and -inf; 5 nothing finite (NaN, +inf, -inf in turn). ``gated`` (last dim ``2 * d``):
-    rows 1-3 hold theirs in the gate half, row 4 in the up half (``silu(g) * inf``), so
-    each of ``silu(nan)``, ``silu(±inf)`` and a non-finite ``up`` is there."""
-    rows, width = shape
-    x = randn(shape, torch.float32, g)
-    half = width // 2 if gated else width
-    specials = (math.nan, math.inf, -math.inf)
-    cols = torch.randint(0, half, (6,), generator=g).tolist()
-    for row, value in zip((1, 2, 3), specials, strict=True):
-        x[row, cols[row]] = value
-    up = half if gated else 0
-    picked = torch.randperm(half, generator=g)[:3].tolist()
-    for col, value in zip(picked, specials, strict=True):
-        x[4, up + col] = value
-    x[5] = torch.tensor(specials).repeat(width // 3 + 1)[:width]
-    assert rows == 6, shape
-    return x.to(dtype)
-
-
-def _plain_shapes(quick: bool):
-    """(name, shape, kind, strided) shared by the plain and norm quantizers."""
-    yield "t1_h8", (1, 8), "", False
-    yield "t1_h4096", (1, 4096), "", False
-    for h in (7, 32, 33, 128, 129) if quick else (1, 7, 16, 31, 32, 33, 64, 127, 128, 129, 1031):
-        yield f"t5_h{h}", (5, h), "", False
-    yield "3d_2x3x64", (2, 3, 64), "", False
-    yield "strided_rows_t6_h96", (6, 96), "", True
-    yield "zero_rows_t4_h32", (4, 32), "zero", False
-    yield "saturating_rows_t4_h64", (4, 64), "saturating", False
-    yield "tiny_t4_h64", (4, 64), "tiny", False
-    yield "huge_t4_h64", (4, 64), "huge", False
-    yield "mixed_rows_t14_h128", (14, 128), "mixed", False
-    if not quick:
-        yield "t256_h4096", (256, 4096), "", False
-        yield "t33_h5120", (33, 5120), "", False
-
-
+# The activations, scales and shapes are drawn in `_quant_samples`.
 @scaled_fp8_quant.register_sample_inputs
 def _scaled_fp8_quant_samples(dtype, *, quick, generator):
-    for name, shape, kind, strided in _plain_shapes(quick):
-        x = _rows(shape, dtype, generator, kind, strided)
-        scale = _scale(_HUGE * _DEFAULT_SCALE if kind == "huge" else _DEFAULT_SCALE)
+    for name, shape, kind, strided in inputs.plain_shapes(quick):
+        x = inputs.rows(shape, dtype, generator, kind, strided)
+        scale = inputs.scale(
+            inputs.HUGE * inputs.DEFAULT_SCALE if kind == "huge" else inputs.DEFAULT_SCALE
+        )
         yield SampleInput(name, (x, scale))
-    yield SampleInput("scale_0d_t3_h24", (randn((3, 24), dtype, generator), _scale(zero_dim=True)))
-    yield SampleInput("scale_pow2_t4_h64", (randn((4, 64), dtype, generator), _scale(0.0625)))
-    yield SampleInput("ties_t4_h64", (_ties((4, 64), generator).to(dtype), _scale(0.0625)))
-    x = _nonfinite_rows((6, 64), dtype, generator)
-    yield SampleInput("nonfinite_rows_t6_h64", (x, _scale()))
+    yield SampleInput(
+        "scale_0d_t3_h24", (randn((3, 24), dtype, generator), inputs.scale(zero_dim=True))
+    )
+    yield SampleInput("scale_pow2_t4_h64", (randn((4, 64), dtype, generator), inputs.scale(0.0625)))
+    yield SampleInput(
+        "ties_t4_h64", (inputs.ties((4, 64), generator).to(dtype), inputs.scale(0.0625))
+    )
+    x = inputs.nonfinite_rows((6, 64), dtype, generator)
+    yield SampleInput("nonfinite_rows_t6_h64", (x, inputs.scale()))
 
 
 @dynamic_per_token_scaled_fp8_quant.register_sample_inputs
 def _dynamic_per_token_samples(dtype, *, quick, generator):
-    for name, shape, kind, strided in _plain_shapes(quick):
-        yield SampleInput(name, (_rows(shape, dtype, generator, kind, strided),))
-    x = _rows((6, 64), dtype, generator)
-    yield SampleInput("scale_ub_saturating_t6_h64", (x,), {"scale_ub": _scale(1.0)})
-    yield SampleInput("scale_ub_above_t3_h32", (randn((3, 32), dtype, generator), _scale(1e3)))
-    x = _nonfinite_rows((6, 64), dtype, generator)
+    for name, shape, kind, strided in inputs.plain_shapes(quick):
+        yield SampleInput(name, (inputs.rows(shape, dtype, generator, kind, strided),))
+    x = inputs.rows((6, 64), dtype, generator)
+    yield SampleInput("scale_ub_saturating_t6_h64", (x,), {"scale_ub": inputs.scale(1.0)})
+    yield SampleInput(
+        "scale_ub_above_t3_h32", (randn((3, 32), dtype, generator), inputs.scale(1e3))
+    )
+    x = inputs.nonfinite_rows((6, 64), dtype, generator)
     yield SampleInput("nonfinite_rows_t6_h64", (x,))
-    yield SampleInput("nonfinite_rows_scale_ub_t6_h64", (x,), {"scale_ub": _scale(1.0)})
-
-
-def _group_shapes(quick: bool):
-    """(name, shape, group_size, kind, strided)."""
-    yield "t1_h128_g128", (1, 128), 128, "", False
-    yield "t5_h256_g128", (5, 256), 128, "", False
-    yield "t3_h96_g32", (3, 96), 32, "", False
-    yield "t4_h64_g16", (4, 64), 16, "", False
-    yield "3d_2x3x256_g64", (2, 3, 256), 64, "", False
-    yield "strided_rows_t6_h256_g128", (6, 256), 128, "", True
-    yield "zero_rows_t4_h256_g128", (4, 256), 128, "zero", False
-    yield "tiny_t4_h128_g64", (4, 128), 64, "tiny", False
-    yield "huge_t4_h128_g64", (4, 128), 64, "huge", False
-    yield "mixed_rows_t14_h256_g128", (14, 256), 128, "mixed", False
-    if not quick:
-        yield "t256_h4096_g128", (256, 4096), 128, "", False
-        yield "t7_h7168_g128", (7, 7168), 128, "", False
+    yield SampleInput("nonfinite_rows_scale_ub_t6_h64", (x,), {"scale_ub": inputs.scale(1.0)})
 
 
 @per_token_group_quant_fp8.register_sample_inputs
 def _per_token_group_samples(dtype, *, quick, generator):
-    for name, shape, gs, kind, strided in _group_shapes(quick):
-        x = _rows(shape, dtype, generator, kind, strided)
+    for name, shape, gs, kind, strided in inputs.group_shapes(quick):
+        x = inputs.rows(shape, dtype, generator, kind, strided)
         yield SampleInput(name, (x, gs))
         if not kind and not strided:
             yield SampleInput(name + "_column_major", (x, gs, True))
-    x = _rows((3, 256), dtype, generator)
+    x = inputs.rows((3, 256), dtype, generator)
     yield SampleInput("defaults_kwargs_t3_h256", (x,), {"column_major_scales": False})
-    x = _nonfinite_rows((6, 256), dtype, generator)
+    x = inputs.nonfinite_rows((6, 256), dtype, generator)
     yield SampleInput("nonfinite_rows_t6_h256_g64", (x, 64))
     yield SampleInput("nonfinite_rows_t6_h256_g64_column_major", (x, 64, True))
 
 
-def _norm_weight(n, dtype, g, with_weight: bool = True):
-    if not with_weight:
-        return None
-    return (1.0 + 0.5 * randn((n,), torch.float32, g)).to(dtype)
-
-
-def _norm_shapes(quick: bool):
-    for name, shape, kind, strided in _plain_shapes(quick):
-        yield name, shape, kind, strided, True
-    yield "weight_none_t4_h48", (4, 48), "", False, False
-
-
-# After RMSNorm every row has RMS 1 (times the weight), so a row's magnitude only matters
-# through epsilon: "tiny" rows are dominated by it (their outputs are tiny), "huge" rows
-# not at all. Saturation comes from the scale: 1/448 puts |y| > 1 past fp8_max.
-_NORM_SATURATING_SCALE = 1.0 / 448.0
-
-
-def _norm_scale(kind: str) -> torch.Tensor:
-    return _scale(_NORM_SATURATING_SCALE if kind == "saturating" else _DEFAULT_SCALE)
-
-
 @rms_norm_static_fp8_quant.register_sample_inputs
 def _rms_norm_static_samples(dtype, *, quick, generator):
-    for name, shape, kind, strided, with_w in _norm_shapes(quick):
-        x = _rows(shape, dtype, generator, kind, strided)
-        w = _norm_weight(shape[-1], dtype, generator, with_w)
-        yield SampleInput(name, (x, w, 1e-6, _norm_scale(kind)))
+    for name, shape, kind, strided, with_w in inputs.norm_shapes(quick):
+        x = inputs.rows(shape, dtype, generator, kind, strided)
+        w = inputs.norm_weight(shape[-1], dtype, generator, with_w)
+        yield SampleInput(name, (x, w, 1e-6, inputs.norm_scale(kind)))
     x = randn((3, 24), dtype, generator)
-    yield SampleInput("eps_1e-2_kwargs", (x,), {"weight": None, "epsilon": 1e-2, "scale": _scale()})
-    x = _nonfinite_rows((6, 64), dtype, generator)
-    w = _norm_weight(64, dtype, generator)
-    yield SampleInput("nonfinite_rows_t6_h64", (x, w, 1e-6, _scale()))
+    yield SampleInput(
+        "eps_1e-2_kwargs", (x,), {"weight": None, "epsilon": 1e-2, "scale": inputs.scale()}
+    )
+    x = inputs.nonfinite_rows((6, 64), dtype, generator)
+    w = inputs.norm_weight(64, dtype, generator)
+    yield SampleInput("nonfinite_rows_t6_h64", (x, w, 1e-6, inputs.scale()))
 
 
 @fused_add_rms_norm_static_fp8_quant.register_sample_inputs
 def _fused_add_rms_norm_static_samples(dtype, *, quick, generator):
-    for name, shape, kind, strided, with_w in _norm_shapes(quick):
-        x = _rows(shape, dtype, generator, kind, strided)
-        r = _rows(shape, dtype, generator, "tiny" if kind == "tiny" else "", strided)
-        w = _norm_weight(shape[-1], dtype, generator, with_w)
-        yield SampleInput(name, (x, r, w, 1e-6, _norm_scale(kind)))
-    x = _nonfinite_rows((6, 64), dtype, generator)
-    r = _rows((6, 64), dtype, generator)
-    w = _norm_weight(64, dtype, generator)
-    yield SampleInput("nonfinite_rows_t6_h64", (x, r, w, 1e-6, _scale()))
+    for name, shape, kind, strided, with_w in inputs.norm_shapes(quick):
+        x = inputs.rows(shape, dtype, generator, kind, strided)
+        r = inputs.rows(shape, dtype, generator, "tiny" if kind == "tiny" else "", strided)
+        w = inputs.norm_weight(shape[-1], dtype, generator, with_w)
+        yield SampleInput(name, (x, r, w, 1e-6, inputs.norm_scale(kind)))
+    x = inputs.nonfinite_rows((6, 64), dtype, generator)
+    r = inputs.rows((6, 64), dtype, generator)
+    w = inputs.norm_weight(64, dtype, generator)
+    yield SampleInput("nonfinite_rows_t6_h64", (x, r, w, 1e-6, inputs.scale()))
 
 
 @rms_norm_dynamic_per_token_quant.register_sample_inputs
 def _rms_norm_dynamic_samples(dtype, *, quick, generator):
-    for name, shape, kind, strided, with_w in _norm_shapes(quick):
-        x = _rows(shape, dtype, generator, kind, strided)
-        w = _norm_weight(shape[-1], dtype, generator, with_w)
+    for name, shape, kind, strided, with_w in inputs.norm_shapes(quick):
+        x = inputs.rows(shape, dtype, generator, kind, strided)
+        w = inputs.norm_weight(shape[-1], dtype, generator, with_w)
         yield SampleInput(name, (x, w, 1e-6))
-        r = _rows(shape, dtype, generator, "", strided)
+        r = inputs.rows(shape, dtype, generator, "", strided)
         yield SampleInput(name + "_residual", (x, w, 1e-6, r))
-    x = _rows((6, 64), dtype, generator)
-    w = _norm_weight(64, dtype, generator)
-    yield SampleInput("scale_ub_saturating_t6_h64", (x, w, 1e-6), {"scale_ub": _scale(1.0)})
-    r = _rows((6, 64), dtype, generator)
+    x = inputs.rows((6, 64), dtype, generator)
+    w = inputs.norm_weight(64, dtype, generator)
+    yield SampleInput("scale_ub_saturating_t6_h64", (x, w, 1e-6), {"scale_ub": inputs.scale(1.0)})
+    r = inputs.rows((6, 64), dtype, generator)
     yield SampleInput(
         "scale_ub_residual_kwargs_t6_h64",
         (x, w, 1e-6),
-        {"residual": r, "scale_ub": _scale(1.5)},
+        {"residual": r, "scale_ub": inputs.scale(1.5)},
     )
-    x = _nonfinite_rows((6, 64), dtype, generator)
-    w = _norm_weight(64, dtype, generator)
+    x = inputs.nonfinite_rows((6, 64), dtype, generator)
+    w = inputs.norm_weight(64, dtype, generator)
     yield SampleInput("nonfinite_rows_t6_h64", (x, w, 1e-6))
-    r = _rows((6, 64), dtype, generator)
+    r = inputs.rows((6, 64), dtype, generator)
     yield SampleInput("nonfinite_rows_t6_h64_residual", (x, w, 1e-6, r))
-
-
-def _gated_shapes(quick: bool):
-    """(name, shape, kind, strided): the last dim is 2 * d."""
-    yield "t1_d8", (1, 16), "", False
-    for d in (7, 32, 33, 128, 129) if quick else (1, 7, 16, 31, 32, 33, 64, 127, 128, 129, 1031):
-        yield f"t5_d{d}", (5, 2 * d), "", False
-    yield "3d_2x3x64", (2, 3, 128), "", False
-    yield "strided_rows_t6_d48", (6, 96), "", True
-    yield "zero_rows_t4_d32", (4, 64), "zero", False
-    yield "saturating_rows_t4_d32", (4, 64), "saturating", False
-    yield "small_t4_d64", (4, 128), "small", False
-    yield "large_t4_d64", (4, 128), "large", False
-    yield "mixed_rows_t14_d128", (14, 256), "mixed_gated", False
-    if not quick:
-        yield "t256_d11008", (256, 2 * 11008), "", False
-        yield "t1_d14336", (1, 2 * 14336), "", False
 
 
 @silu_and_mul_fp8_quant.register_sample_inputs
 def _silu_and_mul_fp8_quant_samples(dtype, *, quick, generator):
-    for name, shape, kind, strided in _gated_shapes(quick):
-        x = _rows(shape, dtype, generator, kind, strided)
-        yield SampleInput(name, (x, _scale()))
+    for name, shape, kind, strided in inputs.gated_shapes(quick):
+        x = inputs.rows(shape, dtype, generator, kind, strided)
+        yield SampleInput(name, (x, inputs.scale()))
     # the op rounds once (fp32), so a product below fp16's normal range is exact enough
     # here; the chain in fp16 would hold it with a few bits, several codes off
-    x = _rows((4, 128), dtype, generator, "tiny_gated")
-    yield SampleInput("tiny_t4_d64", (x, _scale(_TINY_GATED_SCALE)))
+    x = inputs.rows((4, 128), dtype, generator, "tiny_gated")
+    yield SampleInput("tiny_t4_d64", (x, inputs.scale(inputs.TINY_GATED_SCALE)))
     yield SampleInput(
-        "nonfinite_rows_t6_d64", (_nonfinite_rows((6, 128), dtype, generator, gated=True), _scale())
+        "nonfinite_rows_t6_d64",
+        (inputs.nonfinite_rows((6, 128), dtype, generator, gated=True), inputs.scale()),
     )
 
 
 @silu_and_mul_per_token_group_fp8_quant.register_sample_inputs
 def _silu_and_mul_group_samples(dtype, *, quick, generator):
-    for name, shape, gs, kind, strided in _group_shapes(quick):
+    for name, shape, gs, kind, strided in inputs.group_shapes(quick):
         if kind == "huge":
             name, kind = name.replace("huge", "large"), "large"
         elif kind == "tiny":
             name, kind = name.replace("tiny", "small"), "small"
         elif kind == "mixed":
             kind = "mixed_gated"
-        x = _rows((*shape[:-1], 2 * shape[-1]), dtype, generator, kind, strided)
+        x = inputs.rows((*shape[:-1], 2 * shape[-1]), dtype, generator, kind, strided)
         yield SampleInput(name, (x, gs))
-    x = _rows((3, 512), dtype, generator)
+    x = inputs.rows((3, 512), dtype, generator)
     yield SampleInput("default_group_t3_d256", (x,))
-    x = _nonfinite_rows((6, 512), dtype, generator, gated=True)
+    x = inputs.nonfinite_rows((6, 512), dtype, generator, gated=True)
     yield SampleInput("nonfinite_rows_t6_d256_g64", (x, 64))
