@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
+from opcore.ir import IrOp
 from opcore.ir import ops as _ops
-from opcore.ir.op import IrOp
 from opcore.ir.samples import SampleInput
 
 
@@ -190,7 +190,7 @@ def lowering_matches_dispatch(
     import copy
 
     import opcore.compile as oc
-    from opcore.config import get_current_config, set_current_config
+    from opcore.settings import get_current_config, set_current_config
 
     op = _op(op)
     cfg = copy.deepcopy(config if config is not None else get_current_config())
@@ -360,7 +360,7 @@ def quant_fusions_fire(
     inside a compiled graph. The metrics name each fp8 output's budget
     (``fp8_budgets``)."""
     import opcore.compile as oc
-    from opcore.ir.op import all_ops
+    from opcore.ir import all_ops
     from opcore.ir.tolerances import fp8_chain_tolerance
 
     missing = [n for n in set(_QUANT_OUTPUT_OPS) if n not in all_ops()]

@@ -33,6 +33,7 @@ import torch
 from opcore.attention.backend import AttentionBackend, MultipleOf
 from opcore.attention.backends import _triton_paged_plan as _plan
 from opcore.attention.paged import PagedAttentionMetadata, check_qkv
+from opcore.kernels import TRITON_BACKEND_DEVICE_TYPES
 
 LOG2E = 1.4426950408889634
 
@@ -87,7 +88,7 @@ class TritonPagedBackend(AttentionBackend):
     # Keys are gathered one position at a time through the block table: any page size.
     supported_block_sizes = (MultipleOf(1),)
     # Device types Triton compiles for ("cuda" is also ROCm's torch device type).
-    supported_device_types = ("cuda", "xpu")
+    supported_device_types = tuple(sorted(set(TRITON_BACKEND_DEVICE_TYPES.values())))
     supports_gqa = True
     supports_mqa = True
     supports_sliding_window = True

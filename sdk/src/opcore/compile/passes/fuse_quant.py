@@ -64,7 +64,7 @@ import torch.fx as fx
 
 from opcore.compile import record as _record
 from opcore.compile.passes import fx_utils
-from opcore.ir.op import IrOp, all_ops
+from opcore.ir import IrOp, all_ops
 
 # (fused args, None) when the pair can be fused, else (None, reason). Arguments: the
 # producer's and the quantization's bound arguments (parameter order, defaults filled in).
