@@ -59,6 +59,16 @@ def test_shared_ops_are_the_run_time_intersection(vllm_plugins_loaded):
     assert vllm_plugins_loaded.vllm_version == __import__("vllm").__version__
 
 
+def test_vllm_compile_cache_key_follows_opcores_provider_identity():
+    from vllm.config.kernel import IrOpPriorityConfig
+
+    vop = _vllm_op("rms_norm")
+    uuids = {p: vop.impls[f"opcore_{p}"].uuid() for p in ("native", "counting")}
+    assert uuids["native"] != uuids["counting"]  # one adapter file, two opcore kernels
+    assert uuids["native"] != vop.impls["native"].uuid()
+    IrOpPriorityConfig(rms_norm=["opcore_native", "native"]).compute_hash()  # vLLM's use
+
+
 def test_register_is_idempotent(vllm_plugins_loaded):
     assert opcore_vllm.register() is vllm_plugins_loaded
     import vllm.plugins

@@ -157,6 +157,20 @@ def adapter(vop: Any, oop: Any, provider: str) -> tuple[Callable, Callable, bool
     return impl_fn, supports_args, inplace
 
 
+def _key_compile_caches(registered: Any, oop: Any, provider: str) -> None:
+    """vLLM keys its compile caches by ``IrOpImpl.uuid()``, a hash of the file defining the
+    implementation: for every adapter that is this file, whatever opcore kernel it reaches.
+    The adapter's own registered impl therefore answers a hash of that file and of opcore's
+    identity hash for the provider (its source, the sources it declares), so a changed
+    opcore kernel changes vLLM's cache key too."""
+    import hashlib
+    from pathlib import Path
+
+    own = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    identity = hashlib.sha256(f"{own}:{oop.identity_hash(provider)}".encode()).hexdigest()
+    registered.uuid = lambda: identity
+
+
 def register_ir(report: Any, vllm_registry: dict[str, Any] | None = None) -> None:
     """Register every opcore provider of every shared op with vLLM; refusals go to
     ``report.refuse``, registrations to ``report.providers``."""
@@ -175,12 +189,13 @@ def register_ir(report: Any, vllm_registry: dict[str, Any] | None = None) -> Non
             vname = PREFIX + provider
             if vname not in vop.impls:
                 impl_fn, supports_args, inplace = adapter(vop, oop, provider)
-                vop.register_impl(
+                registered = vop.register_impl(
                     vname,
                     supported=bool(impl.supported),
                     supports_args=supports_args,
                     inplace=inplace,
                 )(impl_fn)
+                _key_compile_caches(registered, oop, provider)
             report.providers.setdefault(name, [])
             if vname not in report.providers[name]:
                 report.providers[name].append(vname)
