@@ -177,6 +177,23 @@ def test_a_tuning_table_reload_moves_the_generation(monkeypatch):
         runtime.reload()
 
 
+def test_a_chain_that_cannot_bind_checks_each_call_and_remembers_nothing():
+    # No provider binds: the validator and supports_args run per call (cheaper than a
+    # signature): each call is chosen afresh and no signature is remembered.
+    def small(x, scale):
+        return x.shape[0] <= 4
+
+    with temporary_op(ir_fast_op) as op:
+        op.register_impl("small", supports_args=small)(lambda x, scale: x * scale + 0.0)
+        with op.set_priority(["small", "native"]):
+            for rows in (2, 8, 2):
+                x = torch.randn(rows, 3)
+                assert torch.equal(op(x, 2.0), x * 2.0)
+                want = "small" if rows <= 4 else "native"
+                assert op.dispatch(x, 2.0).provider == want
+            assert not op.route().keyed and op.route().bound == {}
+
+
 def test_logged_dispatch_never_replays(monkeypatch):
     monkeypatch.setenv("OPCORE_LOG_DISPATCH", "1")
     with counting_op() as (op, c):

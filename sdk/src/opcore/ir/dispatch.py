@@ -125,6 +125,7 @@ class Route:
         "direct",
         "first",
         "generation",
+        "keyed",
         "log",
         "router",
     )
@@ -159,6 +160,10 @@ class Route:
         self.direct = (
             first.functional if self.first is not None and first.bind is None and not log else None
         )
+        # A signature pays where it skips more than it costs: a provider that binds (its
+        # launch choices, Triton's binder). Without one in the chain, a call is checked and
+        # chosen as it comes (validator, router, supports_args), which costs less.
+        self.keyed = any(i.bind is not None for i in decision.chain)
         self.bound: dict[tuple, Callable] = {}  # the default overload's, per signature
         self.bound_inplace: dict[tuple, Callable] = {}  # maybe_inplace's
 
@@ -232,6 +237,15 @@ class Dispatcher:
                 if v is not None:
                     v(*args)
                 return direct(*args)
+            except TypeError:
+                self._check_arity(args, None)
+                raise
+        if not route.keyed:
+            try:
+                v = self._validator
+                if v is not None:
+                    v(*args)
+                return self._select(route, args, None).functional(*args)
             except TypeError:
                 self._check_arity(args, None)
                 raise
