@@ -100,7 +100,7 @@ if not UNDER_TRITON_INTERPRETER:
 
 else:
     pytest.importorskip("triton")
-    from opcore.ir import ops
+    from opcore.ir import invalidate_caches, ops
     from opcore.ir.tolerances import fp8_tolerance
     from opcore.kernels.triton import quant
     from opcore.kernels.triton._launch import MAX_FUSED_COLS
@@ -206,10 +206,15 @@ else:
         assert counts[0] <= 0.01 * counts[1], counts
 
     @pytest.mark.parametrize("op_name", QUANT_OPS)
-    def test_a_platform_declaring_fnuz_gets_fnuz_codes(op_name, monkeypatch):
+    def test_a_platform_declaring_fnuz_gets_fnuz_codes(op_name, monkeypatch, request):
         """The kernels encode the codes themselves, so ``float8_e4m3fnuz`` (which Triton's
         interpreter cannot store as a type) runs here too: max 240, no negative zero."""
         monkeypatch.setattr(type(get_current_platform()), "fp8_dtype", torch.float8_e4m3fnuz)
+        # A platform's declarations are fixed for a process, and dispatch keeps what it
+        # bound under them: changing one in place is followed by invalidate_caches(), here
+        # and again once the declaration is restored (docs/design.md#per-call-path).
+        invalidate_caches()
+        request.addfinalizer(invalidate_caches)
         op = getattr(ops, op_name)
         counts = [0, 0]
         for s in op.sample_inputs("cpu", torch.bfloat16):
