@@ -295,8 +295,8 @@ def run_ranks(
                         )
                         first_failure = first_failure or time.monotonic()
                 continue
-            value = pickle.loads(blob) if status == "ok" else None
-            outcomes[rank] = RankOutcome(rank, status, value, error, tb, None, elapsed)
+            returned = pickle.loads(blob) if status == "ok" else None
+            outcomes[rank] = RankOutcome(rank, status, returned, error, tb, None, elapsed)
             if status != "ok" and first_failure is None:
                 first_failure = time.monotonic()
     finally:

@@ -118,9 +118,12 @@ class FusedMoE(PluggableLayer):
             )
         self.local_intermediate = intermediate_size // self.tp_size
         i = self.local_intermediate
-        kw = {"dtype": dtype, "device": device}
-        self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * i, hidden_size, **kw))
-        self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, i, **kw))
+        self.w13_weight = nn.Parameter(
+            torch.empty(num_experts, 2 * i, hidden_size, dtype=dtype, device=device)
+        )
+        self.w2_weight = nn.Parameter(
+            torch.empty(num_experts, hidden_size, i, dtype=dtype, device=device)
+        )
         self.e_score_correction_bias = (
             nn.Parameter(torch.zeros(num_experts, dtype=torch.float32, device=device))
             if e_score_correction_bias

@@ -279,9 +279,10 @@ class TritonPagedBackend(AttentionBackend):
         replay = self._replays.get(key)
         if replay is not None:  # a new batch of a plan and signature bound before
             return replay(*args)
-        if self._bind is None:
-            self._bind = _bound().binder(self._launch)
-        result, replay = self._bind(*args)
+        bind = self._bind
+        if bind is None:
+            bind = self._bind = _bound().binder(self._launch)
+        result, replay = bind(*args)
         if replay is not None:
             _plan.remember(self._replays, key, replay)
         return result

@@ -41,10 +41,10 @@ _NAMES = {
     "mixtral": ("mixtral", "MixtralSparseMoeBlock", "MixtralTopKRouter", "MixtralExperts"),
 }
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu"}
-_CLASSES: dict[str, tuple[type, type, type]] = {}
+_CLASSES: dict[str, tuple[Any, Any, Any]] = {}
 for _mt, (_mod, *_cls) in _NAMES.items():  # transformers' own classes, kept at import
     _m = importlib.import_module(f"transformers.models.{_mod}.modeling_{_mod}")
-    _CLASSES[_mt] = tuple(getattr(_m, n) for n in _cls)  # type: ignore[assignment]
+    _CLASSES[_mt] = (getattr(_m, _cls[0]), getattr(_m, _cls[1]), getattr(_m, _cls[2]))
 
 MOE_MODEL_TYPES = tuple(_NAMES)
 
@@ -72,7 +72,7 @@ class MoePatch:
             self.revert()
 
 
-def _forward(block: nn.Module, renormalize: bool, activation: str, original):
+def _forward(block: Any, renormalize: bool, activation: str, original: Any):
     from opcore.ir import ops
 
     gate, experts = block.gate, block.experts
@@ -95,8 +95,8 @@ def _forward(block: nn.Module, renormalize: bool, activation: str, original):
 def apply_moe(model: nn.Module) -> MoePatch:
     """Patch the sparse MoE blocks of a loaded Qwen3-MoE or Mixtral ``model`` in place
     (module docstring); returns the `MoePatch` (``.routes``, ``.revert()``)."""
-    config = getattr(model, "config", None)
-    mt = getattr(config, "model_type", None)
+    config: Any = getattr(model, "config", None)
+    mt: Any = getattr(config, "model_type", None)
     if mt not in _CLASSES:
         raise UnsupportedModelError(
             f"opcore.integrations.transformers.apply_moe: model_type {mt!r} is not supported; "
@@ -106,13 +106,13 @@ def apply_moe(model: nn.Module) -> MoePatch:
         raise UnsupportedModelError("apply_moe: the model is already patched; revert it first")
     block_cls, router_cls, experts_cls = _CLASSES[mt]
     problems = []
-    activation = _ACTIVATIONS.get(getattr(config, "hidden_act", None))
+    activation = _ACTIVATIONS.get(str(getattr(config, "hidden_act", None)))
     if activation is None:
         problems.append(f"hidden_act={config.hidden_act!r} (supported: silu, gelu)")
     if getattr(config, "output_router_logits", False):
         problems.append("output_router_logits=True: the router module is not called")
     renormalize = bool(getattr(config, "norm_topk_prob", True)) if mt == "qwen3_moe" else True
-    found = {}
+    found: dict[str, Any] = {}
     for name, module in model.named_modules():
         if isinstance(module, block_cls):
             if type(module) is not block_cls:
@@ -135,6 +135,7 @@ def apply_moe(model: nn.Module) -> MoePatch:
             f"apply_moe: cannot patch {type(model).__name__} ({mt}); nothing was changed:\n  - "
             + "\n  - ".join(problems)
         )
+    assert activation is not None  # a missing one is among the problems above
     patch = MoePatch(model)
     for name, block in found.items():
         block.forward = _forward(block, renormalize, activation, block_cls.forward.__get__(block))

@@ -184,7 +184,7 @@ def _replay(fn: Callable, rec: _Recording, args: tuple, result: Any) -> Callable
     # Under the interpreter there is no compiled kernel; with no launch at all (empty
     # inputs) there is nothing to launch either: both replay through the kernels' call.
     interpreted = not rec.launches or any(c is None for *_, c in rec.launches)
-    steps = []
+    steps: list[Any] = []  # per launch: the interpreter's form, or the compiled one
     for kernel, grid, kargs, options, compiled in rec.launches:
         if interpreted:
             # Replayed through the interpreter: real tensors (views rebuilt with as_strided).
