@@ -327,7 +327,11 @@ def test_one_case_id_names_the_same_inputs_in_quick_and_full_mode():
             pairs = list(zip(sample.tensors(), other.tensors(), strict=True))
             assert pairs, sample_name
             for (key, a), (_, b) in pairs:
-                assert torch.equal(a, b) and a.stride() == b.stride(), f"{name} {sample_name} {key}"
+                same = torch.equal(a, b) or (  # NaN samples (the fp8 ops' nonfinite rows)
+                    a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
+                    and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+                )  # fmt: skip
+                assert same and a.stride() == b.stride(), f"{name} {sample_name} {key}"
             checked += 1
     assert checked > 100
 
