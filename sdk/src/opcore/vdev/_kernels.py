@@ -175,6 +175,11 @@ SUPPORTED_OPS = frozenset(
         "aten::_log_softmax",
         "aten::softmax",
         "aten::kthvalue",
+        # sorting and counting (the MoE routers and fused_experts' native functions)
+        "aten::sort",
+        "aten::argsort",
+        "aten::topk",
+        "aten::bincount",
         # shape and data movement within the device
         "aten::cat",
         "aten::stack",
