@@ -6,12 +6,11 @@ Timings themselves are not checked."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from opcore.testing.interpreter import run_script_under_triton_interpreter
 
 pytest.importorskip("triton")
 
@@ -19,16 +18,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "moe.py"
 
 
 def test_moe_bench_quick_runs_on_the_cpu(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
-    env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_script_under_triton_interpreter(str(SCRIPT), "--quick", "--out", str(tmp_path))
     result = json.loads((tmp_path / "moe.json").read_text())
     rows = result["rows"]
     assert [(r["phase"], r["tokens"]) for r in rows] == [

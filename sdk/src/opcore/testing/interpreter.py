@@ -39,3 +39,21 @@ def rerun_under_triton_interpreter(
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout, proc.stdout[-3000:]
     return proc
+
+
+def run_script_under_triton_interpreter(
+    script: str, *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python script *args`` in a child with ``TRITON_INTERPRET=1`` and no
+    ``OPCORE_*`` variable of this process (a bench script's ``--quick`` CPU mode); fail
+    with the child's output unless it exits 0. Skips when Triton does not import here."""
+    import pytest
+
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run(
+        [sys.executable, script, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
