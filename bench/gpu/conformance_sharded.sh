@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The cuda platform's whole default conformance selection (every check, quick samples) in
+# one device call: the ops are split over SHARDS processes that share the one GPU and run
+# at once (the cases are mostly host-bound, the lent host has 16 cores), plus one process
+# for the attention backends. Each shard writes its own report; the summary lists each
+# shard's totals, and the exit status is 1 when any shard failed, errored or did not end.
+#   CONF_LIMIT   seconds each shard may run (default 300)
+#   CONF_ARGS    extra arguments for every shard (say --full)
+#   CONF_PLATFORM the platform (default cuda; cpu for a plumbing check here)
+# Results: $OUT/conformance_sharded/<shard>/conformance.{md,jsonl}, summary.md.
+set -u
+dir="$OUT/conformance_sharded"; mkdir -p "$dir"
+limit=${CONF_LIMIT:-300}
+# Groups of about the same case count (7,442 quick cases on the CPU's listing).
+shards=(
+  "rotary_embedding"
+  "rms_norm_dynamic_per_token_quant"
+  "gelu_and_mul,silu_and_mul"
+  "fused_add_rms_norm,rms_norm"
+  "split_qkv_rmsnorm_rope,scaled_fp8_quant"
+  "dynamic_per_token_scaled_fp8_quant,per_token_group_quant_fp8"
+  "rms_norm_static_fp8_quant,fused_add_rms_norm_static_fp8_quant"
+  "silu_and_mul_fp8_quant,silu_and_mul_per_token_group_fp8_quant"
+  "fused_experts,grouped_topk,topk_softmax"
+)
+conf() { timeout -k 5 "$limit" python3 -c "import sys; from opcore.cli import main; sys.exit(main())" \
+  conformance --platform "${CONF_PLATFORM:-cuda}" --no-progress --overwrite ${CONF_ARGS:-} "$@"; }
+echo "== conformance in $(( ${#shards[@]} + 1 )) shards $(date -u +%T)"
+pids=()
+for i in "${!shards[@]}"; do
+  conf --ops "${shards[$i]}" --report-dir "$dir/s$i" >"$dir/s$i.log" 2>&1 & pids+=($!)
+done
+conf --checks attention --report-dir "$dir/attention" >"$dir/attention.log" 2>&1 & pids+=($!)
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+echo "== done $(date -u +%T)"
+{
+  echo "| shard | ops | pass | fail | xfail | xpass | skip | unsupported | n/a | error | total |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  row() {  # row NAME OPS: the totals row of one shard's report, then its verdict
+    local r h
+    r=$(grep -A2 '^| pass |' "$dir/$1/conformance.md" 2>/dev/null | tail -1)
+    h=$(head -1 "$dir/$1/conformance.md" 2>/dev/null)
+    echo "| $1 | $2 | ${r#| } ${h##* }"
+  }
+  for i in "${!shards[@]}"; do row "s$i" "${shards[$i]}"; done
+  row attention "(attention backends)"
+} | tee "$dir/summary.md"
+grep -h -E "^(FAIL|ERROR)|rerun" "$dir"/*.log | head -40
+exit $status
