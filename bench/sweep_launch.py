@@ -114,7 +114,7 @@ def measure(fn, platform, timers, tokens, rep_ms) -> dict:
 def same(a, b, exact: bool) -> bool:
     a = a if isinstance(a, tuple) else (a,)
     b = b if isinstance(b, tuple) else (b,)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if exact and not torch.equal(x, y):
             return False
         if not exact and not torch.allclose(x.float(), y.float(), atol=2e-2, rtol=2e-2):
@@ -146,7 +146,9 @@ def sweep_shape(op_name, tokens, width, dtype, device, platform, timers, opts) -
                 got = impl.functional(*fresh())
                 ok = same(got, want, exact=not norm)
                 timed = fresh()
-                t = measure(lambda: impl.impl_fn(*timed), platform, timers, tokens, opts.rep_ms)
+                t = measure(
+                    lambda timed=timed: impl.impl_fn(*timed), platform, timers, tokens, opts.rep_ms
+                )
             except Exception as exc:  # a configuration the kernel cannot launch
                 rows.append({"config": cfg, "error": f"{type(exc).__name__}: {exc}"[:200]})
                 continue
