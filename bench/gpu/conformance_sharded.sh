@@ -7,6 +7,7 @@
 #   CONF_LIMIT   seconds each shard may run (default 300)
 #   CONF_ARGS    extra arguments for every shard (say --full)
 #   CONF_PLATFORM the platform (default cuda; cpu for a plumbing check here)
+#   CONF_SHARDS  other op groups, ';' between shards (say "rms_norm;silu_and_mul,gelu_and_mul")
 # Results: $OUT/conformance_sharded/<shard>/conformance.{md,jsonl}, summary.md.
 set -u
 dir="$OUT/conformance_sharded"; mkdir -p "$dir"
@@ -23,6 +24,7 @@ shards=(
   "silu_and_mul_fp8_quant,silu_and_mul_per_token_group_fp8_quant"
   "fused_experts,grouped_topk,topk_softmax"
 )
+if [ -n "${CONF_SHARDS:-}" ]; then IFS=';' read -r -a shards <<< "$CONF_SHARDS"; fi
 conf() { timeout -k 5 "$limit" python3 -c "import sys; from opcore.cli import main; sys.exit(main())" \
   conformance --platform "${CONF_PLATFORM:-cuda}" --no-progress --overwrite ${CONF_ARGS:-} "$@"; }
 echo "== conformance in $(( ${#shards[@]} + 1 )) shards $(date -u +%T)"

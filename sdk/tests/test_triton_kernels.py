@@ -248,6 +248,67 @@ else:
         warps = {n: _launch.row_params(32768, n)[3] for n in (1024, 4096, 5120, 8192, 16384, 20000)}
         assert warps == {1024: 8, 4096: 8, 5120: 16, 8192: 16, 16384: 16, 20000: 8}
 
+    def test_launch_model_few_rows_take_one_row_on_more_warps():
+        from opcore.kernels.triton import _launch
+
+        rp = _launch.row_params
+        # at most LATENCY_ROWS_PER_SM rows per multiprocessor: one row, ~8 elements a thread
+        assert rp(1, 4096, 132) == (4096, 1, True, 16)
+        assert rp(528, 7168, 132) == (8192, 1, True, 32)
+        assert rp(16, 1024, 132) == (1024, 1, True, 4)
+        # past it, the bandwidth rule (16 elements a thread, short rows packed)
+        assert rp(529, 7168, 132) == (8192, 1, True, 16)
+        assert rp(32768, 1024, 132)[:2] == (1024, 4)
+        # the regime follows the device's multiprocessor count, not a fixed number
+        assert rp(100, 4096, 8) == (4096, 1, True, 8) and rp(100, 4096, 132)[3] == 16
+        assert rp(2, _launch.MAX_FUSED_COLS + 1, 132)[2] is False
+
+    def test_launch_model_gated_activations():
+        from opcore.kernels.triton import _launch
+
+        gp = _launch.gated_params
+        # decode sizes: 1024-element spans on 8 warps, 2-D grid
+        assert gp(1, 14336, 132) == (1024, 1, 8, 0)
+        assert gp(16, 18944, 132) == (512, 2, 8, 0)  # 2**9 * 37: the even 512 tile, 2 rows
+        # many spans: 2048-element tiles walked columns first, 8 warps
+        assert gp(16384, 14336, 132) == (1024, 2, 8, 1)
+        assert gp(4096, 13824, 132) == (512, 4, 8, 1)
+        assert gp(4096, 11008, 132) == (1024, 2, 8, 1)  # 2**8 * 43: the plain tile, masked
+        assert gp(64, 300, 132) == (512, 2, 8, 0)  # rows narrower than a span share it
+        # a smaller device leaves the latency regime sooner
+        assert gp(16, 14336, 132)[3] == 0 and gp(16, 14336, 8)[3] == 1
+
+    def test_launch_model_quant_rows_take_fewer_warps_with_many_rows():
+        from opcore.kernels.triton import _launch
+
+        qp = _launch.quant_row_params
+        assert qp(32768, 4096, 132) == (4096, 1, True, 4)
+        assert qp(32768, 1024, 132) == (1024, 1, True, 1)
+        assert qp(8, 4096, 132) == _launch.row_params(8, 4096, 132)  # few rows: the norm's
+        assert qp(4, 20000, 132) == _launch.row_params(4, 20000, 132)  # two-pass: the same
+
+    def test_multiprocessors_under_the_interpreter_is_the_reference_figure():
+        from opcore.kernels.triton import _launch
+
+        assert _launch.multiprocessors() == _launch.REFERENCE_SMS
+        assert _launch.multiprocessors(0) == _launch.REFERENCE_SMS
+
+    @pytest.mark.parametrize("approx", [None, "tanh", "none"])
+    def test_gated_default_launch_on_a_small_device_walks_columns_first(monkeypatch, approx):
+        # With one multiprocessor, 7 rows x 1000 columns are past the latency regime: the
+        # default (untuned) launch takes the columns-first tiles, row blocks masked.
+        from opcore.kernels.triton import _launch
+
+        monkeypatch.setattr(_launch, "multiprocessors", lambda index=None: 1)
+        assert _launch.gated_params(7, 1000, 1) == (1024, 2, 8, 1)
+        x = torch.randn(7, 2 * 1000, dtype=torch.bfloat16) * 3
+        g, u = x.double()[..., :1000], x.double()[..., 1000:]
+        if approx is None:
+            check(activation.silu_and_mul(x), g * torch.sigmoid(g) * u, torch.bfloat16)
+        else:
+            ref = torch.nn.functional.gelu(g, approximate=approx) * u
+            check(activation.gelu_and_mul(x, approx), ref, torch.bfloat16)
+
     def test_token_head_params():
         from opcore.kernels.triton import _launch
 

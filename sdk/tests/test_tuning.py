@@ -20,6 +20,7 @@ import warnings
 import pytest
 import torch
 
+import opcore.ir  # noqa: F401  (hands the tuning index its sources, as any dispatch does)
 from opcore.tuner import gate
 from opcore.tuning import buckets, runtime, table
 

@@ -1,22 +1,63 @@
-"""Launch parameters chosen from the problem shape (no autotuning on the hot path).
+"""Launch parameters chosen from the problem shape and the device's figures (no autotuning
+on the hot path): the launch model used wherever the tuning table has no entry.
 
 Every function here is a pure, cached function of a few integers, so a launcher pays a
 dictionary lookup, not a search, per call. The rules follow the row-kernel practice of
-memory-bound kernels: one row per program when rows are long, several rows per program
-when they are short, and smaller tiles when there are too few rows to fill the device.
+memory-bound kernels, with the one device figure they depend on, the multiprocessor count
+``sms`` (`multiprocessors`):
+
+- **Few rows** (at most ``LATENCY_ROWS_PER_SM * sms``): every program starts at once and
+  the call lasts about one memory round trip, so a program takes one row (norms) or one
+  1024-element span (gated activations) and spreads it over many warps (about 8 elements
+  per thread for norms, 4 for activations): the fewest instructions before the loads.
+- **Many rows**: programs queue up, so each does more work per launch slot: norms about
+  16 elements per thread, several short rows per program while at least
+  ``2 * sms`` programs remain; gated activations a 2048-element tile walked columns first
+  (consecutive programs touch neighbouring memory, as a flattened pointwise loop does).
+
+The constants were fitted to `bench/sweep_launch.py`'s timings of every configuration over
+hidden sizes 1024-16384 and intermediates 4864-28672 at 1-16384 tokens
+(``bench/results/2026-12-02-h200-launch/``); docs/tuning.md says how a vendor refits them.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
-# Programs wanted in flight before tiles are made larger; about two per multiprocessor on
-# current datacentre GPUs. A fixed number keeps the choice a function of shape alone.
+# Programs wanted in flight before tiles are made larger: two per multiprocessor. The
+# module default is the figure of the device the rules were fitted on (132
+# multiprocessors); launchers pass their device's own count.
+PROGRAMS_PER_SM = 2
+REFERENCE_SMS = 132
+# The fixed count the kernels not yet fitted (rotary, the fused split, quant's groups and
+# tiles, MoE's elementwise steps) still size their grids by.
 MIN_PROGRAMS = 256
+# At most this many rows per multiprocessor is the latency-bound regime.
+LATENCY_ROWS_PER_SM = 4
 
 # Largest row held in registers by the norm kernels; longer rows loop over chunks.
 MAX_FUSED_COLS = 16384
 CHUNK_COLS = 4096
+
+
+@functools.cache
+def multiprocessors(device_index: int | None = None) -> int:
+    """The multiprocessor count of the active Triton driver's device ``device_index``
+    (its current device when ``None``); `REFERENCE_SMS` under Triton's interpreter or where
+    the driver does not report one."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return REFERENCE_SMS
+    try:
+        from triton.runtime import driver
+
+        active = driver.active
+        index = active.get_current_device() if device_index is None else device_index
+        props = active.utils.get_device_properties(index)
+        count = int(props.get("multiprocessor_count") or 0)
+    except Exception:  # a driver without the query: the fitted device's figure
+        return REFERENCE_SMS
+    return count if count > 0 else REFERENCE_SMS
 
 
 def next_pow2(n: int) -> int:
@@ -35,19 +76,41 @@ def warps_for(elements: int, per_warp: int = 512, cap: int = 16) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def row_params(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
-    """``(BLOCK_N, ROWS, SINGLE_PASS, num_warps)`` for a row-reduction kernel."""
+def row_params(n_rows: int, n_cols: int, sms: int = REFERENCE_SMS) -> tuple[int, int, bool, int]:
+    """``(BLOCK_N, ROWS, SINGLE_PASS, num_warps)`` for a row-reduction kernel on a device
+    of ``sms`` multiprocessors."""
     if n_cols > MAX_FUSED_COLS:
         return CHUNK_COLS, 1, False, warps_for(CHUNK_COLS)
     block_n = next_pow2(n_cols)
+    if n_rows <= LATENCY_ROWS_PER_SM * sms:
+        # Few rows: one row per program, about 8 elements per thread (fitted: 1-4 % faster
+        # than 16 at 1-256 tokens on every hidden size of the sweep).
+        return block_n, 1, True, warps_for(block_n, per_warp=256, cap=32)
     rows = 1
     if block_n <= 1024:
         rows = min(4096 // block_n, next_pow2(n_rows))
-        while rows > 1 and cdiv(n_rows, rows) < MIN_PROGRAMS:
+        while rows > 1 and cdiv(n_rows, rows) < PROGRAMS_PER_SM * sms:
             rows //= 2
     # About 16 elements per thread. (8 warps for rows of 8192 was tried on the H200: no gain
-    # at 32k rows, and 1-32 token rows got 10-20 % slower than with 16.)
+    # at 32k rows.)
     return block_n, rows, True, warps_for(block_n * rows)
+
+
+@functools.lru_cache(maxsize=4096)
+def quant_row_params(
+    n_rows: int, n_cols: int, sms: int = REFERENCE_SMS
+) -> tuple[int, int, bool, int]:
+    """`row_params` for the norm + fp8 quant row kernels (`opcore.kernels.triton.quant`):
+    the same with many rows, except one row per program on a quarter of the warps per
+    element (about 32 elements per thread). Measured at 32k tokens x 4096 on the H200
+    (bench/results/2026-12-01-h200-fp8, the row_launch sweep): 4 warps per row reached
+    85.1 % of copy for ``rms_norm_static_fp8_quant`` against 82.1 % on 8, 79.6 against
+    73.5 % for the per-token dynamic quant, 101.0 against 93.1 % for the quant alone; the
+    extra registers of the quant's max and scale favour smaller programs."""
+    block_n, rows, single, warps = row_params(n_rows, n_cols, sms)
+    if single and n_rows > LATENCY_ROWS_PER_SM * sms:
+        return block_n, 1, True, warps_for(block_n, per_warp=1024, cap=32)
+    return block_n, rows, single, warps
 
 
 # Smallest column tile worth choosing for divisibility; a width whose largest power-of-two
@@ -82,6 +145,33 @@ def elementwise_params(n_rows: int, n_cols: int) -> tuple[int, int, int]:
     block_c = even_tile(n_cols, tile)
     rows = max(1, min(tile // block_c, next_pow2(n_rows)))
     return block_c, rows, warps_for(block_c * rows, per_warp=256, cap=8)
+
+
+# The gated activations' program sizes (elements): a latency-bound span, and the tile of the
+# bandwidth-bound regime, fitted by bench/sweep_launch.py.
+GATED_SPAN = 1024
+GATED_TILE = 2048
+
+
+@functools.lru_cache(maxsize=4096)
+def gated_params(n_rows: int, d: int, sms: int = REFERENCE_SMS) -> tuple[int, int, int, int]:
+    """``(BLOCK_C, ROWS, num_warps, COLS_FIRST)`` for the gated activations' ``[rows, d]``
+    output (`opcore.kernels.triton.activation`).
+
+    - Fewer than ``LATENCY_ROWS_PER_SM * sms`` spans of `GATED_SPAN` elements (decode
+      sizes): one span per program on 8 warps (4 elements per thread), a 2-D grid.
+    - Else: `GATED_TILE`-element tiles, ``BLOCK_C = even_tile(d, 1024)`` columns by as many
+      rows as fill the tile, 8 warps (8 elements per thread), numbered columns first.
+    Fitted on the sweep: within 1-2 % of the best configuration at 1-16 and 4096-16384
+    tokens, where the previous rule was 3-7 % behind.
+    """
+    if cdiv(n_rows * d, GATED_SPAN) < LATENCY_ROWS_PER_SM * sms:
+        block_c = even_tile(d, GATED_SPAN)
+        rows = max(1, min(GATED_SPAN // block_c, next_pow2(n_rows)))
+        return block_c, rows, warps_for(block_c * rows, per_warp=128, cap=8), 0
+    block_c = even_tile(d, GATED_TILE // 2)
+    rows = max(1, min(GATED_TILE // block_c, next_pow2(n_rows)))
+    return block_c, rows, warps_for(block_c * rows, per_warp=256, cap=8), 1
 
 
 @functools.lru_cache(maxsize=4096)

@@ -76,8 +76,8 @@ def _act_and_mul(x: torch.Tensor, act: int, shape: tuple) -> torch.Tensor:
     # A tuned choice for this size (docs/tuning.md), else the shape heuristic.
     cfg = launch_config(_OP_NAMES[act], PROVIDER, x.dtype, n_rows, shape)
     if cfg is None:
-        block_c, rows, warps = _launch.elementwise_params(n_rows, d)
-        cols_first = 0
+        sms = _launch.multiprocessors(x.device.index)
+        block_c, rows, warps, cols_first = _launch.gated_params(n_rows, d, sms)
     else:
         block_c, rows, warps = cfg["BLOCK_C"], cfg["ROWS"], cfg["num_warps"]
         cols_first = cfg["COLS_FIRST"]

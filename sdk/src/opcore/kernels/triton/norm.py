@@ -126,7 +126,8 @@ def _launch_norm(
     # A tuned choice for this size (docs/tuning.md), else the shape heuristic.
     cfg = launch_config(op, PROVIDER, x.dtype, n_rows, (n_cols,))
     if cfg is None:
-        block_n, rows, single, warps = _launch.row_params(n_rows, n_cols)
+        sms = _launch.multiprocessors(x.device.index)
+        block_n, rows, single, warps = _launch.row_params(n_rows, n_cols, sms)
     else:
         block_n, rows, warps = cfg["BLOCK_N"], cfg["ROWS"], cfg["num_warps"]
         single = block_n >= n_cols

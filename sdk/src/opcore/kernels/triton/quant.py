@@ -450,9 +450,9 @@ def row_launch(rows: int, num_warps: int) -> Iterator[None]:
         _row_launch[0] = before
 
 
-def _row_params(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
-    """`_launch.row_params`, or row_launch's setting where the row fits one tile."""
-    block_n, rows, single, warps = _launch.row_params(n_rows, n_cols)
+def _row_params(n_rows: int, n_cols: int, sms: int) -> tuple[int, int, bool, int]:
+    """`_launch.quant_row_params`, or row_launch's setting where the row fits one tile."""
+    block_n, rows, single, warps = _launch.quant_row_params(n_rows, n_cols, sms)
     forced = _row_launch[0]
     if forced is not None and single:
         rows, warps = forced
@@ -480,7 +480,8 @@ def _rows_quant(
         return q, scales, res
     sx = require_row_stride(x, f"{what}: x")
     sr = 0 if residual is None else require_row_stride(residual, f"{what}: residual")
-    block_n, rows, single, warps = _row_params(n_rows, n_cols)
+    sms = _launch.multiprocessors(x.device.index)
+    block_n, rows, single, warps = _row_params(n_rows, n_cols, sms)
     _bound.launch(
         _row_quant_kernel,
         (_launch.cdiv(n_rows, rows),),

@@ -63,7 +63,8 @@ NORM_PARAMS = ("BLOCK_N", "ROWS", "num_warps")
 
 
 def norm_default(tokens: int, shape: tuple) -> Config:
-    block_n, rows, _single, warps = _launch.row_params(max(tokens, 1), shape[0])
+    sms = _launch.multiprocessors()
+    block_n, rows, _single, warps = _launch.row_params(max(tokens, 1), shape[0], sms)
     return {"BLOCK_N": block_n, "ROWS": rows, "num_warps": warps}
 
 
@@ -110,8 +111,9 @@ COLS_FIRST_MIN_TOKENS = 1024
 
 
 def act_default(tokens: int, shape: tuple) -> Config:
-    block_c, rows, warps = _launch.elementwise_params(max(tokens, 1), shape[0])
-    return {"BLOCK_C": block_c, "ROWS": rows, "num_warps": warps, "COLS_FIRST": 0}
+    sms = _launch.multiprocessors()
+    block_c, rows, warps, order = _launch.gated_params(max(tokens, 1), shape[0], sms)
+    return {"BLOCK_C": block_c, "ROWS": rows, "num_warps": warps, "COLS_FIRST": order}
 
 
 def act_candidates(tokens: int, shape: tuple) -> list[dict[str, int]]:

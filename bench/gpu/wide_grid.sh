@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Issue 31's wide grid: `opcore bench` with OPCORE_TUNING=off (the launch model alone) on
+# real-model shapes nobody tuned (opcore.bench.shapes: hidden 2560/3584/5120/7168 with
+# their models' intermediates 9728/18944/13824/18432), against torch.compile of the native
+# function (static shapes), F.rms_norm, Liger and FlagGems in the same process; then
+# bench/tune_compare.py's rows (within 3 % of the best peer, ahead, misses with causes).
+#   WIDE_OPS WIDE_HIDDEN WIDE_TOKENS WIDE_DTYPE  override the grid (defaults below)
+#   WIDE_LIMIT  seconds for the bench (default 200); rows not reached are missing
+# Results: $OUT/wide_grid/: off.jsonl, off/ (bench.json, bench.md), compare.md/json.
+set -u
+dir="$OUT/wide_grid"; mkdir -p "$dir"
+ops=${WIDE_OPS:-rms_norm,fused_add_rms_norm,silu_and_mul,gelu_and_mul}
+hidden=${WIDE_HIDDEN:-3584,7168,2560,5120}
+tokens=${WIDE_TOKENS:-1,8,2048,16384}
+dtype=${WIDE_DTYPE:-bfloat16}
+peers=compile,F.rms_norm,liger,flaggems
+table=plugins/cuda/src/opcore_plugin_cuda/tuning/nvidia-h200-torch2.11-triton3.6.json
+echo "== wide grid, OPCORE_TUNING=off, $dtype $(date -u +%T)"
+timeout -k 5 "${WIDE_LIMIT:-200}" env OPCORE_TUNING=off python3 -c \
+  "import sys; from opcore.cli import main; sys.exit(main())" bench --ops "$ops" \
+  --providers "triton,$peers" --tokens "$tokens" --hidden "$hidden" --dtype "$dtype" \
+  --rep-ms "${WIDE_REP_MS:-30}" --out "$dir/off" --jsonl "$dir/off.jsonl" > "$dir/off.log" 2>&1
+echo "bench rc=$?; $(grep -c '"provider"' "$dir/off.jsonl" 2>/dev/null || echo 0) records"
+# Tuning off on both sides: every row is "unseen" by the table, so the comparison is the
+# launch model against the peers.
+timeout 20 python3 bench/tune_compare.py --table "$table" --off "$dir/off.jsonl" \
+  --on "$dir/off.jsonl" --out "$dir/compare.md" --json "$dir/compare.json" > "$dir/compare.log" 2>&1
+echo "compare rc=$?"
+grep -E "^- " "$dir/compare.md" 2>/dev/null | head -12
+date -u
