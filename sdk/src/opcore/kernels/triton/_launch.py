@@ -17,7 +17,7 @@ memory-bound kernels, with the one device figure they depend on, the multiproces
 
 The constants were fitted to `bench/sweep_launch.py`'s timings of every configuration over
 hidden sizes 1024-16384 and intermediates 4864-28672 at 1-16384 tokens
-(``bench/results/2026-12-02-h200-launch/``); docs/tuning.md says how a vendor refits them.
+(``bench/results/2026-12-02-h200-session2/``); docs/tuning.md says how a vendor refits them.
 """
 
 from __future__ import annotations
