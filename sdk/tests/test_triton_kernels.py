@@ -293,6 +293,24 @@ else:
         assert _launch.multiprocessors() == _launch.REFERENCE_SMS
         assert _launch.multiprocessors(0) == _launch.REFERENCE_SMS
 
+    @pytest.mark.parametrize("n", [96, 1000])  # rows packed 8 and 4 to a program
+    def test_norm_default_launch_with_many_rows_per_multiprocessor(monkeypatch, n):
+        # With one multiprocessor, 13 rows are past the few-rows regime: the bandwidth
+        # rule (short rows packed several to a program, the last program partly masked).
+        from opcore.kernels.triton import _launch
+
+        monkeypatch.setattr(_launch, "multiprocessors", lambda index=None: 1)
+        block_n, rows, single, _ = _launch.row_params(13, n, 1)
+        assert single and rows == (8 if n == 96 else 4) and block_n >= n
+        x = torch.randn(13, n, dtype=torch.bfloat16)
+        r = torch.randn(13, n, dtype=torch.bfloat16)
+        w = torch.randn(n, dtype=torch.bfloat16)
+        check(norm.rms_norm(x, w, 1e-6), ref_rms(x, w, 1e-6), torch.bfloat16)
+        out, res = norm.fused_add_rms_norm(x, r, w, 1e-6)
+        s = (x.double() + r.double()).to(torch.bfloat16)
+        check(res, s.double(), torch.bfloat16)
+        check(out, ref_rms(s, w, 1e-6), torch.bfloat16)
+
     @pytest.mark.parametrize("approx", [None, "tanh", "none"])
     def test_gated_default_launch_on_a_small_device_walks_columns_first(monkeypatch, approx):
         # With one multiprocessor, 7 rows x 1000 columns are past the latency regime: the

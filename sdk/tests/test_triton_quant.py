@@ -317,6 +317,29 @@ else:
         assert sup["rms_norm_dynamic_per_token_quant"](x, w, 1e-6, x[:2]) is False
         assert sup["fused_add_rms_norm_static_fp8_quant"](x, x.half(), w, 1e-6, one) is False
 
+    def test_many_rows_take_fewer_warps_and_match_native(monkeypatch):
+        """With one multiprocessor, 9 rows are past the few-rows regime: the row kernels
+        take `_launch.quant_row_params`' many-rows launch (one row, 32 elements a thread),
+        and still agree with native."""
+        from opcore.kernels.triton import _launch
+
+        monkeypatch.setattr(_launch, "multiprocessors", lambda index=None: 1)
+        assert _launch.quant_row_params(9, 1024, 1) == (1024, 1, True, 1)
+        assert _launch.quant_row_params(9, 1024, 132) == _launch.row_params(9, 1024, 132)
+        g = torch.Generator().manual_seed(4)
+        x = torch.randn(9, 1024, generator=g).to(torch.bfloat16)
+        r = torch.randn(9, 1024, generator=g).to(torch.bfloat16)
+        w = (1 + torch.randn(1024, generator=g) / 4).to(torch.bfloat16)
+        s = torch.tensor([0.02])
+        for name, args in [
+            ("rms_norm_static_fp8_quant", (x, w, 1e-6, s)),
+            ("fused_add_rms_norm_static_fp8_quant", (x, r, w, 1e-6, s)),
+            ("rms_norm_dynamic_per_token_quant", (x, w, 1e-6, r)),
+            ("dynamic_per_token_scaled_fp8_quant", (x,)),
+        ]:
+            got = getattr(quant, name)(*args)
+            compare(name, got, getattr(ops, name).native(*args), torch.bfloat16, name, [0, 0])
+
     def test_row_launch_changes_the_launch_not_the_result():
         """`quant.row_launch` (the bench's launch sweep) runs the row kernels with other
         rows per program and warps: codes at most one apart from the heuristic's launch
