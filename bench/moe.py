@@ -23,8 +23,10 @@ largest error against the native op.
 from a graph (`opcore.bench.timing.graph_samples_us`), where a provider can be captured.
 
 Device times come from `opcore.bench.timing.device_samples_us` (L2 flushed before each
-call), host wall time on the CPU. Rows run in order until ``--budget-s`` is spent (the
-rest are listed as not measured).
+call), host wall time on the CPU. Rows run in order (decode, then prefill) until
+``--budget-s`` is spent (the rest are listed as not measured); ``moe.json`` and ``moe.md``
+are written again after every row, so a run stopped by a time limit keeps the rows it
+finished.
 
 ``--quick``: tiny shapes on the CPU under Triton's interpreter (set here when there is no
 GPU), to check the script runs; its timings mean nothing.
@@ -67,8 +69,10 @@ def rows(quick: bool) -> list[dict]:
             dict(model="tiny", phase="decode", tokens=1),
             dict(model="tiny", phase="decode", tokens=4),
         ]
-    out = [dict(model=m, phase="prefill", tokens=t) for m in MODELS for t in (4096, 16384)]
-    out += [dict(model=m, phase="decode", tokens=t) for m in MODELS for t in (1, 4, 16, 64)]
+    # Decode first: its rows take seconds where a prefill row takes tens, so a run cut by
+    # its budget still has every decode row.
+    out = [dict(model=m, phase="decode", tokens=t) for m in MODELS for t in (1, 4, 16, 64)]
+    out += [dict(model=m, phase="prefill", tokens=t) for m in MODELS for t in (4096, 16384)]
     return out
 
 
@@ -263,6 +267,18 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write(out: str | None, result: dict) -> str:
+    """Write ``moe.json`` and ``moe.md`` under ``out`` (when given); the Markdown."""
+    md = markdown(result)
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "moe.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        with open(os.path.join(out, "moe.md"), "w") as f:
+            f.write(md)
+    return md
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -315,14 +331,9 @@ def main(argv=None) -> int:
         print(f"{label}: {brief} ({time.perf_counter() - t0:.1f} s)", flush=True)
         if device == "cuda":
             torch.cuda.empty_cache()
-    md = markdown(result)
+        _write(args.out, result)
+    md = _write(args.out, result)
     print(md)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "moe.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        with open(os.path.join(args.out, "moe.md"), "w") as f:
-            f.write(md)
     bad = [
         f"{r['model']}/{r['tokens']}"
         for r in result["rows"]
