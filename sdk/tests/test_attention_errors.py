@@ -160,3 +160,39 @@ def test_integer_dtypes_are_required():
         PagedAttentionMetadata.build(
             torch.tensor([0, 1], dtype=I32), torch.tensor([1], dtype=I32), torch.zeros((1, 1))
         )
+
+
+def test_write_kv_checks_a_batchs_own_slots_once_on_the_host(impl, cache, monkeypatch):
+    # A batch's metadata.slot_mapping is checked through the batch's host copies, once per
+    # batch and cache geometry, not on the device at every layer's write (a wait for the
+    # device each time); any other slot tensor still is; an in-place write into the batch's
+    # slots (counted by torch) is seen and checked again; a bad slot raises before writing.
+    from opcore.attention import paged
+
+    device_checks = []
+    real = paged.check_slot_mapping
+
+    def counting(slots, *a):
+        device_checks.append(slots)
+        return real(slots, *a)
+
+    monkeypatch.setattr(paged, "check_slot_mapping", counting)
+    slots = torch.tensor([5, 17, 33, 40])
+    md = PagedAttentionMetadata.build(
+        torch.tensor([0, 1, 4], dtype=I32),
+        torch.tensor([6, 3], dtype=I32),
+        torch.tensor([[0], [2]], dtype=I32),
+        slot_mapping=slots,
+    )
+    k = torch.randn(4, 2, 8)
+    for _ in range(3):  # three layers of one step
+        impl.write_kv(k, k, cache, md.slot_mapping)
+    assert len(device_checks) == 1  # once for the step (check_cache, on the host copy)
+    assert torch.equal(cache[0].reshape(-1, 2, 8)[md.slot_mapping], k)
+    impl.write_kv(k, k, cache, slots.clone())  # not the batch's tensor: checked per call
+    assert len(device_checks) == 2
+    md.slot_mapping[2] = 500  # an in-place write: the batch is checked again, and fails
+    before = cache.clone()
+    with pytest.raises(ValueError, match=r"slot_mapping\[2\]=500 is out of range"):
+        impl.write_kv(k, k, cache, md.slot_mapping)
+    assert torch.equal(cache, before)

@@ -299,9 +299,11 @@ class AttentionBackend:
         slot_mapping: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The checks every `write_kv` makes before writing (head counts and sizes, one
-        slot per key row, dtypes that match the cache, slots in range); returns
-        ``split_kv_cache(kv_cache)``. Raises ``ValueError`` naming the argument."""
-        from opcore.attention.paged import check_qkv, check_slot_mapping
+        slot per key row, dtypes that match the cache, slots in range: for a batch's own
+        ``metadata.slot_mapping`` through the batch's per-batch check, on the host, else on
+        the device); returns ``split_kv_cache(kv_cache)``. Raises ``ValueError`` naming the
+        argument."""
+        from opcore.attention.paged import check_qkv, check_slot_mapping, checked_slots
 
         check_qkv(
             self.name, self.num_heads, self.num_kv_heads, self.head_size, key=key, value=value
@@ -318,7 +320,10 @@ class AttentionBackend:
                 f"{self.name}: key/value dtype {key.dtype}/{value.dtype} differs from kv_cache "
                 f"dtype {key_cache.dtype}"
             )
-        check_slot_mapping(slot_mapping, num_blocks * block_size, num_blocks, block_size)
+        # A batch's own slots were checked on its host copies (once per batch); others are
+        # checked here, on the device (a wait for it).
+        if not checked_slots(slot_mapping, num_blocks, block_size):
+            check_slot_mapping(slot_mapping, num_blocks * block_size, num_blocks, block_size)
         return key_cache, value_cache
 
     def write_kv(

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import weakref
 from typing import Any
 
 import torch
@@ -41,6 +42,12 @@ _version = operator.attrgetter("_version")
 # and the tables, whose checks can be redone.
 _LENGTHS = ("query_start_loc", "seq_lens")
 _TABLES = ("block_table", "slot_mapping")
+# A batch's slot_mapping tensor -> its metadata, while the metadata lives (it holds the
+# tensor, so the id cannot be reused meanwhile): `write_kv` given a batch's own slots checks
+# them through the batch's host copies (`checked_slots`) instead of on the device.
+_SLOT_OWNERS: weakref.WeakValueDictionary[int, PagedAttentionMetadata] = (
+    weakref.WeakValueDictionary()
+)
 
 
 class _BatchState:
@@ -167,6 +174,8 @@ class PagedAttentionMetadata:
         )
         md._state_now()
         md._host_tables()  # the batch's device->host copies, here rather than in a forward
+        if md.slot_mapping is not None:
+            _SLOT_OWNERS[id(md.slot_mapping)] = md
         return md
 
     # ------------------------------------------------------------------ derived values
@@ -252,6 +261,19 @@ class PagedAttentionMetadata:
         if slots is not None:
             check_slot_mapping(slots, num_blocks * block_size, num_blocks, block_size)
         st.checked.add(key)
+
+
+def checked_slots(slot_mapping: torch.Tensor, num_blocks: int, block_size: int) -> bool:
+    """True when ``slot_mapping`` is the ``slot_mapping`` of a live batch
+    (`PagedAttentionMetadata.build`), after that batch's `check_cache` for this geometry has
+    passed: on its host copies, once per batch (again after an in-place write torch counts),
+    with no wait for the device. False for any other tensor, which the caller checks itself
+    (`check_slot_mapping`). Raises what `check_cache` raises."""
+    md = _SLOT_OWNERS.get(id(slot_mapping))
+    if md is None or md.slot_mapping is not slot_mapping:
+        return False
+    md.check_cache(num_blocks, block_size)
+    return True
 
 
 def check_slot_mapping(
