@@ -42,6 +42,14 @@ TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+def unique(configs: list[dict[str, int]]) -> list[dict[str, int]]:
+    """``configs`` without repeats, first occurrence kept."""
+    seen: dict[tuple, dict[str, int]] = {}
+    for c in configs:
+        seen.setdefault(tuple(sorted(c.items())), c)
+    return list(seen.values())
+
+
 def norm_configs(tokens: int, n: int) -> list[dict[str, int]]:
     out = [dict(c) for c in spaces.norm_candidates(tokens, (n,))]
     if n <= _launch.MAX_FUSED_COLS:
@@ -52,7 +60,7 @@ def norm_configs(tokens: int, n: int) -> list[dict[str, int]]:
                 if 32 * w <= block * rows and block * rows <= 128 * 32 * w:
                     out.append({"BLOCK_N": block, "ROWS": rows, "num_warps": w})
             rows *= 2
-    return spaces._dedupe(out)
+    return unique(out)
 
 
 def act_configs(tokens: int, d: int) -> list[dict[str, int]]:
@@ -69,7 +77,7 @@ def act_configs(tokens: int, d: int) -> list[dict[str, int]]:
                     out.append(
                         {"BLOCK_C": block, "ROWS": rows, "num_warps": w, "COLS_FIRST": order}
                     )
-    return spaces._dedupe(out)
+    return unique(out)
 
 
 def make(op: str, tokens: int, width: int, dtype, device):
