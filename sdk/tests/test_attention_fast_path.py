@@ -257,16 +257,24 @@ else:
         with pytest.raises(ValueError, match="seq_lens written in place after build"):
             f(q, cache, md)
 
-    def test_prefill_and_mixed_batches_run_unbound_and_stay_right():
-        f = Counted()
-        cache = _cache()
-        for lens, qlens in (([40, 70], [5, 9]), ([40, 70], [1, 9])):
-            md = _metadata(lens, qlens, seed=0)
-            q = _query(md)
-            for _ in range(2):
-                got = f(q, cache, md)
-                assert torch.allclose(got.float(), native(q, cache, md), atol=2e-3, rtol=2e-3)
-        assert f.counts == (4, 4) and f.impl._replays == {}
+    @pytest.mark.parametrize("splits", [1, 3])
+    def test_prefill_and_mixed_batches_are_replayed_bitwise(splits):
+        # A prefill batch (no decode row) and a mixed one (decode rows through the decode
+        # kernel, the rest through the prefill kernel): a second batch of the same plan
+        # (other lengths, block table and query; same token and sequence counts) is served
+        # by the replay bound for the first, bit for bit the full path's answer.
+        for qlens in ([5, 9], [1, 13]):
+            f = Counted(num_splits=splits)
+            cache = _cache()
+            a = _metadata([40, 70], qlens, seed=0, width=6)
+            f(_query(a), cache, a)
+            assert f.counts == (1, 1) and len(f.impl._replays) == 1, qlens
+            b = _metadata([90, 21], qlens, seed=3, width=6)
+            qb = _query(b, seed=4)
+            got = f(qb, cache, b)
+            assert f.counts == (2, 1), "checked once as a new batch, then replayed"
+            assert torch.equal(got, unreplayed(qb, cache, b, num_splits=splits)), qlens
+            assert torch.allclose(got.float(), native(qb, cache, b), atol=2e-3, rtol=2e-3)
 
     def test_an_output_that_is_the_query_is_not_bound():
         f = Counted(num_splits=1)

@@ -34,7 +34,7 @@ MAX_REPLAYS = 256
 # Plan kinds: which kernels a batch runs. Only the kinds whose every launch goes through
 # `_bound.launch` are bound (a launch made another way would be missing from a replay).
 EMPTY, DECODE, MIXED, PREFILL, LEGACY = "empty", "decode", "mixed", "prefill", "legacy"
-BINDABLE = frozenset({DECODE, LEGACY})
+BINDABLE = frozenset({DECODE, MIXED, PREFILL, LEGACY})
 
 _plans: dict[tuple, Plan] = {}
 _lock = threading.Lock()

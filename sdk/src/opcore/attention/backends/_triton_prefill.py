@@ -48,6 +48,8 @@ import torch
 import triton
 import triton.language as tl
 
+from opcore.kernels.triton import _bound
+
 LOG2E = 1.4426950408889634
 
 
@@ -424,14 +426,18 @@ def launch_prefill(
 ) -> None:
     """Launch `paged_prefill_kernel` over ``metadata``'s batch (sequences with one new
     token left alone when ``skip_decode_rows``). No host synchronisation: the grid comes
-    from the metadata's host-side counts."""
+    from the metadata's host-side counts (the token and sequence counts, which the
+    backend's plan key holds), so the launch is recorded and replayed by `_bound` like the
+    decode kernels'."""
     block_size = key_cache.shape[1]
     cfg = launch or prefill_launch_config(head_size, query.dtype, block_size)
     mode = page_mode(block_size, cfg.block_n) if cfg.page_mode is None else cfg.page_mode
     head_pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     num_seqs = metadata.num_seqs
     grid = (num_heads, metadata.num_tokens // cfg.block_m + num_seqs)
-    paged_prefill_kernel[grid](
+    _bound.launch(
+        paged_prefill_kernel,
+        grid,
         query,
         key_cache,
         value_cache,

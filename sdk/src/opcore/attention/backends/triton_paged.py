@@ -326,9 +326,10 @@ class TritonPagedBackend(AttentionBackend):
         self, kv_cache, query, out, query_start_loc, seq_lens, block_table, metadata, plan
     ) -> torch.Tensor:
         """Allocate and launch ``plan``'s kernels over the call's tensors, through `_bound`
-        (a bind records them). For a bound kind it reads nothing of the batch but its
-        tensors and the plan: a replay serves other batches of the same plan. ``metadata``
-        is read by the prefill kernel's launcher (kinds not bound)."""
+        (a bind records them). It reads nothing of the batch but its tensors and the plan,
+        so a replay serves other batches of the same plan: the prefill kernel's launcher
+        takes ``metadata`` for the same three tensors and for the token and sequence
+        counts, which the plan and its key hold."""
         b = _bound()
         key_cache, value_cache = self.split_kv_cache(kv_cache)
         if out is None:
