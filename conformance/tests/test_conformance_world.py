@@ -38,12 +38,15 @@ def no_reduce(x, residual, weight, epsilon, group):
 """
 
 
-def _conformance(*args: str, cwd: Path, pythonpath: str | None = None, timeout: float = 240):
+def _conformance(
+    *args: str, cwd: Path, pythonpath: str | None = None, timeout: float = 240, world: int = 2
+):
     env = dict(os.environ)
     env.pop("OPCORE_PLATFORM", None)
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "opcore_conformance", "--world-size", "2", "--platform", "cpu"]
+    cmd = [sys.executable, "-m", "opcore_conformance", "--world-size", str(world)]
+    cmd += ["--platform", "cpu"]
     return subprocess.run(
         [*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -88,6 +91,31 @@ def test_world_size_2_passes_on_gloo_and_a_killed_rank_fails_the_others(tmp_path
         (tmp_path / "rep" / "collectives.md")
         .read_text()
         .startswith("# opcore conformance --world-size 2")
+    )
+
+
+def test_world_size_4_passes_on_gloo_and_a_killed_rank_fails_the_others(tmp_path):
+    # Four ranks (issue "collectives at scale": the CPU part): every collective case passes
+    # on every rank and is bitwise the same on all four, with sums of four partials (more
+    # than one addition order: gloo's ring); the killed-rank phase names the survivor's
+    # error on each of the three survivors.
+    proc = _conformance("--report-dir", str(tmp_path / "rep"), cwd=tmp_path, world=4)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recs = _records(tmp_path / "rep")
+    for op in ("all_reduce", "fused_all_reduce_add_rms_norm"):
+        cases = [r for k, r in recs.items() if k.startswith(f"collective.{op}[native-")]
+        assert len(cases) == 18, sorted(recs)
+        assert all(r["status"] == "pass" and r["ranks"] == ["pass"] * 4 for r in cases)
+        assert all(r["bitwise_across_ranks"] is True for r in cases)
+    assert recs["collective.bitwise_across_ranks"]["status"] == "pass"
+    killed = recs["collective.killed_rank"]
+    assert killed["status"] == "pass", killed
+    assert killed["ranks"].count("died") == 1 and killed["ranks"].count("ok") == 3, killed
+    assert "group 'world'" in killed["detail"]
+    assert (
+        (tmp_path / "rep" / "collectives.md")
+        .read_text()
+        .startswith("# opcore conformance --world-size 4")
     )
 
 
