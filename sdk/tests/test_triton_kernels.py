@@ -8,6 +8,7 @@ re-runs this file in a child pytest with ``TRITON_INTERPRET=1`` and fails with i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -48,6 +49,30 @@ if not INTERPRETED:
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
         )
         assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+    def test_launch_model_without_a_device_count_says_so():
+        # No Triton driver here (no GPU, interpreter off): the launch model sizes for the
+        # fitted device's multiprocessor count, and says so once, not silently.
+        code = (
+            "import logging; logging.basicConfig()\n"
+            "from triton.runtime import driver\n"
+            "try:\n"
+            "    driver.active.get_current_device()\n"
+            "    print('a driver'); raise SystemExit(0)\n"
+            "except RuntimeError:\n"
+            "    pass\n"
+            "from opcore.kernels.triton import _launch\n"
+            "print(_launch.multiprocessors(0), _launch.multiprocessors(0))\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        if proc.stdout.strip() == "a driver":
+            pytest.skip("this machine has a Triton driver: it reports the real count")
+        assert proc.stdout.split() == ["132", "132"]
+        assert proc.stderr.count("no multiprocessor count for device 0") == 1, proc.stderr
 
 else:
     pytest.importorskip("triton")
