@@ -206,13 +206,15 @@ else:
         with pytest.raises(ValueError, match="approximate"):
             activation.gelu_and_mul(torch.randn(2, 8), "sigmoid")
 
-    @pytest.mark.parametrize("d", [1536, 1000])  # three even 512 tiles; two, the last masked
-    def test_act_and_mul_rows_wider_than_the_tile(d):
+    # the launch model's spans: three even 512 tiles, two rows each; three 1024 tiles, the
+    # last masked (3000 = 2**3 * 375: no even tile)
+    @pytest.mark.parametrize("d, tile", [(1536, (512, 2)), (3000, (1024, 1))])
+    def test_act_and_mul_rows_wider_than_the_tile(d, tile):
         from opcore.kernels.triton import _launch
 
         x = torch.randn(3, 2 * d, dtype=torch.bfloat16) * 3
-        block_c, rows, _ = _launch.elementwise_params(3, d)
-        assert (block_c, rows) == (512, 1) and d > block_c
+        block_c, rows, _, _ = _launch.gated_params(3, d, _launch.multiprocessors())
+        assert (block_c, rows) == tile and d > block_c
         g, u = x.double()[..., :d], x.double()[..., d:]
         check(activation.silu_and_mul(x), g * torch.sigmoid(g) * u, torch.bfloat16)
         ref = torch.nn.functional.gelu(g, approximate="tanh") * u

@@ -73,7 +73,7 @@ def _act_and_mul(x: torch.Tensor, act: int, shape: tuple) -> torch.Tensor:
     if n_rows == 0:
         return out
     stride = require_row_stride(x, f"{_OP_NAMES[act]}: x")
-    # A tuned choice for this size (docs/tuning.md), else the shape heuristic.
+    # A tuned choice for this size (docs/tuning.md), else the launch model (_launch).
     cfg = launch_config(_OP_NAMES[act], PROVIDER, x.dtype, n_rows, shape)
     if cfg is None:
         sms = _launch.multiprocessors(x.device.index)

@@ -123,7 +123,7 @@ def _launch_norm(
         return
     has_res = r is not None
     op = "fused_add_rms_norm" if has_res else "rms_norm"
-    # A tuned choice for this size (docs/tuning.md), else the shape heuristic.
+    # A tuned choice for this size (docs/tuning.md), else the launch model (_launch).
     cfg = launch_config(op, PROVIDER, x.dtype, n_rows, (n_cols,))
     if cfg is None:
         sms = _launch.multiprocessors(x.device.index)
