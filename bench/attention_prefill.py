@@ -296,55 +296,113 @@ def measure_mixed(device: str, time_fn, quick: bool) -> dict:
     return out
 
 
-# (BLOCK_M, BLOCK_N, warps, stages, page mode or None): the settings near the best of a
-# wider sweep on the H200 (2026-12-02: BLOCK_M 64/128 x BLOCK_N 64/128 x warps 4/8 x stages
-# 2/3/4, page mode chosen or 0).
-SWEEP = (
-    (128, 64, 4, 3, None),
-    (128, 64, 8, 3, None),
-    (128, 64, 4, 2, None),
-    (128, 128, 8, 3, None),
-    (64, 64, 4, 2, None),
-    (128, 64, 8, 3, 0),
+# (BLOCK_M, BLOCK_N, warps, stages, page mode or None) per padded head size: the launch
+# settings `sweep` times. Head size 128 holds the settings near the best of the first sweep
+# on the H200 (2026-12-02: BLOCK_M 64/128 x BLOCK_N 64/128 x warps 4/8 x stages 2/3/4, page
+# mode chosen or 0) plus narrower key tiles; 64 and 256 a ring around today's choice.
+SWEEP = {
+    64: (
+        (128, 64, 4, 3, None),
+        (128, 64, 4, 4, None),
+        (128, 128, 4, 3, None),
+        (128, 128, 8, 3, None),
+        (128, 64, 8, 3, None),
+        (64, 64, 4, 3, None),
+        (128, 32, 4, 3, None),
+        (64, 128, 4, 3, None),
+    ),
+    128: (
+        (128, 64, 4, 3, None),
+        (128, 64, 8, 3, None),
+        (128, 64, 4, 2, None),
+        (128, 128, 8, 3, None),
+        (64, 64, 4, 2, None),
+        (64, 64, 4, 3, None),
+        (128, 32, 4, 3, None),
+        (64, 32, 4, 3, None),
+        (64, 128, 4, 3, None),
+    ),
+    256: (
+        (64, 64, 8, 2, None),
+        (64, 64, 4, 2, None),
+        (64, 32, 4, 2, None),
+        (64, 32, 4, 3, None),
+        (128, 64, 8, 2, None),
+        (128, 32, 8, 2, None),
+        (128, 32, 8, 3, None),
+        (64, 64, 8, 3, None),
+        (64, 32, 8, 3, None),
+        (32, 64, 4, 2, None),
+    ),
+}
+# The problems `sweep` times each head size's settings on (32/8 heads, bf16): the issue's
+# worst rows (short sequences, head sizes 64 and 256) and one long one.
+SWEEP_PROBLEMS = (
+    (128, 16, 4, 4096),
+    (128, 128, 4, 4096),
+    (128, 16, 16, 1024),
+    (128, 128, 16, 1024),
+    (64, 16, 1, 8192),
+    (64, 16, 16, 1024),
+    (256, 16, 1, 8192),
+    (256, 16, 16, 1024),
+    (256, 128, 4, 4096),
 )
 
 
-def sweep(device: str, time_fn) -> list[dict]:
-    """The prefill kernel alone under several launch settings (and page modes), on
-    4 x 4096 tokens, 32/8 heads x 128, bf16, block sizes 16 and 128."""
+def sweep(device: str, time_fn, budget_s: float = 1e9, quick: bool = False) -> list[dict]:
+    """The prefill kernel alone under each head size's `SWEEP` settings on `SWEEP_PROBLEMS`
+    (head size, block size, batch, tokens), with SDPA flash's time on the same problem and
+    the setting `prefill_launch_config` picks today marked. Stops starting problems after
+    ``budget_s`` seconds. ``quick``: one tiny problem and two settings (the interpreter)."""
     from opcore.attention.backends import _triton_prefill as P
     from opcore.attention.backends.triton_paged import LOG2E
 
     out = []
-    for bs in (16, 128):
-        row = dict(batch=4, q_len=4096, ctx=4096, heads=32, kv_heads=8, head_size=128,
+    start = time.monotonic()
+    heads, kv = (4, 2) if quick else (32, 8)
+    for hd, bs, b, n in ((64, 16, 1, 130),) if quick else SWEEP_PROBLEMS:
+        if time.monotonic() - start > budget_s:
+            out.append(dict(head_size=hd, block_size=bs, batch=b, tokens=n, error="budget"))
+            continue
+        row = dict(batch=b, q_len=n, ctx=n, heads=heads, kv_heads=kv, head_size=hd,
                    dtype="bfloat16", block_size=bs)  # fmt: skip
         p = Problem(row, device)
-        flops = causal_flops(4, 4096, 4096, 32, 128)
+        flops = causal_flops(b, n, n, heads, hd)
         ref = p.paged(p.new)().float()
-        for bm, bn, w, st, mode in SWEEP:
+        flash = p.sdpa(gather=False)
+        f_med = time_fn(flash)[0] if flash is not None else float("nan")
+        chosen = P.prefill_launch_config(hd, p.q.dtype, bs)
+        base = dict(head_size=hd, block_size=bs, batch=b, tokens=n,
+                    sdpa_flash_tflops=flops / (f_med * 1e-3) / 1e12)  # fmt: skip
+        settings = SWEEP[max(64, 1 << (hd - 1).bit_length())]
+        for bm, bn, w, st, mode in settings[:2] if quick else settings:
             cfg = P.PrefillLaunch(bm, bn, w, st, mode)
 
-            def fn(cfg=cfg, p=p):
+            def fn(cfg=cfg, p=p, hd=hd):
                 P.launch_prefill(
                     query=p.q, key_cache=p.cache[0], value_cache=p.cache[1], out=p.out,
-                    metadata=p.metadata, num_heads=32, num_kv_heads=8, head_size=128,
+                    metadata=p.metadata, num_heads=heads, num_kv_heads=kv, head_size=hd,
                     qk_scale=p.scale * LOG2E, window=1 << 30, softcap=0.0, causal=True,
                     skip_decode_rows=False, interpret=device != "cuda", launch=cfg,
                 )  # fmt: skip
                 return p.out
 
+            rec = dict(base, launch=str(cfg), chosen=cfg == chosen)
             try:
                 err = float((fn().float() - ref).abs().max())
                 med, q25, q75 = time_fn(fn)
             except Exception as exc:  # out of resources, for one
-                out.append(dict(block_size=bs, launch=str(cfg), error=str(exc)[:200]))
-                print(bs, cfg, "error", str(exc)[:100], flush=True)
+                out.append(dict(rec, error=str(exc)[:200]))
+                print(hd, bs, b, n, cfg, "error", str(exc)[:100], flush=True)
                 continue
             tf = flops / (med * 1e-3) / 1e12
-            out.append(dict(block_size=bs, launch=str(cfg), tflops=tf, ms=med, err=err))
-            print(f"bs{bs} {cfg}: {tf:.0f} TFLOP/s [{flops / (q75 * 1e-3) / 1e12:.0f}-"
-                  f"{flops / (q25 * 1e-3) / 1e12:.0f}] err {err:.1e}", flush=True)  # fmt: skip
+            out.append(dict(rec, tflops=tf, ms=med, err=err,
+                            ratio_vs_flash=tf / base["sdpa_flash_tflops"]))  # fmt: skip
+            print(f"d{hd} bs{bs} {b}x{n} {cfg}{' (chosen)' if rec['chosen'] else ''}: "
+                  f"{tf:.0f} TFLOP/s [{flops / (q75 * 1e-3) / 1e12:.0f}-"
+                  f"{flops / (q25 * 1e-3) / 1e12:.0f}] flash {base['sdpa_flash_tflops']:.0f} "
+                  f"err {err:.1e}", flush=True)  # fmt: skip
     return out
 
 
@@ -427,7 +485,14 @@ def main(argv: list[str] | None = None) -> int:
     time_fn = timer(device, args.rep_ms)
     if args.sweep:
         with open(os.path.join(args.out, "attention_prefill_sweep.json"), "w") as f:
-            json.dump({"env": env_line(device), "sweep": sweep(device, time_fn)}, f, indent=1)
+            json.dump(
+                {
+                    "env": env_line(device),
+                    "sweep": sweep(device, time_fn, args.budget_s, args.quick),
+                },
+                f,
+                indent=1,
+            )
         return 0
     start = time.monotonic()
     rows = grid(args.quick)

@@ -197,6 +197,135 @@ def run_row(row: dict, cfg: dict, found: dict, time_fn, platform, device: str, d
     return out
 
 
+# ``--sweep``: the grouped GEMMs' launch settings on the issue's shapes. Per problem (model,
+# tokens) a BLOCK_M and a list of (BLOCK_N, BLOCK_K, warps, stages) per kernel: the gate/up
+# kernel's are timed with today's down settings, then the down kernel's with the best
+# gate/up ones (coordinate descent: the two kernels run one after the other and do not
+# share tiles, only BLOCK_M).
+SWEEP_PREFILL = {
+    "gate_up": (
+        (64, 64, 4, 3),
+        (64, 64, 8, 3),
+        (128, 64, 8, 3),
+        (64, 64, 4, 4),
+        (128, 64, 4, 3),
+        (128, 32, 8, 4),
+        (64, 128, 8, 3),
+    ),
+    "down": (
+        (128, 64, 4, 3),
+        (128, 64, 8, 3),
+        (256, 64, 8, 3),
+        (128, 128, 8, 3),
+        (64, 64, 4, 3),
+        (128, 64, 8, 4),
+        (256, 32, 8, 4),
+    ),
+}
+SWEEP_DECODE = {
+    "gate_up": (
+        (64, 128, 4, 3),
+        (64, 128, 4, 4),
+        (32, 128, 4, 4),
+        (128, 128, 4, 3),
+        (64, 256, 4, 3),
+        (64, 64, 4, 5),
+        (32, 256, 4, 3),
+    ),
+    "down": (
+        (128, 128, 4, 3),
+        (64, 128, 4, 4),
+        (128, 128, 4, 4),
+        (256, 128, 8, 3),
+        (64, 256, 4, 3),
+        (32, 128, 4, 4),
+        (128, 64, 4, 5),
+    ),
+}
+SWEEP_PROBLEMS = (
+    ("qwen3-30b-a3b", 4096, (64, 128)),
+    ("mixtral-8x7b", 4096, (128,)),
+    ("qwen3-30b-a3b", 16, (16,)),
+    ("qwen3-30b-a3b", 64, (16,)),
+    ("mixtral-8x7b", 16, (16,)),
+    ("mixtral-8x7b", 64, (16, 32)),
+)
+
+
+_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+
+
+def _time_setting(K, case, ref, base, bm, gate_up, down, time_fn) -> dict:
+    """One sweep record: the triton kernels on ``case`` with `moe_params` replaced by one
+    setting for the call (restored after it)."""
+    setting = {
+        "BLOCK_M": bm,
+        "gate_up": dict(zip(_KEYS, gate_up, strict=True)),
+        "down": dict(zip(_KEYS, down, strict=True)),
+    }
+    today = K.moe_params
+    K.moe_params = lambda *a: setting
+    rec = dict(base, BLOCK_M=bm, gate_up=list(gate_up), down=list(down))
+    try:
+        got = K.fused_experts(*case)
+        rec["max_abs_err_vs_today"] = float((got.float() - ref).abs().max())
+        rec.update(_stats(time_fn(lambda: K.fused_experts(*case))))
+    except Exception as e:  # out of resources, for one
+        rec["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    finally:
+        K.moe_params = today
+    print(
+        f"{base['model']}/{base['tokens']} M{bm} gate_up {gate_up} down {down}: "
+        f"{rec.get('us', rec.get('error'))}",
+        flush=True,
+    )
+    return rec
+
+
+def sweep(time_fn, device, dtype, budget_s: float, quick: bool) -> list[dict]:
+    """Time the triton provider's kernels (called directly, not through dispatch, so no
+    bound replay keeps an earlier setting) under the `SWEEP_*` settings; one record per
+    (problem, BLOCK_M, setting), with today's `moe_params` choice and the peers' times."""
+    from opcore.kernels.triton import moe as K
+
+    problems = (("tiny", 33, (16,)),) if quick else SWEEP_PROBLEMS
+    models = QUICK_MODELS if quick else MODELS
+    found = providers(dtype)
+    out, start = [], time.perf_counter()
+    for model, tokens, block_ms in problems:
+        if time.perf_counter() - start > budget_s:
+            out.append(dict(model=model, tokens=tokens, error="budget"))
+            continue
+        cfg = models[model]
+        case = make_case(cfg, tokens, dtype, device)
+        ref = K.fused_experts(*case).float()
+        base = dict(model=model, tokens=tokens,
+                    today=K.moe_params(tokens * cfg["topk"], cfg["experts"], False))  # fmt: skip
+        for name in ("flag_gems", "liger"):
+            fn = found[name]
+            if not isinstance(fn, str) and device == "cuda":
+                base[name + "_us"] = _stats(time_fn(lambda fn=fn, c=case: fn(*c)))["us"]
+        space = SWEEP_DECODE if tokens <= 64 else SWEEP_PREFILL
+        if quick:
+            space = {k: v[:2] for k, v in space.items()}
+        for bm in block_ms:
+            recs = [
+                _time_setting(K, case, ref, base, bm, g, space["down"][0], time_fn)
+                for g in space["gate_up"]
+            ]
+            out += recs
+            best = min(recs, key=lambda r: r.get("us", float("inf")))["gate_up"]
+            out += [
+                _time_setting(K, case, ref, base, bm, tuple(best), d, time_fn)
+                for d in space["down"][1:]
+            ]
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+    return out
+
+
 class _null:
     def __enter__(self):
         return self
@@ -285,6 +414,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--rep-ms", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=150.0)
+    ap.add_argument("--sweep", action="store_true", help="only the grouped GEMMs' settings")
     args = ap.parse_args(argv)
     if args.quick and "TRITON_INTERPRET" not in os.environ:
         import torch
@@ -307,6 +437,14 @@ def main(argv=None) -> int:
             if not isinstance(found[name], str) and device == "cpu":
                 found[name] = "needs a GPU"
     time_fn = _timer(platform, device, args.rep_ms)
+    if args.sweep:
+        recs = sweep(time_fn, device, dtype, args.budget_s, args.quick)
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            with open(os.path.join(args.out, "moe_sweep.json"), "w") as f:
+                json.dump({"device": torch.cuda.get_device_name() if device == "cuda"
+                           else "cpu (interpreter)", "records": recs}, f, indent=1)  # fmt: skip
+        return 0 if any("us" in r for r in recs) else 1
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter)",

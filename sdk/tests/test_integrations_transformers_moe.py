@@ -1,5 +1,5 @@
-"""`opcore.integrations.transformers.apply_moe` on real transformers Qwen3-MoE and Mixtral
-classes (CPU, tiny random configs, no downloads): fp32 logits match the unpatched model,
+"""`opcore.integrations.transformers.apply_moe` on real transformers Qwen3-MoE, Qwen2-MoE and
+Mixtral classes (CPU, tiny random configs, no downloads): fp32 logits match the unpatched model,
 greedy generation is token for token the same, the two ops really run (counting providers
 put first), revert restores transformers' forward, and refusals change nothing."""
 
@@ -36,6 +36,11 @@ VARIANTS = {
     "qwen3moe-h64-e16-k4-nonorm": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(
         hidden_size=64, intermediate_size=96, moe_intermediate_size=24, num_experts=16,
         num_experts_per_tok=4, norm_topk_prob=False)),
+    # Qwen2-MoE: a gated shared expert beside the routed ones
+    "qwen2moe-h64-e8-k2-shared": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(
+        hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        shared_expert_intermediate_size=48, num_experts=8, num_experts_per_tok=2,
+        norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[])),
     "mixtral-h80-e8-k2": ("MixtralConfig", "MixtralForCausalLM", dict(
         hidden_size=80, intermediate_size=56, num_local_experts=8, num_experts_per_tok=2)),
 }  # fmt: skip
@@ -48,7 +53,7 @@ def make_model(variant, dtype=torch.float32):
     model = getattr(transformers, model_cls)(config).to(dtype).eval()
     with torch.no_grad():  # the init leaves the router at zero: give it real logits
         for name, p in model.named_parameters():
-            if "mlp.gate.weight" in name or "experts" in name:
+            if "mlp.gate.weight" in name or "expert" in name:
                 p.normal_(0, 0.3)
     return model
 

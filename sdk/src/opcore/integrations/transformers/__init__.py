@@ -37,8 +37,8 @@ by new tensors are not). A forward that records gradients uses the separate proj
 A model on the meta device may be patched before ``to_empty`` and the weight load: it
 takes the unfused routes, and its rotary cache is built on the first forward.
 
-Mixture of experts: `apply_moe(model)` patches the sparse MoE blocks of Qwen3-MoE and
-Mixtral models (router through ``topk_softmax``, experts through ``fused_experts`` on
+Mixture of experts: `apply_moe(model)` patches the sparse MoE blocks of Qwen3-MoE,
+Qwen2-MoE and Mixtral models (router through ``topk_softmax``, experts through ``fused_experts`` on
 transformers' fused expert weights); see `opcore.integrations.transformers._moe`.
 """
 

@@ -1,13 +1,17 @@
-"""The sparse MoE blocks of Qwen3-MoE and Mixtral through ``topk_softmax`` + ``fused_experts``.
+"""The sparse MoE blocks of Qwen3-MoE, Qwen2-MoE and Mixtral through ``topk_softmax`` +
+``fused_experts``.
 
-`apply_moe(model)` gives every ``Qwen3MoeSparseMoeBlock`` / ``MixtralSparseMoeBlock`` of a
-loaded model an instance ``forward`` that computes the router logits with the gate's own
-weight (``F.linear``, as transformers does), routes with ``opcore.ir.ops.topk_softmax``
-(``renormalize``: Qwen3's ``norm_topk_prob``; always for Mixtral) and runs
-``opcore.ir.ops.fused_experts`` on the experts' weights. transformers 5.x stores each
-block's experts fused, ``gate_up_proj [E, 2I, H]`` (gate rows first) and ``down_proj [E, H,
-I]``: exactly ``w13`` and ``w2``, so they are passed as they are (no copy, and a later
-in-place weight load is seen). The rest of these models (attention, norms) is not patched.
+`apply_moe(model)` gives every ``Qwen3MoeSparseMoeBlock`` / ``Qwen2MoeSparseMoeBlock`` /
+``MixtralSparseMoeBlock`` of a loaded model an instance ``forward`` that computes the router
+logits with the gate's own weight (``F.linear``, as transformers does), routes with
+``opcore.ir.ops.topk_softmax`` (``renormalize``: the Qwen configs' ``norm_topk_prob``;
+always for Mixtral) and runs ``opcore.ir.ops.fused_experts`` on the experts' weights.
+Qwen2-MoE's block adds its shared expert, ``sigmoid(shared_expert_gate(x)) *
+shared_expert(x)``, computed by the block's own modules as transformers computes it.
+transformers 5.x stores each block's experts fused, ``gate_up_proj [E, 2I, H]`` (gate
+rows first) and ``down_proj [E, H, I]``: exactly ``w13`` and ``w2``, so they are passed as
+they are (no copy, and a later in-place weight load is seen). The rest of these models
+(attention, norms) is not patched.
 
 Differences from transformers, by design: ties between equal router probabilities go to
 the lower expert id (``torch.topk`` leaves them unspecified), and the routing weights stay
@@ -38,8 +42,11 @@ MOE_ATTR = "_opcore_moe_patch"
 # model_type -> (module, block class, router class, experts class)
 _NAMES = {
     "qwen3_moe": ("qwen3_moe", "Qwen3MoeSparseMoeBlock", "Qwen3MoeTopKRouter", "Qwen3MoeExperts"),
+    "qwen2_moe": ("qwen2_moe", "Qwen2MoeSparseMoeBlock", "Qwen2MoeTopKRouter", "Qwen2MoeExperts"),
     "mixtral": ("mixtral", "MixtralSparseMoeBlock", "MixtralTopKRouter", "MixtralExperts"),
 }
+# Blocks with a gated shared expert beside the routed ones (Qwen2-MoE).
+_SHARED_EXPERT = frozenset({"qwen2_moe"})
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu"}
 _CLASSES: dict[str, tuple[Any, Any, Any]] = {}
 for _mt, (_mod, *_cls) in _NAMES.items():  # transformers' own classes, kept at import
@@ -72,10 +79,12 @@ class MoePatch:
             self.revert()
 
 
-def _forward(block: Any, renormalize: bool, activation: str, original: Any):
+def _forward(block: Any, renormalize: bool, activation: str, original: Any, shared: bool):
     from opcore.ir import ops
 
     gate, experts = block.gate, block.experts
+    if shared:
+        shared_expert, shared_gate = block.shared_expert, block.shared_expert_gate
 
     def forward(hidden_states: torch.Tensor) -> torch.Tensor:
         if block.training and getattr(block, "jitter_noise", 0) > 0:
@@ -87,13 +96,15 @@ def _forward(block: Any, renormalize: bool, activation: str, original: Any):
         out = ops.fused_experts(
             x, experts.gate_up_proj, experts.down_proj, weights, ids, activation
         )
+        if shared:
+            out = out + torch.sigmoid(shared_gate(x)) * shared_expert(x)
         return out.reshape(shape)
 
     return forward
 
 
 def apply_moe(model: nn.Module) -> MoePatch:
-    """Patch the sparse MoE blocks of a loaded Qwen3-MoE or Mixtral ``model`` in place
+    """Patch the sparse MoE blocks of a loaded Qwen3-MoE, Qwen2-MoE or Mixtral ``model`` in place
     (module docstring); returns the `MoePatch` (``.routes``, ``.revert()``)."""
     config: Any = getattr(model, "config", None)
     mt: Any = getattr(config, "model_type", None)
@@ -111,7 +122,7 @@ def apply_moe(model: nn.Module) -> MoePatch:
         problems.append(f"hidden_act={config.hidden_act!r} (supported: silu, gelu)")
     if getattr(config, "output_router_logits", False):
         problems.append("output_router_logits=True: the router module is not called")
-    renormalize = bool(getattr(config, "norm_topk_prob", True)) if mt == "qwen3_moe" else True
+    renormalize = bool(getattr(config, "norm_topk_prob", True)) if mt != "mixtral" else True
     found: dict[str, Any] = {}
     for name, module in model.named_modules():
         if isinstance(module, block_cls):
@@ -138,10 +149,13 @@ def apply_moe(model: nn.Module) -> MoePatch:
     assert activation is not None  # a missing one is among the problems above
     patch = MoePatch(model)
     for name, block in found.items():
-        block.forward = _forward(block, renormalize, activation, block_cls.forward.__get__(block))
+        shared = mt in _SHARED_EXPERT
+        original = block_cls.forward.__get__(block)
+        block.forward = _forward(block, renormalize, activation, original, shared)
         patch.blocks[name] = block
         patch.routes[name] = (
             f"topk_softmax(renormalize={renormalize}) + fused_experts({activation})"
+            + (" + gated shared expert (transformers' modules)" if shared else "")
         )
     model.__dict__[MOE_ATTR] = patch
     return patch

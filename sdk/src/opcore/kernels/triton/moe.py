@@ -599,17 +599,21 @@ def _sum_slots_kernel(
 
 @functools.lru_cache(maxsize=1024)
 def moe_params(n_pairs: int, n_experts: int, fp32: bool) -> dict:
-    """Launch settings of the two grouped GEMMs (formula in the module docstring)."""
+    """Launch settings of the two grouped GEMMs (formula in the module docstring):
+    ``{"BLOCK_M": int, "gate_up": {...}, "down": {...}}``, each kernel's dict holding its
+    ``BLOCK_N``, ``BLOCK_K``, ``num_warps`` and ``num_stages``."""
     m = n_pairs / n_experts
     block_m = 16 if m <= 16 else 32 if m <= 64 else 64 if m <= 512 else 128
     block_k = 32 if fp32 else (128 if block_m <= 32 else 64)
-    return {
-        "BLOCK_M": block_m,
-        "BLOCK_N_GATE_UP": 64,
-        "BLOCK_N_DOWN": 128,
+    common = {
         "BLOCK_K": block_k,
         "num_warps": 8 if block_m == 128 else 4,
         "num_stages": 2 if fp32 else 3,
+    }
+    return {
+        "BLOCK_M": block_m,
+        "gate_up": {"BLOCK_N": 64, **common},
+        "down": {"BLOCK_N": 128, **common},
     }
 
 
@@ -633,16 +637,15 @@ def fused_experts(
     if n_tokens == 0:
         return _bound.empty((0, hidden), dtype, dev)
     p = moe_params(n_pairs, n_experts, dtype == torch.float32)
-    bm, bk = p["BLOCK_M"], p["BLOCK_K"]
-    opts = {"num_warps": p["num_warps"], "num_stages": p["num_stages"]}
+    bm = p["BLOCK_M"]
     ieee = dtype == torch.float32
     sorted_pairs, meta = align_block_size(topk_ids, n_experts, bm)
     max_blocks = meta.shape[1]
     inter = _bound.empty((n_pairs, n_inter), torch.float32, dev)
-    bn = p["BLOCK_N_GATE_UP"]
+    gate_up = p["gate_up"]
     _bound.launch(
         _gate_up_kernel,
-        (max_blocks * _launch.cdiv(n_inter, bn),),
+        (max_blocks * _launch.cdiv(n_inter, gate_up["BLOCK_N"]),),
         x,
         x.stride(0),
         x.stride(1),
@@ -665,16 +668,14 @@ def fused_experts(
         IEEE=ieee,
         UPCAST=INTERPRETED,
         BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_K=bk,
         GROUP=GROUP_M,
-        **opts,
+        **gate_up,
     )
     y = _bound.empty((n_pairs, hidden), dtype if k == 1 else torch.float32, dev)
-    bn = p["BLOCK_N_DOWN"]
+    down = p["down"]
     _bound.launch(
         _down_kernel,
-        (max_blocks * _launch.cdiv(hidden, bn),),
+        (max_blocks * _launch.cdiv(hidden, down["BLOCK_N"]),),
         inter,
         w2,
         w2.stride(0),
@@ -694,10 +695,8 @@ def fused_experts(
         IEEE=ieee,
         UPCAST=INTERPRETED,
         BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_K=bk,
         GROUP=GROUP_M,
-        **opts,
+        **down,
     )
     if k == 1:
         return y  # one row per token: y is the output
