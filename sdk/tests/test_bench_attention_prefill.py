@@ -29,7 +29,10 @@ def test_prefill_bench_quick_runs_on_the_cpu(tmp_path):
         (64, 200, 16),
     }
     for r in rows:
-        assert set(r["providers"]) == {"paged_prefill", "legacy", "sdpa_flash", "sdpa_gather"}
+        assert set(r["providers"]) == {
+            "paged_prefill", "legacy", "sdpa_flash", "sdpa_flash_mha", "sdpa_gather"
+        }  # fmt: skip
+        assert r["ratio_vs_best_sdpa"] <= r["ratio_vs_flash"]
         for p in r["providers"].values():
             assert p["ms"] > 0 and p["tflops_q25"] <= p["tflops"] <= p["tflops_q75"]
         tol = 3e-2 if r["dtype"] == "bfloat16" else 3e-3
@@ -38,3 +41,12 @@ def test_prefill_bench_quick_runs_on_the_cpu(tmp_path):
     assert result["mixed"]["decode_rows"] == 3 and result["mixed"]["mixed"]["ms"] > 0
     md = (tmp_path / "attention_prefill.md").read_text()
     assert "| 1x64 / 200 | 4/2 | 64 | float16 | 16 |" in md
+
+
+def test_prefill_sweep_quick_times_todays_choice(tmp_path):
+    run_script_under_triton_interpreter(str(SCRIPT), "--quick", "--sweep", "--out", str(tmp_path))
+    recs = json.loads((tmp_path / "attention_prefill_sweep.json").read_text())["sweep"]
+    assert len(recs) == 3, recs  # today's choice plus the first two settings of head 64
+    assert sum(r["chosen"] for r in recs) == 1
+    for r in recs:
+        assert r["tflops"] > 0 and r["err"] < 3e-2, r

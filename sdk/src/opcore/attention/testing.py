@@ -188,12 +188,14 @@ def _extra_cases() -> list[AttentionCase]:
 
 
 def _edge_cases() -> list[AttentionCase]:
-    """Prefill/chunked cases at tile edges (`EDGE_MIXES`); the first two are in the quick
+    """Prefill/chunked cases at tile edges (`EDGE_MIXES`); the first three are in the quick
     set. Pages of 16 and 32 (several per key tile), 64 (one), 128 (a tile is half a page)
-    and 24 (tiles straddle pages: one block-table entry per key)."""
+    and 24 (tiles straddle pages: one block-table entry per key); head sizes 64, 128 and
+    256 (each with its own tiles, `_triton_prefill.prefill_launch_config`)."""
     return [
         make_case("edges", torch.float16, 16, 4, 64, None),
         make_case("chunked", torch.bfloat16, 128, 4, 128, None),
+        make_case("edges", torch.bfloat16, 16, 2, 256, None),
         make_case("chunked", torch.float16, 32, 8, 64, 100),
         make_case("edges", torch.bfloat16, 64, 1, 128, 32),
         make_case("longchunk", torch.float16, 16, 4, 64, 400),
@@ -218,7 +220,7 @@ def conformance_cases(quick: bool) -> Iterator[AttentionCase]:
                 WINDOWS[(i // 2) % 2],
             )
         yield from _extra_cases()[:2]
-        yield from _edge_cases()[:2]
+        yield from _edge_cases()[:3]
         return
     for mix, dtype, bs, gqa, hd, win in itertools.product(
         BATCH_MIXES, DTYPES, BLOCK_SIZES, GQA_RATIOS, HEAD_SIZES, WINDOWS

@@ -65,37 +65,36 @@ class PrefillLaunch:
     page_mode: int | None = None
 
 
-def prefill_launch_config(
-    head_size: int, dtype: torch.dtype, block_size: int | None = None
-) -> PrefillLaunch:
-    """The prefill launch for a head size, dtype and page size (the interpreter ignores
+def prefill_launch_config(head_size: int, dtype: torch.dtype) -> PrefillLaunch:
+    """The prefill launch for a head size and dtype (the interpreter ignores
     warps and stages but uses the same tiles, so the CPU tests cover the GPU's tile edges).
 
-    ===========  ==========  =======  =======  =====  ======
-    head (pad)   page        BLOCK_M  BLOCK_N  warps  stages
-    ===========  ==========  =======  =======  =====  ======
-    <= 64        any         128      64       4      3
-    <= 128       >= 64       128      64       4      3
-    <= 128       < 64        64       64       4      2
-    > 128 (256)  any         64       64       8      2
-    ===========  ==========  =======  =======  =====  ======
+    ===========  =======  =======  =====  ======
+    head (pad)   BLOCK_M  BLOCK_N  warps  stages
+    ===========  =======  =======  =====  ======
+    <= 64        128      128      4      3
+    <= 128       64       64       4      2
+    > 128 (256)  128      64       8      2
+    ===========  =======  =======  =====  ======
 
-    Head size 128 was swept on an H200 (4 x 4096 tokens, 32/8 heads, bf16; BLOCK_M 64/128,
-    BLOCK_N 64/128, warps 4/8, stages 2/3/4): with pages of 128 (one block id per key tile)
-    128 x 64 with 4 warps and 3 stages was best (364 TFLOP/s; 8 warps: 320); with pages of
-    16, whose tiles read one block-table entry per key, 64 x 64 with 4 warps and 2 stages
-    (312; 128 x 64 with 8 warps: 254). Head sizes 64 and 256 are not tuned yet: 256 takes
-    64-row tiles because a 128 x 256 fp32 accumulator would spill. fp32 (not a dtype
+    From sweeps on an H200 (``bench/attention_prefill.py --sweep``; 32/8 heads, bf16; 4 x
+    4096 and 16 x 1024 tokens at head size 128, 1 x 8192 and 16 x 1024 at 64 and 256;
+    pages of 16 and 128). Head size 128: 64 x 64 on 4 warps, 2 stages, was best or within
+    1 % at every point (316-358 TFLOP/s at 4 x 4096; at 16 x 1024 229-254 against 174-238
+    for 128-row tiles, whose causal tail is half empty on 1024-token sequences). Head size
+    64: 128 x 128 on 4 warps (338 against 276 for 128 x 64 at 1 x 8192). Head size 256:
+    128 x 64 on 8 warps, 2 stages (403-434 TFLOP/s against 157-201 for 64 x 64; 128 rows
+    of 256 fp32 accumulators fit across 8 warps, and a narrower key tile halves the work
+    per block-table read). The page size no longer changes the choice. fp32 (not a dtype
     ``TRITON_PAGED`` supports today) would halve ``BLOCK_N``. docs/attention.md.
     """
     pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     if pad <= 64:
-        cfg = PrefillLaunch(128, 64, 4, 3)
+        cfg = PrefillLaunch(128, 128, 4, 3)
     elif pad <= 128:
-        small_pages = block_size is not None and block_size < 64
-        cfg = PrefillLaunch(64, 64, 4, 2) if small_pages else PrefillLaunch(128, 64, 4, 3)
+        cfg = PrefillLaunch(64, 64, 4, 2)
     else:
-        cfg = PrefillLaunch(64, 64, 8, 2)
+        cfg = PrefillLaunch(128, 64, 8, 2)
     if dtype == torch.float32:
         cfg = dataclasses.replace(cfg, block_n=cfg.block_n // 2)
     return cfg
@@ -430,7 +429,7 @@ def launch_prefill(
     backend's plan key holds), so the launch is recorded and replayed by `_bound` like the
     decode kernels'."""
     block_size = key_cache.shape[1]
-    cfg = launch or prefill_launch_config(head_size, query.dtype, block_size)
+    cfg = launch or prefill_launch_config(head_size, query.dtype)
     mode = page_mode(block_size, cfg.block_n) if cfg.page_mode is None else cfg.page_mode
     head_pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     num_seqs = metadata.num_seqs
