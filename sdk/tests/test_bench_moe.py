@@ -41,3 +41,20 @@ def test_moe_bench_quick_runs_on_the_cpu(tmp_path):
             assert t["weight_gbs"] > 0
     md = (tmp_path / "moe.md").read_text()
     assert "| tiny | 33 |" in md and "| tiny | 4 |" in md
+
+
+def test_moe_sweep_quick_times_each_setting_and_restores_moe_params(tmp_path):
+    from opcore.kernels.triton import moe  # moe_params is plain Python; no kernel runs here
+
+    run_script_under_triton_interpreter(str(SCRIPT), "--quick", "--sweep", "--out", str(tmp_path))
+    recs = json.loads((tmp_path / "moe_sweep.json").read_text())["records"]
+    # two gate/up settings, then the best of them with the second down setting
+    assert [[r["gate_up"], r["down"]] for r in recs][:2] == [
+        [[64, 128, 4, 3], [128, 128, 4, 3]],
+        [[64, 128, 4, 4], [128, 128, 4, 3]],
+    ]
+    assert len(recs) == 3 and recs[2]["down"] == [64, 128, 4, 4]
+    for r in recs:
+        assert r["us"] > 0 and r["BLOCK_M"] == 16, r
+        assert r["max_abs_err_vs_today"] <= 4 * 2**-8, r  # the same sums in another tiling
+        assert r["today"] == moe.moe_params(33 * 2, 8, False)  # what a call picks, recorded

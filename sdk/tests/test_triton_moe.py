@@ -59,14 +59,20 @@ for target in targets:
                   inter_ptr="*fp32", max_blocks=I)
         dn = dict(inter_ptr="*fp32", w_ptr=f"*{dt}", sw_e=I, sw_n=I, sw_k=I, tw_ptr="*fp32",
                   stw_t=I, stw_j=I, sorted_ptr="*i32", meta_ptr="*i32", y_ptr="*fp32", max_blocks=I)
-        c = dict(hidden=2048, n_inter=768, TOPK=8, IEEE=ieee, UPCAST=False, BLOCK_M=128,
-                 BLOCK_N=64, BLOCK_K=32 if ieee else 64, GROUP=8)
-        variants.append((moe._gate_up_kernel, gu, dict(c, ACT=0, WEIGHT_IN=True)))
-        variants.append((moe._down_kernel, dn, dict(c, BLOCK_N=128, WEIGHT_OUT=True)))
-    for kernel, sig, consts in variants:
+        # every tile moe_params picks: decode (16- and 32-row blocks), 64 and 128 rows
+        for n_pairs in (64, 8 * 256, 100 * 128, 4096 * 8):
+            p = moe.moe_params(n_pairs, 128, ieee)
+            c = dict(hidden=2048, n_inter=768, TOPK=8, IEEE=ieee, UPCAST=False,
+                     BLOCK_M=p["BLOCK_M"], GROUP=8)
+            variants.append((moe._gate_up_kernel, gu, dict(c, ACT=0, WEIGHT_IN=True),
+                             p["gate_up"]))
+            variants.append((moe._down_kernel, dn, dict(c, WEIGHT_OUT=True), p["down"]))
+    for kernel, sig, consts, *launch in variants:
+        opts = None
+        if launch:  # a GEMM: its tiles are constexprs, warps and stages compile options
+            opts = {k: launch[0][k] for k in ("num_warps", "num_stages")}
+            consts = dict(consts, BLOCK_N=launch[0]["BLOCK_N"], BLOCK_K=launch[0]["BLOCK_K"])
         full = {**sig, **{k: "constexpr" for k in consts}}
-        gemm = kernel.fn.__name__ in ("_gate_up_kernel", "_down_kernel")
-        opts = {"num_warps": 8, "num_stages": 3} if gemm else None
         src = ASTSource(fn=kernel, signature=full, constexprs=consts)
         out = compile(src, target=target, options=opts)
         assert {"cubin", "hsaco"} & set(out.asm), sorted(out.asm)
