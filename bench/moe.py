@@ -62,7 +62,10 @@ def moe_flops(tokens: int, topk: int, hidden: int, inter: int) -> float:
     return 2.0 * tokens * topk * (2 * inter * hidden + inter * hidden)
 
 
-def rows(quick: bool) -> list[dict]:
+def rows(quick: bool, phase: str = "all") -> list[dict]:
+    """The bench's rows; ``phase`` ("decode", "prefill" or "all") keeps only those rows."""
+    if phase != "all":
+        return [r for r in rows(quick) if r["phase"] == phase]
     if quick:
         return [
             dict(model="tiny", phase="prefill", tokens=33),
@@ -415,6 +418,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rep-ms", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=150.0)
     ap.add_argument("--sweep", action="store_true", help="only the grouped GEMMs' settings")
+    ap.add_argument("--phase", choices=("all", "decode", "prefill"), default="all")
     args = ap.parse_args(argv)
     if args.quick and "TRITON_INTERPRET" not in os.environ:
         import torch
@@ -453,7 +457,7 @@ def main(argv=None) -> int:
         "not_measured": [],
     }
     start = time.perf_counter()
-    for row in rows(args.quick):
+    for row in rows(args.quick, args.phase):
         label = f"{row['model']}/{row['phase']}/{row['tokens']}"
         if time.perf_counter() - start > args.budget_s:
             result["not_measured"].append(label)

@@ -8,7 +8,8 @@
 #
 # Bounded at MOE_TOTAL seconds (default 170, under the 3 minutes asked for): the bench
 # starts no row after MOE_BUDGET seconds (default 110; rows left are listed as not
-# measured), each provider is timed for about MOE_REP_MS (default 40) ms.
+# measured), each provider is timed for about MOE_REP_MS (default 40) ms. MOE_PHASE=decode or
+# prefill runs only those rows (default all: decode first).
 # Run from the repo root after run_all.sh's install lines (PYTHONPATH=/tmp/site), or
 # through run_all.sh (LANE0=moe LIMIT_moe=190).
 # Results: $OUT/moe/: moe.md, moe.json, bench.log, conformance.log (+ conformance.md).
@@ -24,6 +25,7 @@ export PYTHONUNBUFFERED=1
 export LIGER_FUSED_MOE_AUTOTUNE=${LIGER_FUSED_MOE_AUTOTUNE:-0}
 ARGS="--budget-s ${MOE_BUDGET:-110} --rep-ms ${MOE_REP_MS:-40}"
 [ -n "${MOE_DRY:-}" ] && ARGS="--quick"
+ARGS="$ARGS --phase ${MOE_PHASE:-all}"
 left() { local n=$(( TOTAL - SECONDS - $1 )); [ "$n" -lt 10 ] && n=10; echo "$n"; }
 
 echo "== moe: bench $(date -u +%T)"

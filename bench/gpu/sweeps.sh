@@ -9,6 +9,7 @@
 # the MoE sweep none after SWEEP_MOE_S (default 200); each timing takes about
 # SWEEP_REP_MS (default 30) ms. Run through run_all.sh (LANE0=sweeps LIMIT_sweeps=420).
 # Results: $OUT/sweeps/: attention_prefill_sweep.json, moe_sweep.json, prefill.log, moe.log.
+# SWEEP_ONLY=prefill or moe runs one of the two.
 # CPU plumbing test: SWEEP_DRY=1 bash bench/gpu/sweeps.sh (one tiny problem each, under
 # Triton's interpreter).
 set -u
@@ -20,15 +21,21 @@ REP=${SWEEP_REP_MS:-30}
 Q=""
 [ -n "${SWEEP_DRY:-}" ] && Q="--quick"
 
-echo "== sweeps: prefill attention $(date -u +%T)"
-timeout -k 5 $(( ${SWEEP_PREFILL_S:-150} + 60 )) python3 bench/attention_prefill.py --sweep $Q \
-  --budget-s "${SWEEP_PREFILL_S:-150}" --rep-ms "$REP" --out "$DIR" > "$DIR/prefill.log" 2>&1
-echo "prefill sweep rc=$?"
-tail -n 5 "$DIR/prefill.log"
+ONLY=${SWEEP_ONLY:-}
 
-echo "== sweeps: MoE grouped GEMMs $(date -u +%T)"
-timeout -k 5 $(( ${SWEEP_MOE_S:-200} + 60 )) python3 bench/moe.py --sweep $Q \
-  --budget-s "${SWEEP_MOE_S:-200}" --rep-ms "$REP" --out "$DIR" > "$DIR/moe.log" 2>&1
-echo "moe sweep rc=$?"
-tail -n 5 "$DIR/moe.log"
+if [ "$ONLY" != moe ]; then
+  echo "== sweeps: prefill attention $(date -u +%T)"
+  timeout -k 5 $(( ${SWEEP_PREFILL_S:-150} + 60 )) python3 bench/attention_prefill.py --sweep $Q \
+    --budget-s "${SWEEP_PREFILL_S:-150}" --rep-ms "$REP" --out "$DIR" > "$DIR/prefill.log" 2>&1
+  echo "prefill sweep rc=$?"
+  tail -n 5 "$DIR/prefill.log"
+fi
+
+if [ "$ONLY" != prefill ]; then
+  echo "== sweeps: MoE grouped GEMMs $(date -u +%T)"
+  timeout -k 5 $(( ${SWEEP_MOE_S:-200} + 60 )) python3 bench/moe.py --sweep $Q \
+    --budget-s "${SWEEP_MOE_S:-200}" --rep-ms "$REP" --out "$DIR" > "$DIR/moe.log" 2>&1
+  echo "moe sweep rc=$?"
+  tail -n 5 "$DIR/moe.log"
+fi
 date -u

@@ -58,3 +58,16 @@ def test_moe_sweep_quick_times_each_setting_and_restores_moe_params(tmp_path):
         assert r["us"] > 0 and r["BLOCK_M"] == 16, r
         assert r["max_abs_err_vs_today"] <= 4 * 2**-8, r  # the same sums in another tiling
         assert r["today"] == moe.moe_params(33 * 2, 8, False)  # what a call picks, recorded
+
+
+def test_moe_bench_phase_keeps_only_that_phases_rows():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_moe", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)  # module level defines the grid only; nothing runs
+    every = bench.rows(False)
+    prefill = bench.rows(False, "prefill")
+    assert prefill and {r["phase"] for r in prefill} == {"prefill"}
+    assert bench.rows(False, "decode") + prefill == every  # decode first, then prefill
+    assert bench.rows(True, "decode") == [r for r in bench.rows(True) if r["phase"] == "decode"]
