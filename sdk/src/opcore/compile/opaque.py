@@ -1,4 +1,4 @@
-"""Opaque provider calls: ``torch.ops.opcore_impl.<op>.<provider>``.
+"""Opaque provider calls: ``torch.ops.opcore_impl.<op>__<provider>``.
 
 Lowering traces a provider's function into the graph. A provider that cannot run on fake
 tensors (a raw Triton launch needs real data pointers; a kernel may read tensor values)
@@ -11,8 +11,15 @@ For a functional provider the op has the IR op's schema. For an in-place provide
 eager mode, and under Inductor wraps the call in ``auto_functionalized`` (Inductor's
 graph is functional; see `opcore.compile.passes.lower`). An in-place provider that also
 gives an out-of-place kernel (``register_impl(..., functional=)``) gets a second op,
-``opcore_impl::<op>.<provider>_out_of_place``, with the IR op's schema, running that
+``opcore_impl::<op>__<provider>__out_of_place``, with the IR op's schema, running that
 kernel: lowering uses it wherever writing the activations is not allowed.
+
+Each of these is its own op with only a default overload, never one overload per provider
+of a shared ``opcore_impl::<op>``. TorchScript's operator registry keys an op by its name
+without the overload plus its argument and return types, so providers of one op sharing a
+schema would share one key. Destroying one of them (a re-registered provider, or every
+library at interpreter exit) then leaves the others' registry entries pointing at freed
+dispatcher entries, and the next removal or lookup of that name aborts the process.
 
 Ops are defined for every registered provider when a backend is called (`ensure_all`), not
 on first use, so compiled code loaded from Inductor's cache in a fresh process finds them.
@@ -35,12 +42,14 @@ _lock = threading.Lock()
 _defined: dict[tuple[str, str], tuple[Impl, Library]] = {}
 
 
-OUT_OF_PLACE_SUFFIX = "_out_of_place"
+OUT_OF_PLACE_SUFFIX = "__out_of_place"
 
 
-def _overload(provider: str) -> str:
-    # "default" would collide with the default-overload naming torch uses for printing.
-    return "p_default" if provider == "default" else provider
+def op_name(op: IrOp, impl: Impl, *, out_of_place: bool = False) -> str:
+    """The name of ``impl``'s opaque op in ``opcore_impl`` (``<op>__<provider>``, with
+    ``__out_of_place`` for an in-place provider's out-of-place kernel)."""
+    name = f"{op.name}__{impl.provider}"
+    return name + OUT_OF_PLACE_SUFFIX if out_of_place else name
 
 
 def has_out_of_place(impl: Impl) -> bool:
@@ -57,8 +66,8 @@ def _inplace_schema(op: IrOp) -> str:
 
 
 def define(op: IrOp, impl: Impl) -> None:
-    """Define ``opcore_impl::<op>.<provider>`` for ``impl`` (idempotent; redefined when the
-    provider was re-registered with a new function)."""
+    """Define ``opcore_impl::<op>__<provider>`` for ``impl`` (idempotent; redefined when
+    the provider was re-registered with a new function)."""
     key = (op.name, impl.provider)
     with _lock:
         known = _defined.get(key)
@@ -68,28 +77,31 @@ def define(op: IrOp, impl: Impl) -> None:
             known[1]._destroy()
             del _defined[key]
         lib = Library(NAMESPACE, "FRAGMENT")
-        qualified = f"{op.name}.{_overload(impl.provider)}"
+        name = op_name(op, impl)
+        names = [name]
         try:
             if impl.inplace:
-                lib.define(qualified + _inplace_schema(op))
-                lib.impl(qualified, _inplace_kernel(op, impl), "CompositeExplicitAutograd")
-                torch.library.register_fake(f"{NAMESPACE}::{qualified}", _inplace_fake(op), lib=lib)
+                lib.define(name + _inplace_schema(op))
+                lib.impl(name, _inplace_kernel(op, impl), "CompositeExplicitAutograd")
+                torch.library.register_fake(f"{NAMESPACE}::{name}", _inplace_fake(op), lib=lib)
                 if has_out_of_place(impl):
-                    oop = qualified + OUT_OF_PLACE_SUFFIX
+                    oop = op_name(op, impl, out_of_place=True)
+                    names.append(oop)
                     lib.define(oop + op.schema)
                     lib.impl(oop, _functional_kernel(op, impl), "CompositeExplicitAutograd")
                     torch.library.register_fake(f"{NAMESPACE}::{oop}", op.fake_impl, lib=lib)
             else:
-                lib.define(qualified + op.schema)
-                lib.impl(qualified, _functional_kernel(op, impl), "CompositeExplicitAutograd")
-                torch.library.register_fake(f"{NAMESPACE}::{qualified}", op.fake_impl, lib=lib)
+                lib.define(name + op.schema)
+                lib.impl(name, _functional_kernel(op, impl), "CompositeExplicitAutograd")
+                torch.library.register_fake(f"{NAMESPACE}::{name}", op.fake_impl, lib=lib)
         except Exception:
             lib._destroy()
             raise
         _defined[key] = (impl, lib)
-        packet = getattr(torch.ops, NAMESPACE).__dict__.get(op.name)
-        if packet is not None:  # torch.ops caches overload packets; drop the stale one
-            delattr(getattr(torch.ops, NAMESPACE), op.name)
+        namespace = getattr(torch.ops, NAMESPACE)
+        for defined in names:  # torch.ops caches overload packets; drop any stale one
+            if defined in namespace.__dict__:
+                delattr(namespace, defined)
 
 
 def ensure_all() -> None:
@@ -102,15 +114,11 @@ def ensure_all() -> None:
 def get(op: IrOp, impl: Impl, *, out_of_place: bool = False) -> Any:
     """The ``OpOverload`` for ``impl`` (defined on demand); ``out_of_place=True``: the op
     running the out-of-place kernel of an in-place provider (see `has_out_of_place`)."""
+    if out_of_place and not has_out_of_place(impl):
+        raise ValueError(f"op {op.name!r}: provider {impl.provider!r} has no out-of-place kernel")
     define(op, impl)
-    name = _overload(impl.provider)
-    if out_of_place:
-        if not has_out_of_place(impl):
-            raise ValueError(
-                f"op {op.name!r}: provider {impl.provider!r} has no out-of-place kernel"
-            )
-        name += OUT_OF_PLACE_SUFFIX
-    return getattr(getattr(getattr(torch.ops, NAMESPACE), op.name), name)
+    name = op_name(op, impl, out_of_place=out_of_place)
+    return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
 def _functional_kernel(op: IrOp, impl: Impl):

@@ -23,7 +23,7 @@ from typing import Any
 class LoweringDecision:
     """``node``: the ``opcore_ir`` node's name in the post-AOTAutograd graph. ``how``:
     ``traced`` (the provider's function was traced into aten ops) or ``opaque`` (the
-    provider runs as one ``opcore_impl::<op>.<provider>`` call, because tracing it failed
+    provider runs as one ``opcore_impl::<op>__<provider>`` call, because tracing it failed
     with ``trace_error``: typically a raw Triton launch, which cannot run on fake tensors).
     ``inplace``: the provider's in-place kernel runs (on clones of the activations, which
     clone elimination drops where safe; under Inductor through ``auto_functionalized``).

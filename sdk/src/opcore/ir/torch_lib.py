@@ -25,6 +25,13 @@ from torch.library import Library
 NAMESPACE = "opcore_ir"
 INPLACE_OVERLOAD = "maybe_inplace"
 
+# Names whose op had a maybe_inplace overload and was removed. TorchScript's operator
+# registry keys an op by its name without the overload plus its argument and return types,
+# which the two overloads share; removing both leaves one registry entry pointing at freed
+# dispatcher state, and any later lookup of the name reads it. Such a name is refused until
+# the process ends instead of crashing it.
+_removed_with_inplace: set[str] = set()
+
 
 @dataclasses.dataclass
 class TorchRegistration:
@@ -38,7 +45,15 @@ class TorchRegistration:
 
 
 def check_op_name_free(name: str) -> None:
-    """Raise if ``opcore_ir::<name>`` exists already (defined outside this registry)."""
+    """Raise if ``opcore_ir::<name>`` exists already (defined outside this registry), or
+    was defined with a ``maybe_inplace`` overload and removed in this process."""
+    if name in _removed_with_inplace:
+        raise ValueError(
+            f"torch op {NAMESPACE}::{name} had a {INPLACE_OVERLOAD} overload and was removed "
+            "in this process; torch's operator registry cannot take that name again until "
+            "the process restarts (its overloads share one TorchScript registry key): "
+            "use another name"
+        )
     if torch._C._dispatch_has_kernel(f"{NAMESPACE}::{name}") or _schema_exists(name):
         raise ValueError(f"torch op {NAMESPACE}::{name} is already defined")
 
@@ -90,6 +105,8 @@ def register(
 def unregister(registration: TorchRegistration) -> None:
     """Remove what `register` defined."""
     registration.library._destroy()
+    if registration.inplace is not None:
+        _removed_with_inplace.add(registration.name)
     ns = getattr(torch.ops, NAMESPACE)
     # torch.ops caches the packet; drop it so a later op of the same name resolves anew.
     if registration.name in ns.__dict__:

@@ -29,7 +29,7 @@ dead and not a graph input, and copies otherwise. Graph inputs are never written
 Inductor (a donated one included): a mutated input makes Inductor skip CUDA graphs.
 
 A provider whose code cannot run on fake tensors (a raw Triton launch) is lowered to one
-``opcore_impl::<op>.<provider>`` call (`opcore.compile.opaque`) and recorded as ``opaque``
+``opcore_impl::<op>__<provider>`` call (`opcore.compile.opaque`) and recorded as ``opaque``
 with the tracing error; the same provider runs.
 """
 
