@@ -35,6 +35,7 @@ def test_hf_moe_bench_quick_runs_on_the_cpu(tmp_path):
     check = row["opcore_vs_hf"]
     assert check["patched_blocks"] == 2  # one sparse block per decoder layer
     assert check["next_token_same"] and check["hidden_max_abs_over_max"] < 1e-5, check
+    assert check["tokens_off_by_1pct_per_layer"] == [0, 0] and check["tokens"] == 16, check  # fp32
     s = row["speedup_over_hf"]
     assert s["min"] <= s["median"] <= s["max"]
     assert "liger" not in result  # GPU only
