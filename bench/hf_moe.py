@@ -11,9 +11,13 @@ Configurations, one process, one model:
 - ``hf``: transformers' eager forward (its fused experts, looped over the experts hit).
 - ``opcore``: the same model under `opcore.integrations.transformers.apply_moe` (the
   sparse blocks through ``topk_softmax`` + ``fused_experts``; attention and norms stay
-  transformers'). ``hf`` and ``opcore`` alternate over ``--rounds`` rounds (the patch is
-  reverted after each), the order swapped every round, so the process's drift cannot
-  favour one; the verdict is the per-round ratio.
+  transformers').
+- ``opcore_all``: `apply` and then `apply_moe`: the attention, norms and rotary through
+  opcore's ops as well, the whole decoder on opcore (what Liger's patch covers, and more).
+
+  The three alternate over ``--rounds`` rounds (each patch reverted after its pass), the
+  order rotated every round, so the process's drift cannot favour one; the verdict is
+  the per-round ratio to ``hf``.
 - ``liger``: `apply_liger_kernel_to_qwen3_moe(model=...)` last, since Liger has no revert
   (GPU only: its norm and SwiGLU kernels need one).
 
@@ -29,6 +33,7 @@ magnitude) and the next token at the last position.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -47,6 +52,9 @@ TINY = dict(
     num_experts_per_tok=2, norm_topk_prob=True, num_attention_heads=4,
     num_key_value_heads=2, head_dim=16, vocab_size=128, max_position_embeddings=256,
 )  # fmt: skip
+
+
+CONFIGS = ("hf", "opcore", "opcore_all")
 
 
 def parse_args(argv=None):
@@ -138,7 +146,15 @@ def compare(model, ids, ref) -> dict:
 def measure(args) -> dict:
     import torch
 
-    from opcore.integrations.transformers import apply_moe
+    from opcore.integrations.transformers import apply_moe, patched
+
+    def patches(config):
+        stack = contextlib.ExitStack()
+        if config == "opcore_all":
+            stack.enter_context(patched(model))
+        if config != "hf":
+            stack.enter_context(apply_moe(model))
+        return stack
 
     model, device, dtype = build(args)
     result = {"env": env(device, dtype, args), "rows": []}
@@ -156,30 +172,30 @@ def measure(args) -> dict:
         with apply_moe(model) as patch:
             check = compare(model, ids, ref)
             check["patched_blocks"] = len(patch.routes)
+        with patched(model), apply_moe(model):
+            check_all = compare(model, ids, ref)
         rounds = []
         for r in range(args.rounds):
             got = {}
-            for config in ("hf", "opcore") if r % 2 == 0 else ("opcore", "hf"):
-                if config == "opcore":
-                    with apply_moe(model):
-                        got[config] = timed(forward, args, device)
-                else:
+            for config in CONFIGS[r % 3 :] + CONFIGS[: r % 3]:
+                with patches(config):
                     got[config] = timed(forward, args, device)
             rounds.append(got)
-            print(f"tokens {tokens} round {r}: hf {got['hf']['ms']:.2f} ms, "
-                  f"opcore {got['opcore']['ms']:.2f} ms", flush=True)  # fmt: skip
-        ratios = [x["hf"]["ms"] / x["opcore"]["ms"] for x in rounds]
+            print(f"tokens {tokens} round {r}: " + ", ".join(
+                f"{c} {got[c]['ms']:.2f} ms" for c in CONFIGS), flush=True)  # fmt: skip
+        speedup = {}
+        for config in CONFIGS[1:]:
+            ratios = [x["hf"]["ms"] / x[config]["ms"] for x in rounds]
+            speedup[config] = {"median": statistics.median(ratios), "min": min(ratios),
+                               "max": max(ratios)}  # fmt: skip
         result["rows"].append(
             {
                 "tokens": tokens,
                 "batch": args.batch,
                 "rounds": rounds,
-                "speedup_over_hf": {
-                    "median": statistics.median(ratios),
-                    "min": min(ratios),
-                    "max": max(ratios),
-                },
+                "speedup_over_hf": speedup,
                 "opcore_vs_hf": check,
+                "opcore_all_vs_hf": check_all,
             }
         )
         write(result, args.out)
@@ -255,23 +271,26 @@ def write(result: dict, out: str) -> None:
         f"{e['torch']}, transformers {e['transformers']}, Triton {e['triton']}, Liger "
         f"{e['liger_kernel']}. ms per forward, median [q25, q75] per round.",
         "",
-        "| tokens | hf | opcore (apply_moe) | hf / opcore per round | liger | hidden err | "
-        "next token |",
-        "|---|---|---|---|---|---|---|",
+        "| tokens | hf | opcore (apply_moe) | opcore_all (apply + apply_moe) | hf / opcore | "
+        "hf / opcore_all | liger | hidden err (opcore, all) | next token |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     liger = result.get("liger", {})
     for row in result["rows"]:
         fmt = lambda c, rounds=row["rounds"]: "; ".join(  # noqa: E731
             f"{x[c]['ms']:.2f} [{x[c]['ms_q25']:.2f}, {x[c]['ms_q75']:.2f}]" for x in rounds
         )
-        s = row["speedup_over_hf"]
+        ratio = lambda c, s=row["speedup_over_hf"]: (  # noqa: E731
+            f"{s[c]['median']:.2f}x [{s[c]['min']:.2f}, {s[c]['max']:.2f}]"
+        )
         lig = liger.get(str(row["tokens"]), liger.get("error", "not run"))
         lig = f"{lig['ms']:.2f} [{lig['ms_q25']:.2f}, {lig['ms_q75']:.2f}]" if "ms" in lig else lig
-        c = row["opcore_vs_hf"]
+        c, a = row["opcore_vs_hf"], row["opcore_all_vs_hf"]
+        same = "same" if c["next_token_same"] and a["next_token_same"] else "differs"
         lines.append(
-            f"| {row['tokens']} | {fmt('hf')} | {fmt('opcore')} | {s['median']:.2f}x "
-            f"[{s['min']:.2f}, {s['max']:.2f}] | {lig} | {c['hidden_max_abs_over_max']:.1e} | "
-            f"{'same' if c['next_token_same'] else 'differs'} |"
+            f"| {row['tokens']} | {fmt('hf')} | {fmt('opcore')} | {fmt('opcore_all')} | "
+            f"{ratio('opcore')} | {ratio('opcore_all')} | {lig} | "
+            f"{c['hidden_max_abs_over_max']:.1e}, {a['hidden_max_abs_over_max']:.1e} | {same} |"
         )
     with open(os.path.join(out, "hf_moe.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -281,7 +300,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     result = measure(args)
     print(open(os.path.join(args.out, "hf_moe.md")).read())
-    ok = all(r["opcore_vs_hf"]["next_token_same"] for r in result["rows"])
+    checks = ("opcore_vs_hf", "opcore_all_vs_hf")
+    ok = all(r[k]["next_token_same"] for r in result["rows"] for k in checks)
     return 0 if ok else 1
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 30's HF row: bench/hf_moe.py, a Qwen3-30B-A3B-shaped Qwen3-MoE model (2 decoder
-# layers, random weights, bf16), eager prefill of 2048 and 8192 tokens: HF against
-# opcore's apply_moe alternating in one process, then Liger's Qwen3-MoE patch.
+# layers, random weights, bf16), eager prefill of 2048 and 8192 tokens: HF, opcore's
+# apply_moe, and apply + apply_moe (the whole decoder) alternating in one process, then
+# Liger's Qwen3-MoE patch.
 # About a minute on an H200; bounded at HF_MOE_LIMIT seconds (default 150).
 # Run through run_all.sh (LANE0=hf_moe LIMIT_hf_moe=170), which installs opcore and the
 # carried Liger wheel (transformers is the device's own).

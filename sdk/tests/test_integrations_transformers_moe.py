@@ -145,3 +145,36 @@ def test_refusals_change_nothing():
     )
     with pytest.raises(oh.UnsupportedModelError, match="model_type 'qwen3'"):
         oh.apply_moe(dense)
+
+
+def test_apply_takes_qwen3_moe_and_leaves_its_sparse_blocks_to_apply_moe():
+    # Layer 0 dense (mlp_only_layers), layer 1 sparse: `apply` patches the attention,
+    # norms and the dense MLP and leaves the sparse block; `apply_moe` patches that one.
+    config_cls, model_cls, opts = VARIANTS["qwen3moe-h72-e8-k2-norm"]
+    config = getattr(transformers, config_cls)(**COMMON, **opts, mlp_only_layers=[0])
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if "norm" in name else 0.0, 0.3)
+    ids = tokens(2, 11)
+    kw = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    sparse = model.model.layers[1].mlp
+    with torch.no_grad():
+        ref = model(ids).logits
+        want = model.generate(ids, **kw)
+        with oh.patched(model) as patch, counting() as calls:
+            assert patch.routes["sparse_mlp"].startswith("1 sparse MoE blocks")
+            assert patch.routes["mlp"].startswith("1 MLPs")  # layer 0's dense MLP
+            assert "split_qkv_rmsnorm_rope" in patch.routes["attention"]
+            assert "forward" not in sparse.__dict__  # transformers' block, untouched
+            torch.testing.assert_close(model(ids).logits, ref, atol=2e-5, rtol=2e-5)
+            assert calls == {}
+            with oh.apply_moe(model) as moe:
+                assert list(moe.routes) == ["model.layers.1.mlp"]
+                got = model(ids).logits
+                assert calls == {"topk_softmax": 1, "fused_experts": 1}
+                out = model.generate(ids, **kw)
+    torch.testing.assert_close(got, ref, atol=2e-5, rtol=2e-5)
+    assert torch.equal(out, want), (out, want)
+    assert not oh.is_patched(model) and "forward" not in sparse.__dict__

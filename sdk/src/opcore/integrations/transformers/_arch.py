@@ -42,6 +42,10 @@ class Arch:
     sliding: (
         str | None
     )  # sliding_window passed to attention: None, "config" (Mistral), "layer" (Qwen2/3)
+    # The class suffix of the sparse MoE block a decoder layer's ``mlp`` may be instead of
+    # the MLP ("SparseMoeBlock"): `apply` leaves such blocks to transformers (`apply_moe`
+    # patches them). None: every layer has the MLP.
+    sparse_mlp: str | None = None
 
     @property
     def module_name(self) -> str:
@@ -91,6 +95,9 @@ ARCHES: dict[str, Arch] = {
     "mistral": Arch("mistral", "Mistral", qk_norm=False, sliding="config"),
     "qwen2": Arch("qwen2", "Qwen2", qk_norm=False, sliding="layer"),
     "qwen3": Arch("qwen3", "Qwen3", qk_norm=True, sliding="layer"),
+    "qwen3_moe": Arch(
+        "qwen3_moe", "Qwen3Moe", qk_norm=True, sliding="layer", sparse_mlp="SparseMoeBlock"
+    ),
 }
 
 
@@ -113,7 +120,8 @@ def keep_originals() -> None:
             continue
         module = arch.module()
         kept, wrong = {}, []
-        names = [arch.prefix + suffix for suffix in _KEPT_CLASSES] + list(_KEPT_FUNCTIONS)
+        suffixes = (*_KEPT_CLASSES, *((arch.sparse_mlp,) if arch.sparse_mlp else ()))
+        names = [arch.prefix + suffix for suffix in suffixes] + list(_KEPT_FUNCTIONS)
         for name in names:
             obj = getattr(module, name)
             kept[name] = obj

@@ -219,6 +219,10 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
             continue
         if role == "DecoderLayer":
             for attr, suffix, needed in layer_slots:
+                sparse = arch.sparse_mlp
+                if attr == "mlp" and sparse and type(module.mlp) is arch.cls(sparse):
+                    counts["sparse_mlp"] += 1  # transformers' block: apply_moe's to patch
+                    continue
                 if needed:
                     slot = f"{where}.{attr}"
                     problems += _not_transformers(arch, slot, getattr(module, attr, None), suffix)
@@ -379,6 +383,10 @@ def _routes(
         routes["mlp_split"] = (
             f"{counts['mlp_split']} MLPs: gate and up GEMMs, concatenated -> {act} "
             f"(not fused: {reasons['mlp']})"
+        )
+    if counts["sparse_mlp"]:
+        routes["sparse_mlp"] = (
+            f"{counts['sparse_mlp']} sparse MoE blocks: transformers' (apply_moe patches them)"
         )
     rope = "split_qkv_rmsnorm_rope" if arch.qk_norm else "rotary_embedding (NeoX)"
     if counts["attn_fused"]:
