@@ -178,3 +178,36 @@ def test_apply_takes_qwen3_moe_and_leaves_its_sparse_blocks_to_apply_moe():
     torch.testing.assert_close(got, ref, atol=2e-5, rtol=2e-5)
     assert torch.equal(out, want), (out, want)
     assert not oh.is_patched(model) and "forward" not in sparse.__dict__
+
+
+def test_apply_takes_mixtral_whose_layers_are_all_sparse():
+    # Mixtral has no dense MLP class: `apply` patches attention (with its sliding window),
+    # norms and the fused add, and every layer's block is left to `apply_moe`.
+    config_cls, model_cls, opts = VARIANTS["mixtral-h80-e8-k2"]
+    config = getattr(transformers, config_cls)(**COMMON, **opts, sliding_window=6)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if "norm" in name else 0.0, 0.3)
+    ids = tokens(2, 11)  # longer than the window
+    kw = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    with torch.no_grad():
+        ref = model(ids).logits
+        want = model.generate(ids, **kw)
+        with oh.patched(model) as patch:
+            assert patch.routes["sparse_mlp"].startswith("2 sparse MoE blocks")
+            assert "mlp" not in patch.routes and "rotary_embedding" in patch.routes["attention"]
+            torch.testing.assert_close(model(ids).logits, ref, atol=2e-5, rtol=2e-5)
+            with oh.apply_moe(model), counting() as calls:
+                got = model(ids).logits
+                assert calls == {"topk_softmax": 2, "fused_experts": 2}
+                out = model.generate(ids, **kw)
+    torch.testing.assert_close(got, ref, atol=2e-5, rtol=2e-5)
+    assert torch.equal(out, want), (out, want)
+    with pytest.raises(ValueError, match=r"ops \['silu_and_mul'\] do not apply to this mixtral"):
+        oh.apply(model, ops=["rms_norm", "silu_and_mul"])
+    model.model.layers[1].mlp = torch.nn.Identity()
+    with pytest.raises(oh.UnsupportedModelError, match="not transformers' MixtralSparseMoeBlock"):
+        oh.apply(model)
+    assert not oh.is_patched(model)

@@ -74,6 +74,7 @@ __all__ = [
     "apply",
     "apply_moe",
     "apply_to_llama",
+    "apply_to_mixtral",
     "apply_to_mistral",
     "apply_to_qwen2",
     "apply_to_qwen3",
@@ -227,3 +228,4 @@ apply_to_mistral = _helper("mistral")
 apply_to_qwen2 = _helper("qwen2")
 apply_to_qwen3 = _helper("qwen3")
 apply_to_qwen3_moe = _helper("qwen3_moe")
+apply_to_mixtral = _helper("mixtral")

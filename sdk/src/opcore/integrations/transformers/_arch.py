@@ -46,6 +46,8 @@ class Arch:
     # the MLP ("SparseMoeBlock"): `apply` leaves such blocks to transformers (`apply_moe`
     # patches them). None: every layer has the MLP.
     sparse_mlp: str | None = None
+    # Whether the architecture has a dense MLP class (Mixtral's every layer is sparse).
+    dense_mlp: bool = True
 
     @property
     def module_name(self) -> str:
@@ -67,9 +69,13 @@ class Arch:
         may have rebound it since import)."""
         return getattr(self.module(), self.prefix + suffix, None)
 
+    def roles(self) -> tuple[str, ...]:
+        """The roles (class-name suffixes) this architecture has, of `ROLES`."""
+        return tuple(r for r in ROLES if r != "MLP" or self.dense_mlp)
+
     def classes(self) -> dict[str, type[Any]]:
         """role -> transformers class, for the roles the patch replaces."""
-        return {role: self.cls(role) for role in ROLES}
+        return {role: self.cls(role) for role in self.roles()}
 
     def eager_attention(self):
         """transformers' ``eager_attention_forward`` of this architecture, as kept at import."""
@@ -98,6 +104,14 @@ ARCHES: dict[str, Arch] = {
     "qwen3_moe": Arch(
         "qwen3_moe", "Qwen3Moe", qk_norm=True, sliding="layer", sparse_mlp="SparseMoeBlock"
     ),
+    "mixtral": Arch(
+        "mixtral",
+        "Mixtral",
+        qk_norm=False,
+        sliding="config",
+        sparse_mlp="SparseMoeBlock",
+        dense_mlp=False,
+    ),
 }
 
 
@@ -120,7 +134,8 @@ def keep_originals() -> None:
             continue
         module = arch.module()
         kept, wrong = {}, []
-        suffixes = (*_KEPT_CLASSES, *((arch.sparse_mlp,) if arch.sparse_mlp else ()))
+        kept_classes = [c for c in _KEPT_CLASSES if c != "MLP" or arch.dense_mlp]
+        suffixes = (*kept_classes, *((arch.sparse_mlp,) if arch.sparse_mlp else ()))
         names = [arch.prefix + suffix for suffix in suffixes] + list(_KEPT_FUNCTIONS)
         for name in names:
             obj = getattr(module, name)

@@ -113,7 +113,7 @@ def _choose_ops(arch: Arch, config: Any, ops: Any) -> set[str]:
     act = ACTIVATIONS.get(hidden_act) if isinstance(hidden_act, str) else None
     gated = "silu_and_mul" if act is None else "gelu_and_mul"
     rope = "split_qkv_rmsnorm_rope" if arch.qk_norm else "rotary_embedding"
-    default = {"rms_norm", "fused_add_rms_norm", gated, rope}
+    default = {"rms_norm", "fused_add_rms_norm", rope} | ({gated} if arch.dense_mlp else set())
     if ops is None:
         return default
     chosen = {ops} if isinstance(ops, str) else set(ops)
@@ -192,7 +192,8 @@ def plan(model: nn.Module, arch: Arch, ops: Any = None) -> Plan | list[str]:
     layer_slots = [
         ("input_layernorm", "RMSNorm", norms),
         ("post_attention_layernorm", "RMSNorm", norms or "fused_add_rms_norm" in chosen),
-        ("mlp", "MLP", gated),
+        # (Mixtral has no dense MLP class: its layers' blocks must be transformers' sparse one)
+        ("mlp", "MLP" if arch.dense_mlp else str(arch.sparse_mlp), gated or not arch.dense_mlp),
         ("self_attn", "Attention", True),  # patched on every route (see the Attention role)
     ]
     model_slots = [("norm", "RMSNorm", norms), ("rotary_emb", "RotaryEmbedding", attn_patch)]
