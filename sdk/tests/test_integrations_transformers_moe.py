@@ -211,3 +211,33 @@ def test_apply_takes_mixtral_whose_layers_are_all_sparse():
     with pytest.raises(oh.UnsupportedModelError, match="not transformers' MixtralSparseMoeBlock"):
         oh.apply(model)
     assert not oh.is_patched(model)
+
+
+@pytest.mark.parametrize("sliding", [False, True])
+def test_apply_takes_qwen2_moe_with_its_shared_experts(sliding):
+    # Layer 1 dense, layers 0 and 2 sparse with a shared expert each: `apply` patches the
+    # dense MLP and both shared experts (Qwen2MoeMLP modules inside the blocks), the
+    # attention (Qwen2-MoE's passes no sliding window: the model's mask carries it; with
+    # use_sliding_window its first layer is a sliding one) and the norms.
+    config_cls, model_cls, opts = VARIANTS["qwen2moe-h64-e8-k2-shared"]
+    opts = dict(opts, mlp_only_layers=[1], use_sliding_window=sliding, sliding_window=6,
+                max_window_layers=1)  # fmt: skip
+    config = getattr(transformers, config_cls)(**{**COMMON, "num_hidden_layers": 3}, **opts)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if "norm" in name else 0.0, 0.3)
+    ids = tokens(2, 11)
+    kw = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    with torch.no_grad():
+        ref = model(ids).logits
+        want = model.generate(ids, **kw)
+        with oh.patched(model) as patch, oh.apply_moe(model) as moe:
+            assert patch.routes["mlp"].startswith("3 MLPs")  # the dense one, 2 shared experts
+            assert patch.routes["sparse_mlp"].startswith("2 sparse MoE blocks")
+            assert list(moe.routes) == ["model.layers.0.mlp", "model.layers.2.mlp"]
+            got = model(ids).logits
+            out = model.generate(ids, **kw)
+    torch.testing.assert_close(got, ref, atol=2e-5, rtol=2e-5)
+    assert torch.equal(out, want), (out, want)

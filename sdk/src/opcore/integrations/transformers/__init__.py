@@ -77,6 +77,7 @@ __all__ = [
     "apply_to_mixtral",
     "apply_to_mistral",
     "apply_to_qwen2",
+    "apply_to_qwen2_moe",
     "apply_to_qwen3",
     "apply_to_qwen3_moe",
     "is_patched",
@@ -227,5 +228,6 @@ apply_to_llama = _helper("llama")
 apply_to_mistral = _helper("mistral")
 apply_to_qwen2 = _helper("qwen2")
 apply_to_qwen3 = _helper("qwen3")
+apply_to_qwen2_moe = _helper("qwen2_moe")
 apply_to_qwen3_moe = _helper("qwen3_moe")
 apply_to_mixtral = _helper("mixtral")

@@ -104,6 +104,10 @@ ARCHES: dict[str, Arch] = {
     "qwen3_moe": Arch(
         "qwen3_moe", "Qwen3Moe", qk_norm=True, sliding="layer", sparse_mlp="SparseMoeBlock"
     ),
+    # Qwen2-MoE's attention passes no sliding window (the model's mask carries it).
+    "qwen2_moe": Arch(
+        "qwen2_moe", "Qwen2Moe", qk_norm=False, sliding=None, sparse_mlp="SparseMoeBlock"
+    ),
     "mixtral": Arch(
         "mixtral",
         "Mixtral",
