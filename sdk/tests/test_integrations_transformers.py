@@ -641,7 +641,11 @@ elif not UNDER_TRITON_INTERPRETER:
             "5.25.0.dev0"
         )
         model = make_model("llama-h96-d64-gqa1-tied")
-        monkeypatch.setattr(transformers, "__version__", "5.30.0")
+        # The module `import transformers` gives now: transformers' lazy module replaced its
+        # sys.modules entry when opcore's import loaded the modeling modules, so the check
+        # must read this one (it read the object bound at import, and then passed only in
+        # a run whose test module was imported before the swap).
+        monkeypatch.setattr(sys.modules["transformers"], "__version__", "5.30.0")
         with pytest.raises(oh.UnsupportedModelError, match="transformers 5.30.0 is outside"):
             oh.apply(model)
         assert not oh.is_patched(model)

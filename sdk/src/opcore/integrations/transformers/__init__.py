@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch.nn as nn
 import transformers as _hf
@@ -91,8 +93,16 @@ TESTED_TRANSFORMERS = _versions.TESTED_RANGE
 OpsArg = str | Iterable[str] | None
 
 
+def _transformers() -> Any:
+    """The transformers module as ``import transformers`` gives it now. Its lazy module
+    replaces its own ``sys.modules`` entry when a modeling module is first imported (5.x),
+    which this package does at import (`_arch.keep_originals`), so the object bound above
+    is not the one users see."""
+    return sys.modules.get("transformers", _hf)
+
+
 def _check_version(check_version: bool) -> None:
-    if check_version and (why := _versions.check(_hf.__version__)):
+    if check_version and (why := _versions.check(_transformers().__version__)):
         raise UnsupportedModelError(f"opcore.integrations.transformers: {why}")
 
 
@@ -100,7 +110,7 @@ def _arch(model: nn.Module, only: str | None = None) -> Arch:
     config = getattr(model, "config", None)
     arch = arch_of(config)
     name = type(model).__name__
-    if not isinstance(model, _hf.PreTrainedModel) or arch is None:
+    if not isinstance(model, _transformers().PreTrainedModel) or arch is None:
         mt = getattr(config, "model_type", None)
         raise UnsupportedModelError(
             f"opcore.integrations.transformers: {name} (model_type {mt!r}) is not supported; "
