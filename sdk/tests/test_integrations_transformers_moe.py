@@ -147,18 +147,27 @@ def test_refusals_change_nothing():
         oh.apply_moe(dense)
 
 
-def test_apply_takes_qwen3_moe_and_leaves_its_sparse_blocks_to_apply_moe():
-    # Layer 0 dense (mlp_only_layers), layer 1 sparse: `apply` patches the attention,
-    # norms and the dense MLP and leaves the sparse block; `apply_moe` patches that one.
-    config_cls, model_cls, opts = VARIANTS["qwen3moe-h72-e8-k2-norm"]
-    config = getattr(transformers, config_cls)(**COMMON, **opts, mlp_only_layers=[0])
+def whole_decoder_model(variant, **overrides):
+    """``variant`` with config ``overrides`` and every parameter random (norm weights about
+    1): the models the `apply` + `apply_moe` tests compare against."""
+    config_cls, model_cls, opts = VARIANTS[variant]
+    config = getattr(transformers, config_cls)(**{**COMMON, **opts, **overrides})
     torch.manual_seed(0)
     model = getattr(transformers, model_cls)(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(1.0 if "norm" in name else 0.0, 0.3)
-    ids = tokens(2, 11)
-    kw = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    return model
+
+
+GREEDY = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False)
+
+
+def test_apply_takes_qwen3_moe_and_leaves_its_sparse_blocks_to_apply_moe():
+    # Layer 0 dense (mlp_only_layers), layer 1 sparse: `apply` patches the attention,
+    # norms and the dense MLP and leaves the sparse block; `apply_moe` patches that one.
+    model = whole_decoder_model("qwen3moe-h72-e8-k2-norm", mlp_only_layers=[0])
+    ids, kw = tokens(2, 11), GREEDY
     sparse = model.model.layers[1].mlp
     with torch.no_grad():
         ref = model(ids).logits
@@ -183,15 +192,8 @@ def test_apply_takes_qwen3_moe_and_leaves_its_sparse_blocks_to_apply_moe():
 def test_apply_takes_mixtral_whose_layers_are_all_sparse():
     # Mixtral has no dense MLP class: `apply` patches attention (with its sliding window),
     # norms and the fused add, and every layer's block is left to `apply_moe`.
-    config_cls, model_cls, opts = VARIANTS["mixtral-h80-e8-k2"]
-    config = getattr(transformers, config_cls)(**COMMON, **opts, sliding_window=6)
-    torch.manual_seed(0)
-    model = getattr(transformers, model_cls)(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.normal_(1.0 if "norm" in name else 0.0, 0.3)
-    ids = tokens(2, 11)  # longer than the window
-    kw = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    model = whole_decoder_model("mixtral-h80-e8-k2", sliding_window=6)
+    ids, kw = tokens(2, 11), GREEDY  # longer than the window
     with torch.no_grad():
         ref = model(ids).logits
         want = model.generate(ids, **kw)
@@ -219,17 +221,11 @@ def test_apply_takes_qwen2_moe_with_its_shared_experts(sliding):
     # dense MLP and both shared experts (Qwen2MoeMLP modules inside the blocks), the
     # attention (Qwen2-MoE's passes no sliding window: the model's mask carries it; with
     # use_sliding_window its first layer is a sliding one) and the norms.
-    config_cls, model_cls, opts = VARIANTS["qwen2moe-h64-e8-k2-shared"]
-    opts = dict(opts, mlp_only_layers=[1], use_sliding_window=sliding, sliding_window=6,
-                max_window_layers=1)  # fmt: skip
-    config = getattr(transformers, config_cls)(**{**COMMON, "num_hidden_layers": 3}, **opts)
-    torch.manual_seed(0)
-    model = getattr(transformers, model_cls)(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.normal_(1.0 if "norm" in name else 0.0, 0.3)
-    ids = tokens(2, 11)
-    kw = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    model = whole_decoder_model(
+        "qwen2moe-h64-e8-k2-shared", num_hidden_layers=3, mlp_only_layers=[1],
+        use_sliding_window=sliding, sliding_window=6, max_window_layers=1,
+    )  # fmt: skip
+    ids, kw = tokens(2, 11), GREEDY
     with torch.no_grad():
         ref = model(ids).logits
         want = model.generate(ids, **kw)
