@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import json
 import os
 import platform
@@ -93,6 +94,23 @@ def build(args):
             if "mlp.gate.weight" in name or "experts" in name:
                 p.normal_(0, 0.02 if cuda else 0.3)
     return model, device, dtype
+
+
+def prompt(model, batch: int, tokens: int, device):
+    """The random prompt of ``tokens`` tokens (seeded by its length: every configuration
+    gets the same one)."""
+    import torch
+
+    g = torch.Generator().manual_seed(tokens)
+    return torch.randint(2, model.config.vocab_size, (batch, tokens), generator=g).to(device)
+
+
+def prefill(model, ids) -> None:
+    """The timed forward: the whole prompt, no cache, the last position's logits only."""
+    import torch
+
+    with torch.no_grad():
+        model(ids, use_cache=False, logits_to_keep=1)
 
 
 def timed(fn, args, device) -> dict:
@@ -159,13 +177,8 @@ def measure(args) -> dict:
     model, device, dtype = build(args)
     result = {"env": env(device, dtype, args), "rows": []}
     for tokens in [int(t) for t in args.tokens.split(",")]:
-        g = torch.Generator().manual_seed(tokens)
-        ids = torch.randint(2, model.config.vocab_size, (args.batch, tokens), generator=g)
-        ids = ids.to(device)
-
-        def forward(ids=ids):
-            with torch.no_grad():
-                model(ids, use_cache=False, logits_to_keep=1)
+        ids = prompt(model, args.batch, tokens, device)
+        forward = functools.partial(prefill, model, ids)
 
         with torch.no_grad():
             ref = model(ids, use_cache=False, output_hidden_states=True, logits_to_keep=1)
@@ -208,7 +221,6 @@ def measure(args) -> dict:
 def liger_rows(model, args, device, rows) -> dict:
     """Liger's Qwen3-MoE patch on the same model, timed at every prompt length (no revert:
     after every other configuration)."""
-    import torch
 
     try:
         from liger_kernel.transformers import apply_liger_kernel_to_qwen3_moe
@@ -218,13 +230,8 @@ def liger_rows(model, args, device, rows) -> dict:
         return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     out = {}
     for row in rows:
-        g = torch.Generator().manual_seed(row["tokens"])
-        ids = torch.randint(2, model.config.vocab_size, (args.batch, row["tokens"]), generator=g)
-        ids = ids.to(device)
-
-        def forward(ids=ids):
-            with torch.no_grad():
-                model(ids, use_cache=False, logits_to_keep=1)
+        ids = prompt(model, args.batch, row["tokens"], device)
+        forward = functools.partial(prefill, model, ids)
 
         try:
             out[str(row["tokens"])] = timed(forward, args, device)
