@@ -10,7 +10,8 @@ table, and the peers timed in the same processes (``compile``, ``F.rms_norm``, `
 A row is one op x layout x token count. Its time is graph replay at 1-32 tokens (where
 recorded), else the device time (median, us). A row is "tuned" when the table has an
 entry for its op, shape and token count, else "unseen" (another hidden size or token
-count: the table's nearest bucket, or the heuristic). Per row: off, on, off/on, the best
+count: the table's nearest bucket, a tuned shape's configuration lent where the launch
+model chooses alike, or the heuristic). Per row: off, on, off/on, the best
 peer, on/peer, within 3 % of it, at or ahead of it, and for a miss its likely cause, read
 from the numbers (decode sizes launch-bound, spreads overlapping, % of copy bandwidth, the
 table's entry, whether the table helped). The target (issue 17): within 3 % of the best

@@ -6,7 +6,12 @@
 # bench/tune_compare.py's rows (within 3 % of the best peer, ahead, misses with causes).
 #   WIDE_OPS WIDE_HIDDEN WIDE_TOKENS WIDE_DTYPE  override the grid (defaults below)
 #   WIDE_LIMIT  seconds for the bench (default 200); rows not reached are missing
-# Results: $OUT/wide_grid/: off.jsonl, off/ (bench.json, bench.md), compare.md/json.
+#   WIDE_ON=1   then the same grid with the shipped H200 table named by OPCORE_TUNING:
+#               these shapes have no entry of their own, so every row it changes is a
+#               configuration lent by a tuned shape (runtime.lend_row); compare_on.md sets
+#               it against the model alone (WIDE_ON_LIMIT, default 200 s)
+# Results: $OUT/wide_grid/: off.jsonl, off/ (bench.json, bench.md), compare.md/json; with
+# WIDE_ON=1 also on.jsonl, on/, compare_on.md/json.
 set -u
 dir="$OUT/wide_grid"; mkdir -p "$dir"
 ops=${WIDE_OPS:-rms_norm,fused_add_rms_norm,silu_and_mul,gelu_and_mul}
@@ -27,4 +32,17 @@ timeout 20 python3 bench/tune_compare.py --table "$table" --off "$dir/off.jsonl"
   --on "$dir/off.jsonl" --out "$dir/compare.md" --json "$dir/compare.json" > "$dir/compare.log" 2>&1
 echo "compare rc=$?"
 grep -E "^- " "$dir/compare.md" 2>/dev/null | head -12
+if [ "${WIDE_ON:-0}" = 1 ]; then
+  echo "== wide grid, OPCORE_TUNING=<shipped table> (lent configurations), $dtype $(date -u +%T)"
+  timeout -k 5 "${WIDE_ON_LIMIT:-200}" env OPCORE_TUNING="$table" python3 -c \
+    "import sys; from opcore.cli import main; sys.exit(main())" bench --ops "$ops" \
+    --providers "triton,$peers" --tokens "$tokens" --hidden "$hidden" --dtype "$dtype" \
+    --rep-ms "${WIDE_REP_MS:-30}" --out "$dir/on" --jsonl "$dir/on.jsonl" > "$dir/on.log" 2>&1
+  echo "bench rc=$?; $(grep -c '"provider"' "$dir/on.jsonl" 2>/dev/null || echo 0) records"
+  timeout 20 python3 bench/tune_compare.py --table "$table" --off "$dir/off.jsonl" \
+    --on "$dir/on.jsonl" --out "$dir/compare_on.md" --json "$dir/compare_on.json" \
+    > "$dir/compare_on.log" 2>&1
+  echo "compare (lent) rc=$?"
+  grep -E "^- " "$dir/compare_on.md" 2>/dev/null | head -12
+fi
 date -u

@@ -64,6 +64,11 @@ out["found"] = {"used": state.used, "stale": state.stale, "warnings": msgs,
 out["nearest_2048"] = dict(tuning.launch_config("rotary_embedding", "triton", torch.bfloat16,
                                                  2048, (64, 8, 128)) or {})
 out["cuda_priority"] = CudaPlatform().get_default_ir_op_priority(None)
+# Widths nobody tuned: Qwen2.5-7B's 3584 (the model's 4096-column tile, as at 4096) and
+# 9728 (the model picks another column tile than at 14336 or 28672: nothing is lent).
+out["lent"] = {f"{op} {list(shape)} {t}": dict(tuning.launch_config(
+    op, "triton", torch.bfloat16, t, shape) or {}) for op, shape, t in (
+    ("rms_norm", (3584,), 1), ("rms_norm", (3584,), 4096), ("silu_and_mul", (9728,), 4096))}
 
 here["torch"] = "0.0.0"  # the same device, another torch
 state, msgs = load()
@@ -109,6 +114,17 @@ def test_shipped_table_applies_on_a_stand_in_h200_and_is_left_out_when_stale(shi
     e4096 = next(e for e in doc["entries"] if e["op"] == "rotary_embedding"
                  and e["tokens"] == 4096 and e["shape"] == [64, 8, 128])  # fmt: skip
     assert out["nearest_2048"] == e4096["configs"]["triton"]
+
+    # a width nobody tuned borrows the nearest tuned width the launch model treats alike
+    def entry(op, shape, tokens):
+        return next(e for e in doc["entries"] if e["op"] == op and e["shape"] == shape
+                    and e["tokens"] == tokens)["configs"]["triton"]  # fmt: skip
+
+    assert out["lent"] == {
+        "rms_norm [3584] 1": entry("rms_norm", [4096], 1),
+        "rms_norm [3584] 4096": entry("rms_norm", [4096], 4096),
+        "silu_and_mul [9728] 4096": {},
+    }
     # no provider is reordered: each bucket's measured order is the platform's own, so
     # dispatch builds no router for these ops (no per-call cost)
     for e in doc["entries"]:

@@ -4,8 +4,9 @@ A bucket is ``(tokens bucket, shape)``. The token bucket is the power of two at 
 the token count, as its exponent: ``token_bucket(t) = (t - 1).bit_length()`` (1 -> 0,
 2 -> 1, 3..4 -> 2, 4097..8192 -> 13), so a lookup is one integer operation and one index.
 ``shape`` is everything else that selects a kernel's launch, exact (a hidden size, the
-head counts); a shape the table was not tuned on has no entry and the provider's own
-heuristic applies.
+head counts); a shape the table was not tuned on has no entry of its own: it borrows a
+tuned shape's where the provider's heuristic treats the two alike, else the heuristic
+applies (`opcore.tuning.runtime.lend_row`).
 
 Each op has a key function from its arguments (metadata only, so it runs on fake
 tensors) returning ``(dtype, tokens, shape)``. The six core ops have theirs here;

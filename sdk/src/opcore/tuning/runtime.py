@@ -24,8 +24,12 @@ invalid part of it is a `TuningTableError` from the load, and so from every op c
 
 Lookups: `launch_config` (a provider's launcher, per call) and the router `router_for`
 builds for dispatch are a dict access and a list index, with the token bucket computed by
-`opcore.tuning.buckets.token_bucket`. The index is rebuilt when the op registry changes
-(a provider registered or removed), when the required properties change, or on `reload`.
+`opcore.tuning.buckets.token_bucket`. A token bucket nobody tuned takes the nearest tuned
+one (`fill_buckets`); a shape nobody tuned borrows, per bucket, the configuration of the
+nearest tuned shape where the provider's own heuristic chooses alike (`lend_row`), worked
+out at its first lookup and kept in the index, so later lookups cost the same. The index
+is rebuilt when the op registry changes (a provider registered or removed), when the
+required properties change, or on `reload`.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import hashlib
 import importlib.metadata as md
 import importlib.resources
 import logging
+import math
 import os
 import threading
 import warnings
@@ -54,7 +59,7 @@ from opcore.tuning.buckets import (
     keyed_by_first_arg,
     token_bucket,
 )
-from opcore.tuning.space import space_for
+from opcore.tuning.space import LaunchSpace, space_for
 
 logger = logging.getLogger("opcore.tuning")
 
@@ -86,8 +91,17 @@ class State:
     generation: int = -1
 
 
-# (op, provider, dtype, shape) -> [config or None] * (MAX_BUCKET + 1)
+# (op, provider, dtype, shape) -> [config or None] * (MAX_BUCKET + 1); the tuned shapes'
+# rows, and the rows lent to shapes looked up since the load (`_lend`)
 _CONFIGS: dict[tuple, list] | None = None
+# (op, provider, dtype) -> {tuned shape: its row}: the lenders
+_TUNED: dict[tuple, dict[tuple, list]] = {}
+# (op, provider, dtype, shape) -> [the tuned shape lending each bucket, or None] for the
+# rows `_lend` put into the index (for explain, and to drop them when they grow too many)
+_LENT: dict[tuple, list] = {}
+# Most shapes given a lent row between loads before those rows are dropped and redone.
+MAX_LENT = 1024
+_NO_ROW: list = [None] * (MAX_BUCKET + 1)
 # op -> {(dtype, shape): [provider order tuple or None] * (MAX_BUCKET + 1)}
 _ORDERS: dict[str, dict[tuple, list]] = {}
 # (op, dtype, shape, bucket) -> (table source, tuned tokens): for explain
@@ -233,12 +247,12 @@ def _load(required: tuple[str, ...]) -> None:
     never meets a malformed entry. When the load fails (a table named by ``OPCORE_TUNING``
     that is missing or invalid), the previous index is dropped and the routes built from
     it invalidated, so every later call meets the error, as in a new process."""
-    global _CONFIGS, _ORDERS, _ORIGIN
+    global _CONFIGS, _ORDERS, _ORIGIN, _TUNED, _LENT
     try:
         _build(required)
     except BaseException:
         loaded_before = _STATE.mode not in ("unloaded", "failed")
-        _CONFIGS, _ORDERS, _ORIGIN = None, {}, {}
+        _CONFIGS, _ORDERS, _ORIGIN, _TUNED, _LENT = None, {}, {}, {}, {}
         _set_state(State(mode="failed", required=required))
         if loaded_before:
             _bump_generation()
@@ -250,7 +264,7 @@ def _bump_generation() -> None:
 
 
 def _build(required: tuple[str, ...]) -> None:
-    global _CONFIGS, _ORDERS, _ORIGIN
+    global _CONFIGS, _ORDERS, _ORIGIN, _TUNED, _LENT
     ops = _sources().ops()  # loads the platform's kernels first
     state = State(required=required, generation=_registry_generation())
     configs: dict[tuple, list] = {}
@@ -359,8 +373,10 @@ def _build(required: tuple[str, ...]) -> None:
         if used or any(e.order for e in table.entries):
             state.used.append(label)
             digests.append(table.digest)
+    tuned_shapes: dict[tuple, dict[tuple, list]] = {}
     for key, points in tuned_cfg.items():
         configs[key] = fill_buckets(points)
+        tuned_shapes.setdefault(key[:3], {})[key[3]] = configs[key]
     for (op_name, dtype, shape), points in tuned_ord.items():
         orders.setdefault(op_name, {})[(dtype, shape)] = fill_buckets(points)
     for op_name, dtype, shape, _b in origin:
@@ -371,7 +387,7 @@ def _build(required: tuple[str, ...]) -> None:
     material = "|".join([mode, *digests, ",".join(required)])
     state.identity = hashlib.sha256(material.encode()).hexdigest()[:16] if digests else mode
     changed = state.identity != _STATE.identity
-    _CONFIGS, _ORDERS, _ORIGIN = configs, orders, origin
+    _CONFIGS, _ORDERS, _ORIGIN, _TUNED, _LENT = configs, orders, origin, tuned_shapes, {}
     _set_state(state)
     if state.stale:
         shown = "; ".join(state.stale[:6]) + (
@@ -407,6 +423,119 @@ def fill_buckets(points: Mapping[int, Any]) -> list:
         best = min(tuned, key=lambda t: (abs(t - b), -t))
         out.append(points[best])
     return out
+
+
+def _bucket_ends(bucket: int) -> tuple[int, int]:
+    """The smallest and largest token counts of ``bucket`` (1 for bucket 0)."""
+    return (1, 1) if bucket == 0 else ((1 << (bucket - 1)) + 1, 1 << bucket)
+
+
+def _lender_distance(lender: tuple, shape: tuple) -> float | None:
+    """How far tuned shape ``lender`` is from ``shape`` (the sum of the sizes' log2
+    differences), or ``None`` when it may not lend to it: another length, another
+    non-size part (GELU's approximation), or a size that is 0 in one and not the other
+    (rotary without a key)."""
+    if len(lender) != len(shape):
+        return None
+    far = 0.0
+    for a, b in zip(lender, shape, strict=True):
+        if (
+            isinstance(a, bool)
+            or isinstance(b, bool)
+            or not (isinstance(a, int) and isinstance(b, int))
+        ):
+            if a != b:
+                return None
+            continue
+        if (a <= 0) != (b <= 0):
+            return None
+        if a > 0:
+            far += abs(math.log2(a) - math.log2(b))
+    return far
+
+
+def lend_row(space: LaunchSpace, shape: tuple, tuned: Mapping[tuple, list]) -> tuple[list, list]:
+    """For ``shape``, which no table entry has: per token bucket, the configuration of the
+    nearest tuned shape (``tuned``: shape -> its filled row; nearest by `_lender_distance`,
+    the larger on a tie) at which the space's own heuristic (``space.default``, the launch
+    model) makes one choice through the bucket, the same as at ``shape``, and which passes
+    the space's check at ``shape``; ``None`` for a bucket no tuned shape lends to.
+
+    The rule: where the model treats two shapes alike, the table's correction of the model
+    at one holds at the other (a norm's row of 3584 columns runs in the 4096-column tile
+    the model and the table chose for 4096). Where the model tells them apart (another
+    tile, another regime, another count of rows per program), the model is the better
+    guess. Returns ``(row, lenders)``: the configurations and the shape each came from."""
+    lenders = [s for s in tuned if _lender_distance(s, shape) is not None]
+    lenders.sort(key=lambda s: (_lender_distance(s, shape), -_size(s), repr(s)))
+
+    def model(tokens: int, s: tuple) -> Any:
+        try:
+            return dict(space.default(tokens, s))
+        except Exception:  # a heuristic that cannot read a shape: it lends nothing
+            return None
+
+    row: list = []
+    lent_by: list = []
+    for b in range(MAX_BUCKET + 1):
+        lo, hi = _bucket_ends(b)
+        here = model(lo, shape)
+        pick = None
+        if here is not None and model(hi, shape) == here:
+            for s in lenders:
+                cfg = tuned[s][b]
+                if (
+                    cfg is not None
+                    and model(lo, s) == here
+                    and model(hi, s) == here
+                    and space.validate(cfg, shape) is None
+                ):
+                    pick = s
+                    break
+        row.append(None if pick is None else tuned[pick][b])
+        lent_by.append(pick)
+    return row, lent_by
+
+
+def _size(shape: tuple) -> int:
+    """The product of a shape's sizes (the tie-break toward the larger lender)."""
+    n = 1
+    for v in shape:
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            n *= v
+    return n
+
+
+def _lend(op: str, provider: str, dtype: torch.dtype, shape: tuple) -> list:
+    """The row of a shape the tables have no entry for (`lend_row`), put into the index so
+    that its next lookup is a dictionary hit (a shape nothing lends to gets a row of
+    ``None``). Cold: once per shape per load. Under a required ``batch_invariant`` a space
+    whose parameters order a reduction lends nothing: lenders may differ between buckets,
+    and so the reduction order with the batch size."""
+    with _lock:
+        index = _ensure()
+        key = (op, provider, dtype, shape)
+        row = index.get(key)
+        if row is not None:
+            return row
+        tuned = _TUNED.get((op, provider, dtype))
+        space = space_for(op, provider)
+        row, lent_by = _NO_ROW, None
+        if (
+            tuned
+            and space is not None
+            and not (space.reduction_params and BATCH_INVARIANT in _STATE.required)
+        ):
+            got, by = lend_row(space, shape, tuned)
+            if any(c is not None for c in got):
+                row, lent_by = got, by
+        if len(_LENT) >= MAX_LENT:  # bounded: a run of ever new shapes
+            for k in _LENT:
+                index.pop(k, None)
+            _LENT.clear()
+        index[key] = row
+        _LENT[key] = lent_by or []
+        return row
 
 
 def _ensure() -> dict[tuple, list]:
@@ -448,8 +577,10 @@ def launch_config(
     op: str, provider: str, dtype: torch.dtype, tokens: int, shape: tuple
 ) -> Mapping[str, int] | None:
     """The tuned launch configuration of ``provider`` for ``op`` at this size, or ``None``
-    (use the provider's heuristic). Called by launchers on every call: two dict lookups
-    and a list index."""
+    (use the provider's heuristic): the table's at a tuned shape, the nearest tuned token
+    bucket's at another token count, and at a shape no entry has, the one `lend_row`
+    lends. Called by launchers on every call: two dict lookups and a list index (a shape's
+    first lookup works out its lent row)."""
     if _FORCED:
         forced_cfg = _FORCED.get((op, provider))
         if forced_cfg is not None:
@@ -459,9 +590,8 @@ def launch_config(
         index = _ensure()
     row = index.get((op, provider, dtype, shape))
     if row is None:
-        return None
-    t = int(tokens)
-    return row[token_bucket(t)]
+        row = _lend(op, provider, dtype, shape)
+    return row[token_bucket(int(tokens))]
 
 
 @contextlib.contextmanager
@@ -597,8 +727,13 @@ def explain_note(op: str, provider: str | None, args: tuple) -> str | None:
         parts.append(f"{provider!r} launch config {dict(cfg)}")
     if not parts:
         return None
+    lent_by = _LENT.get((op, provider, dtype, shape)) or []
     if origin is not None:
         where = f"tuned at {origin[1]} tokens in {origin[0]}"
+    elif cfg is not None and b < len(lent_by) and lent_by[b] is not None:
+        where = (
+            f"lent by the tuned shape {lent_by[b]}, where the provider's heuristic chooses as here"
+        )
     else:
         where = "nearest tuned token bucket in the table in use"
     return f"from tuning: {', '.join(parts)} ({where}; shape {shape})"
