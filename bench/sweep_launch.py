@@ -1,18 +1,25 @@
-"""The data a launch model is fitted to: every launch configuration of the triton norm and
-gated-activation kernels timed over a wide grid of real-model shapes (a GPU tool).
+"""The data a launch model is fitted to: every launch configuration of the triton norm,
+gated-activation, rotary and fused-split kernels timed over a wide grid of real-model
+shapes (a GPU tool).
 
 For each op, dtype, width and token count it times the heuristic's configuration
 (`opcore.kernels.triton._launch`), every configuration of the op's launch space
 (`opcore.kernels.triton.spaces`) and a wider ring around it (more rows per program, warps
-1-16, tiles 256-16384), each through the real launcher (`opcore.tuning.runtime.forced`),
-each checked against the heuristic's output; beside them the eager composition a user
-would write (``F.rms_norm``, ``F.silu(g) * u``) and ``torch.compile`` of the native
-function (default options: one compile per width, dynamic over tokens after the second).
+1-16, tiles 256-16384; for the head kernels every power-of-two split of a token's heads
+on 1-8 warps), each through the real launcher (`opcore.tuning.runtime.forced`), each
+checked against the heuristic's output; beside them the eager composition a user would
+write (``F.rms_norm``, ``F.silu(g) * u``; the native function for the head kernels) and
+``torch.compile`` of the native function (default options: one compile per width, dynamic
+over tokens after the second). The head kernels' layouts are the real models' of
+``--heads`` (hidden sizes, `opcore.bench.shapes.HEADS`: 32/8 x 64, 8/4 x 256, 28/4, 32/8,
+40/8 and 64/8 x 128 by default); their record's ``width`` is that hidden size and
+``heads`` the layout.
 Timing is `opcore bench`'s: graph replay at decode sizes (<= 32 tokens), device time after
 a cache flush above. One JSON line per shape goes to ``--out``/sweep.jsonl as it is done,
 so a run cut short keeps what it measured; ``--budget-s`` starts no shape after it.
 
     python bench/sweep_launch.py --out DIR [--ops rms_norm,silu_and_mul] [--budget-s 200]
+    python bench/sweep_launch.py --out DIR --ops rotary_embedding,split_qkv_rmsnorm_rope
     TRITON_INTERPRET=1 python bench/sweep_launch.py --quick --out DIR   (CPU plumbing)
 """
 
@@ -28,7 +35,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from opcore.bench import timing
+from opcore.bench import cases, shapes, timing
 from opcore.ir import ops
 from opcore.kernels.triton import PROVIDER, _launch, spaces
 from opcore.platforms import get_current_platform
@@ -39,6 +46,9 @@ from opcore.tuning import runtime
 HIDDEN = (1024, 1536, 2048, 2304, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 12288, 16384)
 INTER = (4864, 8960, 9216, 9728, 11008, 13824, 14336, 18432, 18944, 28672)
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+# Hidden sizes whose models' head layouts the head kernels are swept at (shapes.HEADS).
+HEAD_HIDDEN = (2048, 2304, 3584, 4096, 5120, 8192)
+HEAD_OPS = ("rotary_embedding", "split_qkv_rmsnorm_rope")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -78,6 +88,32 @@ def act_configs(tokens: int, d: int) -> list[dict[str, int]]:
                         {"BLOCK_C": block, "ROWS": rows, "num_warps": w, "COLS_FIRST": order}
                     )
     return unique(out)
+
+
+def head_configs(tokens: int, heads: tuple) -> list[dict[str, int]]:
+    """The head kernels' space candidates, then every power-of-two split of a token's heads
+    (up to the smaller group's count) on 1, 2, 4 and 8 warps."""
+    out = [dict(c) for c in spaces.head_candidates(tokens, heads)]
+    most = _launch.max_head_splits(heads[0], heads[1])
+    splits = 1
+    while splits <= most:
+        out += [{"SPLITS": splits, "num_warps": w} for w in (1, 2, 4, 8)]
+        splits *= 2
+    return unique(out)
+
+
+def make_heads(op: str, tokens: int, hidden: int, dtype, device):
+    """`make` for the head kernels: `opcore bench`'s case at ``hidden``'s model layout,
+    the native function as the eager peer."""
+    case = cases.build(op, tokens, hidden, dtype, device, quick=hidden not in shapes.HEADS)
+    native = getattr(ops, op).impls["native"].impl_fn
+    fresh = [a.clone() if isinstance(a, torch.Tensor) else a for a in case.args]
+    if op == "rotary_embedding":
+        heads = (case.args[1].shape[1] // case.args[3], case.args[2].shape[1] // case.args[3],
+                 case.args[3])  # fmt: skip
+    else:
+        heads = case.extras["heads"]
+    return case.args, (lambda: native(*fresh)), tuple(heads), case.nbytes
 
 
 def make(op: str, tokens: int, width: int, dtype, device):
@@ -133,11 +169,19 @@ def same(a, b, exact: bool) -> bool:
 def sweep_shape(op_name, tokens, width, dtype, device, platform, timers, opts) -> dict:
     op = getattr(ops, op_name)
     impl = op.impls[PROVIDER]
-    args, eager, shape = make(op_name, tokens, width, dtype, device)
+    heads = op_name in HEAD_OPS
+    moved = None
+    if heads:
+        args, eager, shape, moved = make_heads(op_name, tokens, width, dtype, device)
+    else:
+        args, eager, shape = make(op_name, tokens, width, dtype, device)
     norm = op_name.endswith("rms_norm")
     space = spaces.SPACES[op_name]
     default = dict(space.default(tokens, shape))
-    configs = (norm_configs if norm else act_configs)(tokens, width)
+    if heads:
+        configs = head_configs(tokens, shape)
+    else:
+        configs = (norm_configs if norm else act_configs)(tokens, width)
     configs = [default] + [c for c in configs if c != default]
     if opts.max_configs:
         configs = configs[: opts.max_configs]
@@ -152,7 +196,8 @@ def sweep_shape(op_name, tokens, width, dtype, device, platform, timers, opts) -
         with runtime.forced(op_name, PROVIDER, cfg):
             try:
                 got = impl.functional(*fresh())
-                ok = same(got, want, exact=not norm)
+                # The fused split's per-head norm sums in an order num_warps sets.
+                ok = same(got, want, exact=not norm and op_name != "split_qkv_rmsnorm_rope")
                 timed = fresh()
                 t = measure(
                     lambda timed=timed: impl.impl_fn(*timed), platform, timers, tokens, opts.rep_ms
@@ -168,20 +213,24 @@ def sweep_shape(op_name, tokens, width, dtype, device, platform, timers, opts) -
         with contextlib.suppress(Exception):
             fn(*cargs)
             peers["compile"] = measure(lambda: fn(*cargs), platform, timers, tokens, opts.rep_ms)
-    es = torch.empty((), dtype=dtype).element_size()
-    moved = {"rms_norm": 2 * tokens * width, "fused_add_rms_norm": 4 * tokens * width}.get(
-        op_name, 3 * tokens * width
-    )
-    return {
+    if moved is None:
+        es = torch.empty((), dtype=dtype).element_size()
+        moved = es * {"rms_norm": 2 * tokens * width, "fused_add_rms_norm": 4 * tokens * width}.get(
+            op_name, 3 * tokens * width
+        )
+    rec = {
         "op": op_name,
         "dtype": str(dtype).removeprefix("torch."),
         "tokens": tokens,
         "width": width,
-        "bytes": moved * es,
+        "bytes": moved,
         "default": default,
         "configs": rows,
         "peers": peers,
     }
+    if heads:
+        rec["heads"] = list(shape)
+    return rec
 
 
 def main() -> int:
@@ -191,6 +240,11 @@ def main() -> int:
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
     ap.add_argument("--inter", default=",".join(map(str, INTER)))
+    ap.add_argument(
+        "--heads",
+        default=",".join(map(str, HEAD_HIDDEN)),
+        help="hidden sizes whose models' head layouts the head kernels are swept at",
+    )
     ap.add_argument("--budget-s", type=float, default=200.0)
     ap.add_argument("--rep-ms", type=int, default=8)
     ap.add_argument("--max-configs", type=int, default=0)
@@ -205,8 +259,10 @@ def main() -> int:
     tokens = [int(t) for t in opts.tokens.split(",")]
     hidden = [int(h) for h in opts.hidden.split(",")]
     inter = [int(i) for i in opts.inter.split(",")]
+    head_hidden = [int(h) for h in opts.heads.split(",")]
     if opts.quick:
         tokens, hidden, inter, opts.compile, opts.max_configs = [1, 8], [96], [80], False, 3
+        head_hidden = [96]  # not a shapes.HEADS size: `opcore bench --quick`'s 4/2 x 64
     os.makedirs(opts.out, exist_ok=True)
     path = os.path.join(opts.out, "sweep.jsonl")
     start = time.perf_counter()
@@ -223,9 +279,15 @@ def main() -> int:
         # every op at the widths it reached.
         jobs = []
         for dname in opts.dtypes.split(","):
-            for i in range(max(len(hidden), len(inter))):
+            for i in range(max(len(hidden), len(inter), len(head_hidden))):
                 for op_name in opts.ops.split(","):
-                    widths = hidden if op_name.endswith("rms_norm") else inter
+                    widths = (
+                        head_hidden
+                        if op_name in HEAD_OPS
+                        else hidden
+                        if op_name.endswith("rms_norm")
+                        else inter
+                    )
                     if i < len(widths):
                         jobs += [(op_name, t, widths[i], DTYPES[dname]) for t in tokens]
         for op_name, t, w, dtype in jobs:

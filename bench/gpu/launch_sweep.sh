@@ -5,7 +5,9 @@
 # two ops at a decode and a prefill size (TORCH_LOGS=output_code), which the activation
 # kernel is compared against.
 #   SWEEP_BUDGET  seconds after which the sweep starts no shape (default 170)
-#   SWEEP_ARGS    extra arguments of sweep_launch.py (say --ops rms_norm --dtypes float16)
+#   SWEEP_ARGS    extra arguments of sweep_launch.py (say --ops rms_norm --dtypes float16;
+#                 --ops rotary_embedding,split_qkv_rmsnorm_rope for the head kernels' fit
+#                 data, which still size their grids by a fixed 256 programs)
 # Results: $OUT/launch_sweep/: sweep.jsonl, sweep.log, inductor_code.log.
 set -u
 dir="$OUT/launch_sweep"; mkdir -p "$dir"
