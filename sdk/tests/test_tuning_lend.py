@@ -33,8 +33,9 @@ def _tile_space(**over) -> space.LaunchSpace:
     return space.LaunchSpace(**kw)
 
 
-def _row(cfg: dict) -> list:
-    return [dict(cfg) for _ in range(ROW)]
+def _row(cfg: dict) -> dict:
+    """A tuned shape's measured buckets: every one, with ``cfg``."""
+    return {b: dict(cfg) for b in range(ROW)}
 
 
 def test_a_shape_borrows_from_the_nearest_tuned_shape_the_heuristic_treats_alike():
@@ -56,6 +57,15 @@ def test_a_bucket_where_the_heuristic_changes_its_choice_lends_nothing():
     # choice is not one through the bucket; buckets 5 (17..32) and 7 (65..128) are
     assert row[6] is None
     assert row[5] == row[7] == {"W": 64, "R": 4}
+
+
+def test_only_buckets_the_lender_measured_lend():
+    sp = _tile_space(default=lambda t, s: {"W": 0, "R": 1}, check=lambda c, s: None)
+    row, by = runtime.lend_row(sp, (48,), {(64,): {0: {"W": 1, "R": 1}, 12: {"W": 2, "R": 1}}})
+    assert row[0] == {"W": 1, "R": 1} and row[12] == {"W": 2, "R": 1}
+    # the lender's other buckets are filled from those two at its own shape only
+    assert [b for b in range(ROW) if row[b] is not None] == [0, 12]
+    assert by[5] is None
 
 
 def test_a_config_failing_the_space_check_at_the_borrower_is_not_lent():
@@ -167,16 +177,19 @@ def test_launch_config_lends_at_an_untuned_width_and_explain_names_the_lender(to
     # 48 columns run in the heuristic's 64-column tile too: the table's choice at 64 holds
     assert runtime.launch_config("rms_norm", name, bf16, 1, (48,)) == {"W": 64, "R": 4}
     assert runtime.launch_config("rms_norm", name, bf16, 3000, (48,)) == {"W": 64, "R": 8}
+    # 32 tokens: the tuned shape fills it from its 1-token entry; a borrower does not
+    assert runtime.launch_config("rms_norm", name, bf16, 32, (64,)) == {"W": 64, "R": 4}
+    assert runtime.launch_config("rms_norm", name, bf16, 32, (48,)) is None
     # 100 columns take a 128 tile: no tuned shape is alike, the heuristic applies
     assert runtime.launch_config("rms_norm", name, bf16, 1, (100,)) is None
     # another dtype has no tuned shape at all
     assert runtime.launch_config("rms_norm", name, torch.float16, 1, (48,)) is None
 
-    x, w = torch.empty(2, 48, dtype=bf16), torch.empty(48, dtype=bf16)
+    x, w = torch.empty(1, 48, dtype=bf16), torch.empty(48, dtype=bf16)
     note = runtime.explain_note("rms_norm", name, (x, w, 1e-6))
     assert note is not None and "lent by the tuned shape (64,)" in note and "(48,)" in note
     assert (
-        runtime.explain_note("rms_norm", name, (torch.empty(2, 100, dtype=bf16), w, 1e-6)) is None
+        runtime.explain_note("rms_norm", name, (torch.empty(1, 100, dtype=bf16), w, 1e-6)) is None
     )
 
 

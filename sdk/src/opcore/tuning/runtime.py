@@ -94,8 +94,8 @@ class State:
 # (op, provider, dtype, shape) -> [config or None] * (MAX_BUCKET + 1); the tuned shapes'
 # rows, and the rows lent to shapes looked up since the load (`_lend`)
 _CONFIGS: dict[tuple, list] | None = None
-# (op, provider, dtype) -> {tuned shape: its row}: the lenders
-_TUNED: dict[tuple, dict[tuple, list]] = {}
+# (op, provider, dtype) -> {tuned shape: {tuned bucket: config}}: the lenders
+_TUNED: dict[tuple, dict[tuple, dict[int, Any]]] = {}
 # (op, provider, dtype, shape) -> [the tuned shape lending each bucket, or None] for the
 # rows `_lend` put into the index (for explain, and to drop them when they grow too many)
 _LENT: dict[tuple, list] = {}
@@ -373,10 +373,10 @@ def _build(required: tuple[str, ...]) -> None:
         if used or any(e.order for e in table.entries):
             state.used.append(label)
             digests.append(table.digest)
-    tuned_shapes: dict[tuple, dict[tuple, list]] = {}
+    tuned_shapes: dict[tuple, dict[tuple, dict[int, Any]]] = {}
     for key, points in tuned_cfg.items():
         configs[key] = fill_buckets(points)
-        tuned_shapes.setdefault(key[:3], {})[key[3]] = configs[key]
+        tuned_shapes.setdefault(key[:3], {})[key[3]] = dict(points)
     for (op_name, dtype, shape), points in tuned_ord.items():
         orders.setdefault(op_name, {})[(dtype, shape)] = fill_buckets(points)
     for op_name, dtype, shape, _b in origin:
@@ -454,18 +454,24 @@ def _lender_distance(lender: tuple, shape: tuple) -> float | None:
     return far
 
 
-def lend_row(space: LaunchSpace, shape: tuple, tuned: Mapping[tuple, list]) -> tuple[list, list]:
+def lend_row(
+    space: LaunchSpace, shape: tuple, tuned: Mapping[tuple, Mapping[int, Any]]
+) -> tuple[list, list]:
     """For ``shape``, which no table entry has: per token bucket, the configuration of the
-    nearest tuned shape (``tuned``: shape -> its filled row; nearest by `_lender_distance`,
-    the larger on a tie) at which the space's own heuristic (``space.default``, the launch
-    model) makes one choice through the bucket, the same as at ``shape``, and which passes
-    the space's check at ``shape``; ``None`` for a bucket no tuned shape lends to.
+    nearest shape tuned at that bucket (``tuned``: shape -> {bucket: config}, the buckets
+    its entries measured; nearest by `_lender_distance`, the larger on a tie) at which the
+    space's own heuristic (``space.default``, the launch model) makes one choice through
+    the bucket, the same as at ``shape``, and which passes the space's check at ``shape``;
+    ``None`` for a bucket no tuned shape lends to (the heuristic applies there).
 
     The rule: where the model treats two shapes alike, the table's correction of the model
     at one holds at the other (a norm's row of 3584 columns runs in the 4096-column tile
     the model and the table chose for 4096). Where the model tells them apart (another
     tile, another regime, another count of rows per program), the model is the better
-    guess. Returns ``(row, lenders)``: the configurations and the shape each came from."""
+    guess. Only measured buckets lend: a lender's configuration filled in from another
+    token count is two guesses stacked (on the H200 sweep of 2026-12-02 such rows ran up
+    to 1.49x the model's time; `bench/lend_check.py`). Returns ``(row, lenders)``: the
+    configurations and the shape each came from."""
     lenders = [s for s in tuned if _lender_distance(s, shape) is not None]
     lenders.sort(key=lambda s: (_lender_distance(s, shape), -_size(s), repr(s)))
 
@@ -483,7 +489,7 @@ def lend_row(space: LaunchSpace, shape: tuple, tuned: Mapping[tuple, list]) -> t
         pick = None
         if here is not None and model(hi, shape) == here:
             for s in lenders:
-                cfg = tuned[s][b]
+                cfg = tuned[s].get(b)
                 if (
                     cfg is not None
                     and model(lo, s) == here
