@@ -470,7 +470,7 @@ def lend_row(
     tile, another regime, another count of rows per program), the model is the better
     guess. Only measured buckets lend: a lender's configuration filled in from another
     token count is two guesses stacked (on the H200 sweep of 2026-12-02 such rows ran up
-    to 1.49x the model's time; `bench/lend_check.py`). Returns ``(row, lenders)``: the
+    to 1.49x the model's time; `bench/sweep_report.py lend`). Returns ``(row, lenders)``: the
     configurations and the shape each came from."""
     lenders = [s for s in tuned if _lender_distance(s, shape) is not None]
     lenders.sort(key=lambda s: (_lender_distance(s, shape), -_size(s), repr(s)))
