@@ -11,7 +11,7 @@ ranks configurations by noise. This is the report a vendor fits
 `opcore.kernels.triton._launch` to its own device with (docs/tuning.md "Fitting it to
 another device").
 
-``lend``: for each record, the configuration `opcore.tuning.runtime.lend_row` lends from
+``lend``: for each record, the configuration `opcore.tuning.lend.lend_row` lends from
 ``--table``'s tuned shapes (nothing where the model applies), its measured time over the
 model's choice's, in the sweep's one run; the table's own shapes are reported apart (the
 table's configuration against the model's). ``--filled`` lends each tuned shape's
@@ -38,7 +38,8 @@ import math
 from typing import Any
 
 from opcore.kernels.triton import PROVIDER, spaces
-from opcore.tuning import buckets, runtime, space, table
+from opcore.tuning import buckets, space, table
+from opcore.tuning.lend import lend_row
 
 NOISY = 0.3
 
@@ -165,17 +166,17 @@ def lend(sweep: list[dict], doc: table.Table, filled: bool) -> dict[str, Any]:
             continue
         tuned = points.get((op, rec["dtype"]), {})
         if filled:
-            tuned = {s: dict(enumerate(runtime.fill_buckets(p))) for s, p in tuned.items()}
+            tuned = {s: dict(enumerate(buckets.fill_buckets(p))) for s, p in tuned.items()}
         b = buckets.token_bucket(tokens)
         times = {config_key(c["config"]): c["us"] for c in rec["configs"] if c.get("ok")}
         model = dict(sp.default(tokens, shape))
         if shape in tuned:
             kind = "tuned"
-            cfg = runtime.fill_buckets(tuned[shape])[b]
+            cfg = buckets.fill_buckets(tuned[shape])[b]
             lender = shape
         else:
             kind = "borrower"
-            row, by = runtime.lend_row(sp, shape, tuned)
+            row, by = lend_row(sp, shape, tuned)
             cfg, lender = row[b], by[b]
         t_model, t_cfg = (
             times.get(config_key(model)),

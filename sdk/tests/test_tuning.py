@@ -41,7 +41,7 @@ def test_token_buckets_are_powers_of_two():
 
 
 def test_unseen_buckets_take_the_nearest_tuned_one():
-    row = runtime.fill_buckets({0: "t1", 5: "t32", 12: "t4096", 15: "t32k"})
+    row = buckets.fill_buckets({0: "t1", 5: "t32", 12: "t4096", 15: "t32k"})
     assert row[0] == "t1" and row[5] == "t32"
     assert row[11] == "t4096"  # 2048 tokens: nearest is 4096
     assert row[14] == "t32k"  # 16384: nearest is 32768

@@ -1,5 +1,5 @@
 """A shape no tuning table entry has borrows the nearest tuned shape's configuration where
-the provider's own heuristic treats the two alike (`opcore.tuning.runtime.lend_row`,
+the provider's own heuristic treats the two alike (`opcore.tuning.lend.lend_row`,
 docs/tuning.md "Buckets"): the rule on toy launch spaces, then through a real table loaded
 by the index, a registered provider and `launch_config` as the launchers call it."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import opcore.ir  # noqa: F401  (hands the tuning index its sources, as any dispatch does)
-from opcore.tuning import buckets, runtime, space, table
+from opcore.tuning import buckets, lend, runtime, space, table
 
 ROW = buckets.MAX_BUCKET + 1
 
@@ -41,18 +41,18 @@ def _row(cfg: dict) -> dict:
 def test_a_shape_borrows_from_the_nearest_tuned_shape_the_heuristic_treats_alike():
     sp = _tile_space()
     tuned = {(64,): _row({"W": 64, "R": 4}), (256,): _row({"W": 256, "R": 8})}
-    row, by = runtime.lend_row(sp, (48,), tuned)  # next_pow2 64, as the tuned 64
+    row, by = lend.lend_row(sp, (48,), tuned)  # next_pow2 64, as the tuned 64
     assert row[0] == {"W": 64, "R": 4} and by[0] == (64,)
-    row, by = runtime.lend_row(sp, (200,), tuned)  # 256's tile
+    row, by = lend.lend_row(sp, (200,), tuned)  # 256's tile
     assert row[20] == {"W": 256, "R": 8} and by[20] == (256,)
     # 80 columns: the heuristic takes a 128 tile, which neither tuned shape has
-    row, by = runtime.lend_row(sp, (80,), tuned)
+    row, by = lend.lend_row(sp, (80,), tuned)
     assert row == [None] * ROW and by == [None] * ROW
 
 
 def test_a_bucket_where_the_heuristic_changes_its_choice_lends_nothing():
     sp = _tile_space()
-    row, _ = runtime.lend_row(sp, (48,), {(64,): _row({"W": 64, "R": 4})})
+    row, _ = lend.lend_row(sp, (48,), {(64,): _row({"W": 64, "R": 4})})
     # bucket 6 is 33..64 tokens: one row below 64 tokens and two at 64, so the model's
     # choice is not one through the bucket; buckets 5 (17..32) and 7 (65..128) are
     assert row[6] is None
@@ -61,7 +61,7 @@ def test_a_bucket_where_the_heuristic_changes_its_choice_lends_nothing():
 
 def test_only_buckets_the_lender_measured_lend():
     sp = _tile_space(default=lambda t, s: {"W": 0, "R": 1}, check=lambda c, s: None)
-    row, by = runtime.lend_row(sp, (48,), {(64,): {0: {"W": 1, "R": 1}, 12: {"W": 2, "R": 1}}})
+    row, by = lend.lend_row(sp, (48,), {(64,): {0: {"W": 1, "R": 1}, 12: {"W": 2, "R": 1}}})
     assert row[0] == {"W": 1, "R": 1} and row[12] == {"W": 2, "R": 1}
     # the lender's other buckets are filled from those two at its own shape only
     assert [b for b in range(ROW) if row[b] is not None] == [0, 12]
@@ -71,9 +71,9 @@ def test_only_buckets_the_lender_measured_lend():
 def test_a_config_failing_the_space_check_at_the_borrower_is_not_lent():
     # the heuristic sees both alike, but the tuned tile is narrower than the borrower
     sp = _tile_space(default=lambda t, s: {"W": 0, "R": 1})
-    row, _ = runtime.lend_row(sp, (100,), {(64,): _row({"W": 64, "R": 1})})
+    row, _ = lend.lend_row(sp, (100,), {(64,): _row({"W": 64, "R": 1})})
     assert row == [None] * ROW
-    row, _ = runtime.lend_row(sp, (60,), {(64,): _row({"W": 64, "R": 1})})
+    row, _ = lend.lend_row(sp, (60,), {(64,): _row({"W": 64, "R": 1})})
     assert row[0] == {"W": 64, "R": 1}
 
 
@@ -81,25 +81,23 @@ def test_nearest_lender_first_and_the_larger_on_a_tie():
     sp = _tile_space(default=lambda t, s: {"W": 0, "R": 1}, check=lambda c, s: None)
     tuned = {(32,): _row({"W": 1, "R": 1}), (128,): _row({"W": 2, "R": 1}),
              (100,): _row({"W": 3, "R": 1})}  # fmt: skip
-    assert runtime.lend_row(sp, (90,), tuned)[1][0] == (100,)
+    assert lend.lend_row(sp, (90,), tuned)[1][0] == (100,)
     # 64 is one power of two from 32 and from 128: the larger lends
-    assert runtime.lend_row(sp, (64,), {k: tuned[k] for k in ((32,), (128,))})[1][0] == (128,)
+    assert lend.lend_row(sp, (64,), {k: tuned[k] for k in ((32,), (128,))})[1][0] == (128,)
 
 
 def test_only_shapes_of_the_same_kind_lend():
     sp = _tile_space(default=lambda t, s: {"W": 0, "R": 1}, check=lambda c, s: None)
     # another approximation, another length, a key against none (0 kv heads)
     assert (
-        runtime.lend_row(sp, (4096, "tanh"), {(4096, "none"): _row({"W": 1, "R": 1})})[1]
+        lend.lend_row(sp, (4096, "tanh"), {(4096, "none"): _row({"W": 1, "R": 1})})[1]
         == [None] * ROW
     )
-    assert runtime.lend_row(sp, (32, 8, 128), {(32, 128): _row({"W": 1, "R": 1})})[1] == (
+    assert lend.lend_row(sp, (32, 8, 128), {(32, 128): _row({"W": 1, "R": 1})})[1] == ([None] * ROW)
+    assert lend.lend_row(sp, (32, 0, 128), {(32, 8, 128): _row({"W": 1, "R": 1})})[1] == (
         [None] * ROW
     )
-    assert runtime.lend_row(sp, (32, 0, 128), {(32, 8, 128): _row({"W": 1, "R": 1})})[1] == (
-        [None] * ROW
-    )
-    assert runtime.lend_row(sp, (28, 4, 128), {(32, 8, 128): _row({"W": 1, "R": 1})})[1][0] == (
+    assert lend.lend_row(sp, (28, 4, 128), {(32, 8, 128): _row({"W": 1, "R": 1})})[1][0] == (
         32,
         8,
         128,
@@ -113,7 +111,7 @@ def test_a_heuristic_that_cannot_read_the_shape_lends_nothing():
         return {"W": 0, "R": 1}
 
     sp = _tile_space(default=picky, check=lambda c, s: None)
-    assert runtime.lend_row(sp, (48,), {(64,): _row({"W": 1, "R": 1})})[0] == [None] * ROW
+    assert lend.lend_row(sp, (48,), {(64,): _row({"W": 1, "R": 1})})[0] == [None] * ROW
 
 
 # --------------------------------------------------------------------------- the index
@@ -227,3 +225,23 @@ def test_nothing_is_lent_for_a_reduction_when_batch_invariance_is_required(toy_p
     assert runtime.launch_config("rms_norm", name, torch.bfloat16, 1, (48,)) is None
     runtime.reload(required_properties=())
     assert runtime.launch_config("rms_norm", name, torch.bfloat16, 1, (48,)) == {"W": 64, "R": 4}
+
+
+class _TracedCount:
+    """A token count whose value may not be read, as a traced size whose reading would
+    specialise the compiled graph to it (the CI of 2026-12-05 caught this: an untuned
+    shape's lookup read the count, and a dynamic batch under `torch.compile` became 3)."""
+
+    def __int__(self):
+        raise AssertionError("the token count was read")
+
+    __index__ = __int__
+
+
+def test_a_shape_nothing_lends_to_answers_none_without_reading_the_token_count(toy_provider):
+    name, _ = toy_provider
+    bf16 = torch.bfloat16
+    assert runtime.launch_config("rms_norm", name, bf16, _TracedCount(), (100,)) is None
+    assert runtime.launch_config("rms_norm", name, torch.float16, _TracedCount(), (48,)) is None
+    with pytest.raises(AssertionError, match="was read"):  # a lent row does need the bucket
+        runtime.launch_config("rms_norm", name, bf16, _TracedCount(), (48,))

@@ -6,7 +6,7 @@ the token count, as its exponent: ``token_bucket(t) = (t - 1).bit_length()`` (1 
 ``shape`` is everything else that selects a kernel's launch, exact (a hidden size, the
 head counts); a shape the table was not tuned on has no entry of its own: it borrows a
 tuned shape's where the provider's heuristic treats the two alike, else the heuristic
-applies (`opcore.tuning.runtime.lend_row`).
+applies (`opcore.tuning.lend.lend_row`).
 
 Each op has a key function from its arguments (metadata only, so it runs on fake
 tensors) returning ``(dtype, tokens, shape)``. The six core ops have theirs here;
@@ -15,7 +15,7 @@ tensors) returning ``(dtype, tokens, shape)``. The six core ops have theirs here
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 MAX_BUCKET = 48  # 2**48 tokens: far past any real batch
@@ -31,6 +31,17 @@ def token_bucket(tokens: int) -> int:
 def bucket_tokens(bucket: int) -> int:
     """The largest token count of ``bucket``."""
     return 1 << bucket
+
+
+def fill_buckets(points: Mapping[int, Any]) -> list:
+    """A value per bucket 0..MAX_BUCKET: the tuned bucket nearest in log2 (the larger on a
+    tie), so an unseen token count uses the closest measured one."""
+    tuned = sorted(points)
+    out = []
+    for b in range(MAX_BUCKET + 1):
+        best = min(tuned, key=lambda t: (abs(t - b), -t))
+        out.append(points[best])
+    return out
 
 
 # These run on every eager call of an op a table reorders: few tensor attribute reads

@@ -25,9 +25,10 @@ invalid part of it is a `TuningTableError` from the load, and so from every op c
 Lookups: `launch_config` (a provider's launcher, per call) and the router `router_for`
 builds for dispatch are a dict access and a list index, with the token bucket computed by
 `opcore.tuning.buckets.token_bucket`. A token bucket nobody tuned takes the nearest tuned
-one (`fill_buckets`); a shape nobody tuned borrows, per bucket, the configuration of the
-nearest tuned shape where the provider's own heuristic chooses alike (`lend_row`), worked
-out at its first lookup and kept in the index, so later lookups cost the same. The index
+one (`opcore.tuning.buckets.fill_buckets`); a shape nobody tuned borrows, per bucket, the
+configuration of the nearest tuned shape where the provider's own heuristic chooses alike
+(`opcore.tuning.lend.lend_row`), worked out at its first lookup and kept in the index, so
+later lookups cost the same. The index
 is rebuilt when the op registry changes (a provider registered or removed), when the
 required properties change, or on `reload`.
 """
@@ -41,7 +42,6 @@ import hashlib
 import importlib.metadata as md
 import importlib.resources
 import logging
-import math
 import os
 import threading
 import warnings
@@ -54,12 +54,14 @@ import torch
 from opcore.tuning import table as _table
 from opcore.tuning.buckets import (
     MAX_BUCKET,
+    fill_buckets,
     flat_key_function,
     key_function,
     keyed_by_first_arg,
     token_bucket,
 )
-from opcore.tuning.space import LaunchSpace, space_for
+from opcore.tuning.lend import lend_row
+from opcore.tuning.space import space_for
 
 logger = logging.getLogger("opcore.tuning")
 
@@ -101,7 +103,9 @@ _TUNED: dict[tuple, dict[tuple, dict[int, Any]]] = {}
 _LENT: dict[tuple, list] = {}
 # Most shapes given a lent row between loads before those rows are dropped and redone.
 MAX_LENT = 1024
-_NO_ROW: list = [None] * (MAX_BUCKET + 1)
+# The row of a shape nothing lends to: empty, so that `launch_config` answers None without
+# reading the token count (a traced one would be specialised to its hint).
+_NO_ROW: tuple = ()
 # op -> {(dtype, shape): [provider order tuple or None] * (MAX_BUCKET + 1)}
 _ORDERS: dict[str, dict[tuple, list]] = {}
 # (op, dtype, shape, bucket) -> (table source, tuned tokens): for explain
@@ -414,108 +418,10 @@ def _set_state(state: State) -> None:
     _STATE = state
 
 
-def fill_buckets(points: Mapping[int, Any]) -> list:
-    """A value per bucket 0..MAX_BUCKET: the tuned bucket nearest in log2 (the larger on a
-    tie), so an unseen token count uses the closest measured one."""
-    tuned = sorted(points)
-    out = []
-    for b in range(MAX_BUCKET + 1):
-        best = min(tuned, key=lambda t: (abs(t - b), -t))
-        out.append(points[best])
-    return out
-
-
-def _bucket_ends(bucket: int) -> tuple[int, int]:
-    """The smallest and largest token counts of ``bucket`` (1 for bucket 0)."""
-    return (1, 1) if bucket == 0 else ((1 << (bucket - 1)) + 1, 1 << bucket)
-
-
-def _lender_distance(lender: tuple, shape: tuple) -> float | None:
-    """How far tuned shape ``lender`` is from ``shape`` (the sum of the sizes' log2
-    differences), or ``None`` when it may not lend to it: another length, another
-    non-size part (GELU's approximation), or a size that is 0 in one and not the other
-    (rotary without a key)."""
-    if len(lender) != len(shape):
-        return None
-    far = 0.0
-    for a, b in zip(lender, shape, strict=True):
-        if (
-            isinstance(a, bool)
-            or isinstance(b, bool)
-            or not (isinstance(a, int) and isinstance(b, int))
-        ):
-            if a != b:
-                return None
-            continue
-        if (a <= 0) != (b <= 0):
-            return None
-        if a > 0:
-            far += abs(math.log2(a) - math.log2(b))
-    return far
-
-
-def lend_row(
-    space: LaunchSpace, shape: tuple, tuned: Mapping[tuple, Mapping[int, Any]]
-) -> tuple[list, list]:
-    """For ``shape``, which no table entry has: per token bucket, the configuration of the
-    nearest shape tuned at that bucket (``tuned``: shape -> {bucket: config}, the buckets
-    its entries measured; nearest by `_lender_distance`, the larger on a tie) at which the
-    space's own heuristic (``space.default``, the launch model) makes one choice through
-    the bucket, the same as at ``shape``, and which passes the space's check at ``shape``;
-    ``None`` for a bucket no tuned shape lends to (the heuristic applies there).
-
-    The rule: where the model treats two shapes alike, the table's correction of the model
-    at one holds at the other (a norm's row of 3584 columns runs in the 4096-column tile
-    the model and the table chose for 4096). Where the model tells them apart (another
-    tile, another regime, another count of rows per program), the model is the better
-    guess. Only measured buckets lend: a lender's configuration filled in from another
-    token count is two guesses stacked (on the H200 sweep of 2026-12-02 such rows ran up
-    to 1.49x the model's time; `bench/sweep_report.py lend`). Returns ``(row, lenders)``: the
-    configurations and the shape each came from."""
-    lenders = [s for s in tuned if _lender_distance(s, shape) is not None]
-    lenders.sort(key=lambda s: (_lender_distance(s, shape), -_size(s), repr(s)))
-
-    def model(tokens: int, s: tuple) -> Any:
-        try:
-            return dict(space.default(tokens, s))
-        except Exception:  # a heuristic that cannot read a shape: it lends nothing
-            return None
-
-    row: list = []
-    lent_by: list = []
-    for b in range(MAX_BUCKET + 1):
-        lo, hi = _bucket_ends(b)
-        here = model(lo, shape)
-        pick = None
-        if here is not None and model(hi, shape) == here:
-            for s in lenders:
-                cfg = tuned[s].get(b)
-                if (
-                    cfg is not None
-                    and model(lo, s) == here
-                    and model(hi, s) == here
-                    and space.validate(cfg, shape) is None
-                ):
-                    pick = s
-                    break
-        row.append(None if pick is None else tuned[pick][b])
-        lent_by.append(pick)
-    return row, lent_by
-
-
-def _size(shape: tuple) -> int:
-    """The product of a shape's sizes (the tie-break toward the larger lender)."""
-    n = 1
-    for v in shape:
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            n *= v
-    return n
-
-
-def _lend(op: str, provider: str, dtype: torch.dtype, shape: tuple) -> list:
+def _lend(op: str, provider: str, dtype: torch.dtype, shape: tuple) -> list | tuple:
     """The row of a shape the tables have no entry for (`lend_row`), put into the index so
-    that its next lookup is a dictionary hit (a shape nothing lends to gets a row of
-    ``None``). Cold: once per shape per load. Under a required ``batch_invariant`` a space
+    that its next lookup is a dictionary hit (a shape nothing lends to gets the empty
+    `_NO_ROW`). Cold: once per shape per load. Under a required ``batch_invariant`` a space
     whose parameters order a reduction lends nothing: lenders may differ between buckets,
     and so the reduction order with the batch size."""
     with _lock:
@@ -597,6 +503,8 @@ def launch_config(
     row = index.get((op, provider, dtype, shape))
     if row is None:
         row = _lend(op, provider, dtype, shape)
+    if not row:
+        return None
     return row[token_bucket(int(tokens))]
 
 
