@@ -16,9 +16,11 @@ As in test_triton_kernels.py, the collected test re-runs this file in a child py
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -59,9 +61,10 @@ if "amd" in backends:
 built = 0
 for target, dtype, fp8_ptr in targets:
     fmt = quant.fp8_format(dtype)
-    for encode in (True, False):  # codes in integers, or the device's conversion
+    # codes in integers, or the device's conversion after a clamp, or saturating alone
+    for encode, saturates in ((True, False), (False, False), (False, True)):
         q = {"q_ptr": "*u8" if encode else fp8_ptr}
-        modes = dict(**fmt, ENCODE=encode, EMULATE=False)
+        modes = dict(**fmt, ENCODE=encode, EMULATE=False, SATURATES=saturates)
         variants = [
             (quant._static_kernel, {**static, **q}, dict(GATED=True, BLOCK_C=1024, ROWS=4)),
             (quant._group_quant_kernel, {**group, **q},
@@ -76,6 +79,12 @@ for target, dtype, fp8_ptr in targets:
             full = {**sig, **{k: "constexpr" for k in consts}}
             out = compile(ASTSource(fn=kernel, signature=full, constexprs=consts), target=target)
             assert {"cubin", "hsaco"} & set(out.asm), sorted(out.asm)
+            if target.backend == "cuda" and not encode:
+                # what fp8_convert_saturates declares for the CUDA platform: every
+                # conversion to e4m3 is the saturating one
+                ptx = out.asm["ptx"]
+                assert "cvt.rn.satfinite.e4m3x2.f32" in ptx, kernel.fn.__name__
+                assert "cvt.rn.e4m3x2" not in ptx, kernel.fn.__name__
             built += 1
 print("compiled", built)
 """
@@ -97,6 +106,45 @@ if not UNDER_TRITON_INTERPRETER:
         )
         assert proc.returncode == 0, proc.stderr[-4000:]
         assert proc.stdout.strip().startswith("compiled "), proc.stdout
+
+    def test_a_saturating_conversion_drops_the_clamp_from_every_kernel(tmp_path):
+        """`bench/fp8_sass.py` compiles each quant kernel for sm_90 both ways: without the
+        clamp each issues fewer instructions (the point of ``fp8_convert_saturates``)."""
+        pytest.importorskip("triton")
+        script = Path(__file__).resolve().parents[2] / "bench" / "fp8_sass.py"
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        out = tmp_path / "sass.json"
+        proc = subprocess.run(
+            [sys.executable, str(script), "--json", str(out)],
+            capture_output=True, text=True, timeout=600, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        rows = json.loads(out.read_text())
+        assert len(rows) == 5
+        for row in rows:
+            assert 0 < row["saturating"] < row["clamp"], row
+
+    @pytest.mark.parametrize("declared", [False, True])
+    def test_the_clamp_is_skipped_only_where_the_platform_conversion_saturates(
+        declared, monkeypatch
+    ):
+        """``SATURATES`` (no clamp before the conversion) follows the platform's
+        ``fp8_convert_saturates``, and never applies when the kernels encode the codes
+        themselves (their encoder saturates in its own arithmetic)."""
+        pytest.importorskip("triton")
+        from opcore.kernels.triton import quant
+        from opcore.platforms import get_current_platform
+
+        cls = type(get_current_platform())
+        e4m3 = torch.float8_e4m3fn
+        monkeypatch.setattr(cls, "fp8_dtype", e4m3)
+        monkeypatch.setattr(cls, "fp8_convert_saturates", declared)
+        assert quant._modes(e4m3)["ENCODE"] is False
+        assert quant._modes(e4m3)["SATURATES"] is declared
+        with quant.codes_encoded():
+            assert quant._modes(e4m3) == {"ENCODE": True, "EMULATE": False, "SATURATES": False}
+        # another fp8 dtype than the platform's: encoded, so clamped by the encoder
+        assert quant._modes(torch.float8_e5m2)["SATURATES"] is False
 
 else:
     pytest.importorskip("triton")

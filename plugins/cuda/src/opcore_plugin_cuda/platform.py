@@ -103,6 +103,10 @@ class CudaPlatform(TorchDevicePlatform):
     supported_dtypes = dtypes_for_capability(_CAP)
     supported_quantization = ("fp8",) if fp8_for_capability(_CAP) is not None else ()
     fp8_dtype = fp8_for_capability(_CAP)
+    # PTX converts float32 to e4m3/e5m2 only with .satfinite (cvt.rn.satfinite.e4m3x2.f32:
+    # out-of-range values and infinities to the largest finite value, NaN kept), the
+    # conversion Triton emits from sm89 on.
+    fp8_convert_saturates = fp8_dtype is not None
     plugin_api = ("2.0", "3.0")
 
     # ------------------------------------------------------------------ hooks

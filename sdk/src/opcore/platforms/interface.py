@@ -36,6 +36,12 @@ class Platform(abc.ABC):
       supported_dtypes: the floating dtypes this platform's device computes.
       supported_quantization: names of the quantization schemes it runs.
       fp8_dtype: the fp8 dtype of this device, or ``None``.
+      fp8_convert_saturates: whether converting float32 to ``fp8_dtype`` on this device (as
+        Triton emits it) saturates by itself: finite values and infinities beyond the
+        format's range become its largest finite value of that sign, NaN stays NaN, as the
+        fp8 quant ops define ``sat``. Kernels then skip their own clamp. ``False`` (the
+        default) keeps the clamp; a wrong ``True`` fails the quant ops' saturating and
+        non-finite conformance samples.
       plugin_api: ``(min, max)`` plugin-API versions this class was written for,
         ``min <= opcore.PLUGIN_API_VERSION < max``; the core refuses a platform outside it
         (`opcore.platforms.api_version`). Declare it in every platform class you ship.
@@ -53,6 +59,7 @@ class Platform(abc.ABC):
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32,)
     supported_quantization: ClassVar[tuple[str, ...]] = ()
     fp8_dtype: ClassVar[torch.dtype | None] = None
+    fp8_convert_saturates: ClassVar[bool] = False
     plugin_api: ClassVar[tuple[str, str]] = ("2.0", "3.0")
     conformance_expectations: ClassVar[str | None] = None
     # Kernels reach ops only as `opcore.ir` providers, ordered by

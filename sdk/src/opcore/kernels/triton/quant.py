@@ -127,6 +127,21 @@ def _finite_abs(y):
 
 
 @triton.jit
+def _finite_amax(y):
+    """Per row of ``y`` (``[R, C]``), the largest finite ``|y|`` (0 for none).
+
+    The plain ``max(|y|)`` first: one instruction per value, where filtering each value
+    first takes three (on an H200 the filter made the per-token kernels issue-bound). It is
+    the answer wherever it is finite: no infinity in the row, and NaN either absent or
+    skipped by the device's ``max`` (a GPU's is; the interpreter's numpy propagates it).
+    Only when some row's is not finite are the rows done again with the filter."""
+    a = tl.max(tl.abs(y), axis=1)
+    if tl.min(tl.where(a <= 3.4028234663852886e38, 1, 0)) == 0:
+        a = tl.max(_finite_abs(y), axis=1)
+    return a
+
+
+@triton.jit
 def _store_fp8(
     ptrs,
     y,
@@ -136,12 +151,18 @@ def _store_fp8(
     MANT: tl.constexpr,
     NEG_ZERO: tl.constexpr,
     ENCODE: tl.constexpr,
+    SATURATES: tl.constexpr,
 ):
     """Store ``round_fp8(sat(y))``. ENCODE: the codes from `_encode_fp8` into a uint8
-    view; else saturate (NaN kept) and convert, which rounds to nearest even, into the fp8
-    tensor itself (a device that computes this fp8 format converts in one instruction)."""
+    view; else convert, which rounds to nearest even, into the fp8 tensor itself (a device
+    that computes this fp8 format converts in one instruction per pair), saturating first
+    (NaN kept) unless SATURATES: the device's conversion does that itself
+    (``Platform.fp8_convert_saturates``), and the clamp's three instructions per value are
+    a quarter of what the row kernels issue per value."""
     if ENCODE:
         tl.store(ptrs, _encode_fp8(y, FP8_MAX, MIN_EXP, MANT, NEG_ZERO), mask=mask)
+    elif SATURATES:
+        tl.store(ptrs, y.to(ptrs.dtype.element_ty), mask=mask)
     else:
         c = tl.where(y != y, y, tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX))
         tl.store(ptrs, c.to(ptrs.dtype.element_ty), mask=mask)
@@ -163,6 +184,7 @@ def _static_kernel(
     NEG_ZERO: tl.constexpr,
     ENCODE: tl.constexpr,
     EMULATE: tl.constexpr,
+    SATURATES: tl.constexpr,
     BLOCK_C: tl.constexpr,
     ROWS: tl.constexpr,
 ):
@@ -179,7 +201,7 @@ def _static_kernel(
         y = _silu_mul(y, u)
     inv = tl.math.div_rn(1.0, tl.load(scale_ptr).to(tl.float32))
     q_at = q_ptr + rows[:, None] * d + cols[None, :]
-    _store_fp8(q_at, y * inv, mask, FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE)
+    _store_fp8(q_at, y * inv, mask, FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE, SATURATES)
 
 
 _forced: list[bool | None] = [None]  # codes_encoded's setting (one per process)
@@ -213,7 +235,9 @@ def _encode(dtype: torch.dtype) -> bool:
 
 
 def _modes(dtype: torch.dtype) -> dict[str, bool]:
-    return {"ENCODE": _encode(dtype), "EMULATE": INTERPRETED}
+    encode = _encode(dtype)
+    saturates = not encode and get_current_platform().fp8_convert_saturates
+    return {"ENCODE": encode, "EMULATE": INTERPRETED, "SATURATES": saturates}
 
 
 def _q_arg(q: torch.Tensor) -> torch.Tensor:
@@ -330,6 +354,7 @@ def _row_quant_kernel(
     NEG_ZERO: tl.constexpr,
     ENCODE: tl.constexpr,
     EMULATE: tl.constexpr,
+    SATURATES: tl.constexpr,
     MIN_SCALE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
@@ -372,7 +397,7 @@ def _row_quant_kernel(
                 True, HAS_RESIDUAL, False, False, EMULATE,
             )  # fmt: skip
         if DYNAMIC:
-            amax = tl.max(_finite_abs(y), axis=1)
+            amax = _finite_amax(y)
         else:
             amax = tl.zeros([ROWS], dtype=tl.float32)
     else:
@@ -412,7 +437,7 @@ def _row_quant_kernel(
     if SINGLE_PASS:
         _store_fp8(
             q_rows + cols[None, :], y * inv[:, None], mask,
-            FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE,
+            FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE, SATURATES,
         )  # fmt: skip
     else:
         # pass 3: quantize
@@ -425,7 +450,7 @@ def _row_quant_kernel(
             )  # fmt: skip
             _store_fp8(
                 q_rows + cols[None, :], y * inv[:, None], mask,
-                FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE,
+                FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE, SATURATES,
             )  # fmt: skip
 
 
@@ -565,6 +590,7 @@ def _group_quant_kernel(
     NEG_ZERO: tl.constexpr,
     ENCODE: tl.constexpr,
     EMULATE: tl.constexpr,
+    SATURATES: tl.constexpr,
     MIN_SCALE: tl.constexpr,
     BLOCK_S: tl.constexpr,
     GROUPS: tl.constexpr,
@@ -586,11 +612,11 @@ def _group_quant_kernel(
         u = tl.load(x_at + d, mask=mask, other=0.0).to(tl.float32)
         # rounded to x's dtype as silu_and_mul returns it: this op is the unfused chain
         y = _round_to(_silu_mul(y, u), x_ptr.dtype.element_ty, EMULATE).to(tl.float32)
-    scale = tl.maximum(tl.math.div_rn(tl.max(_finite_abs(y), axis=1), FP8_MAX), MIN_SCALE)
+    scale = tl.maximum(tl.math.div_rn(_finite_amax(y), FP8_MAX), MIN_SCALE)
     tl.store(s_ptr + row * s_row_stride + grp * s_group_stride, scale, mask=ok)
     inv = tl.math.div_rn(tl.full([GROUPS], 1.0, tl.float32), scale)
     q_at = q_ptr + row[:, None] * d + col
-    _store_fp8(q_at, y * inv[:, None], mask, FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE)
+    _store_fp8(q_at, y * inv[:, None], mask, FP8_MAX, MIN_EXP, MANT, NEG_ZERO, ENCODE, SATURATES)
 
 
 @functools.lru_cache(maxsize=1024)
