@@ -95,7 +95,7 @@ class State:
 
 # (op, provider, dtype, shape) -> [config or None] * (MAX_BUCKET + 1); the tuned shapes'
 # rows, and the rows lent to shapes looked up since the load (`_lend`)
-_CONFIGS: dict[tuple, list] | None = None
+_CONFIGS: dict[tuple, list | tuple] | None = None
 # (op, provider, dtype) -> {tuned shape: {tuned bucket: config}}: the lenders
 _TUNED: dict[tuple, dict[tuple, dict[int, Any]]] = {}
 # (op, provider, dtype, shape) -> [the tuned shape lending each bucket, or None] for the
@@ -271,7 +271,7 @@ def _build(required: tuple[str, ...]) -> None:
     global _CONFIGS, _ORDERS, _ORIGIN, _TUNED, _LENT
     ops = _sources().ops()  # loads the platform's kernels first
     state = State(required=required, generation=_registry_generation())
-    configs: dict[tuple, list] = {}
+    configs: dict[tuple, list | tuple] = {}
     orders: dict[str, dict[tuple, list]] = {}
     origin: dict[tuple, tuple[str, int]] = {}
     mode, candidates = _candidates()
@@ -427,12 +427,13 @@ def _lend(op: str, provider: str, dtype: torch.dtype, shape: tuple) -> list | tu
     with _lock:
         index = _ensure()
         key = (op, provider, dtype, shape)
-        row = index.get(key)
-        if row is not None:
-            return row
+        found = index.get(key)
+        if found is not None:
+            return found
         tuned = _TUNED.get((op, provider, dtype))
         space = space_for(op, provider)
-        row, lent_by = _NO_ROW, None
+        row: list | tuple = _NO_ROW
+        lent_by: list | None = None
         if (
             tuned
             and space is not None
@@ -450,7 +451,7 @@ def _lend(op: str, provider: str, dtype: torch.dtype, shape: tuple) -> list | tu
         return row
 
 
-def _ensure() -> dict[tuple, list]:
+def _ensure() -> dict[tuple, list | tuple]:
     with _lock:
         if _CONFIGS is None:
             _load(_required_properties())
