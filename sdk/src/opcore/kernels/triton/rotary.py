@@ -59,11 +59,17 @@ def load_pairs(src, off_a, off_b, head_mask, pair_mask):
 
 @triton.jit
 def store_rotated(dst, a, b, cos, sin, off_a, off_b, m):
-    """Store the rotated pairs ``a cos - b sin`` and ``b cos + a sin`` in ``dst``'s dtype."""
+    """Store the rotated pairs ``a cos - b sin`` and ``b cos + a sin`` in ``dst``'s dtype.
+
+    Each is one fused multiply-add written out, ``fma(a, cos, -(b sin))`` and ``fma(b,
+    cos, a sin)``: left as ``a * c - b * s``, the compiler may fuse either product into the
+    sum, and its choice followed the launch configuration (on an H100 1-2 warps against
+    4-8 changed the last bit of a few elements: bench/head_exactness.py), so a token's
+    result followed the batch's size, which the declared batch invariance rules out."""
     c = cos[None, :]
     s = sin[None, :]
-    tl.store(dst + off_a[None, :], (a * c - b * s).to(dst.dtype.element_ty), mask=m)
-    tl.store(dst + off_b[None, :], (b * c + a * s).to(dst.dtype.element_ty), mask=m)
+    tl.store(dst + off_a[None, :], tl.fma(a, c, -(b * s)).to(dst.dtype.element_ty), mask=m)
+    tl.store(dst + off_b[None, :], tl.fma(b, c, a * s).to(dst.dtype.element_ty), mask=m)
 
 
 @triton.jit
