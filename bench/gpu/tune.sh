@@ -35,7 +35,7 @@
 #                                                   peer: native eager, as a stand-in)
 set -u
 dir="$OUT/tune"; mkdir -p "$dir"
-table=plugins/cuda/src/opcore_plugin_cuda/tuning/nvidia-h200-torch2.11-triton3.6.json
+table=${TUNE_TABLE:-$(python3 bench/gpu/shipped_table.py)}  # this GPU's shipped table
 ops=${TUNE_OPS:-rms_norm,fused_add_rms_norm,silu_and_mul,gelu_and_mul,rotary_embedding,split_qkv_rmsnorm_rope}
 budget=${TUNE_TOTAL_S:-225}
 if [ -n "${DRY:-}" ]; then

@@ -19,7 +19,7 @@ hidden=${WIDE_HIDDEN:-3584,7168,2560,5120}
 tokens=${WIDE_TOKENS:-1,8,2048,16384}
 dtype=${WIDE_DTYPE:-bfloat16}
 peers=compile,F.rms_norm,liger,flaggems
-table=plugins/cuda/src/opcore_plugin_cuda/tuning/nvidia-h200-torch2.11-triton3.6.json
+table=${TUNE_TABLE:-$(python3 bench/gpu/shipped_table.py)}  # this GPU's shipped table
 echo "== wide grid, OPCORE_TUNING=off, $dtype $(date -u +%T)"
 timeout -k 5 "${WIDE_LIMIT:-200}" env OPCORE_TUNING=off python3 -c \
   "import sys; from opcore.cli import main; sys.exit(main())" bench --ops "$ops" \

@@ -248,6 +248,41 @@ else:
             own = identity.hash_source(impl.impl_fn, op_name=op, provider="triton")
             assert impl.identity_hash() != own
 
+    def test_an_edit_to_a_shared_kernel_helper_changes_each_caller_identity(tmp_path):
+        # The fused QKV split calls rotary.py's rotation: an edit there (the fma fix) left
+        # the split's identity, so the H200 table's split entries would have applied as if
+        # measured on today's kernel. A copy of the package with rotary.py edited must give
+        # the split (and rotary) new identities and leave rms_norm's alone.
+        import json
+        import pathlib
+        import shutil
+
+        import opcore
+
+        src = pathlib.Path(opcore.__file__).parent
+        probe = (
+            "import json, opcore.kernels.triton; from opcore.ir import ops; "
+            "print(json.dumps({o: getattr(ops, o).identity_hash('triton') for o in "
+            "('split_qkv_rmsnorm_rope', 'rotary_embedding', 'rms_norm')}))"
+        )
+
+        def identities(root):
+            env = {**os.environ, "PYTHONPATH": str(root), "TRITON_INTERPRET": "1"}
+            out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=root,
+                                 capture_output=True, text=True, timeout=300)  # fmt: skip
+            assert out.returncode == 0, out.stderr[-3000:]
+            return json.loads(out.stdout.splitlines()[-1])
+
+        copy = tmp_path / "opcore"
+        shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        before = identities(tmp_path)
+        rotary = copy / "kernels" / "triton" / "rotary.py"
+        rotary.write_text(rotary.read_text() + "\n# an edit\n")
+        after = identities(tmp_path)
+        assert after["rms_norm"] == before["rms_norm"]
+        assert after["rotary_embedding"] != before["rotary_embedding"]
+        assert after["split_qkv_rmsnorm_rope"] != before["split_qkv_rmsnorm_rope"]
+
     def test_cols_first_is_searched_only_where_there_are_many_row_blocks():
         from opcore.kernels.triton import spaces
 

@@ -61,8 +61,8 @@ out = {}
 state, msgs = load()
 out["found"] = {"used": state.used, "stale": state.stale, "warnings": msgs,
                 "configs": configs(), "identity": tuning.identity(), "note": order_note()}
-out["nearest_2048"] = dict(tuning.launch_config("rotary_embedding", "triton", torch.bfloat16,
-                                                 2048, (64, 8, 128)) or {})
+out["nearest_2048"] = dict(tuning.launch_config("rms_norm", "triton", torch.bfloat16,
+                                                 2048, (4096,)) or {})
 out["cuda_priority"] = CudaPlatform().get_default_ir_op_priority(None)
 # Widths nobody tuned: Qwen2.5-7B's 3584 (the model's 4096-column tile, as at 4096) and
 # 9728 (the model picks another column tile than at 14336 or 28672: nothing is lent).
@@ -111,8 +111,8 @@ def test_shipped_table_applies_on_a_stand_in_h200_and_is_left_out_when_stale(shi
     assert found["configs"] == want and all(c is not None for c in want)
     assert found["identity"] not in ("off", "search", "env")
     # 2048 tokens: the nearest tuned bucket (4096)
-    e4096 = next(e for e in doc["entries"] if e["op"] == "rotary_embedding"
-                 and e["tokens"] == 4096 and e["shape"] == [64, 8, 128])  # fmt: skip
+    e4096 = next(e for e in doc["entries"] if e["op"] == "rms_norm"
+                 and e["tokens"] == 4096 and e["shape"] == [4096])  # fmt: skip
     assert out["nearest_2048"] == e4096["configs"]["triton"]
 
     # a width nobody tuned borrows the nearest tuned width the launch model treats alike

@@ -9,6 +9,7 @@ through ``bool()``, which decides from the size hint and guards the compiled gra
 from __future__ import annotations
 
 import inspect
+import sys
 
 import torch
 
@@ -422,6 +423,27 @@ PROPERTIES = {
 }
 
 
+def kernel_sources(*fns) -> tuple:
+    """`IDENTITY_SOURCES` and every module of this package whose functions (kernels, jit
+    helpers) the modules of ``fns`` import: a helper shared between kernels decides what
+    each of them computes, so editing it must change each one's identity (the fused QKV
+    split calls rotary's rotation; a table measured before an edit there goes stale)."""
+    package = __name__.rpartition(".")[0] + "."
+    found = list(IDENTITY_SOURCES)
+    for fn in fns:
+        if fn is None:
+            continue
+        own = fn.__module__
+        for value in vars(sys.modules[own]).values():
+            target = getattr(value, "fn", value)  # a jit (or interpreted) kernel wraps its function
+            name = getattr(target, "__module__", None) if inspect.isfunction(target) else None
+            if name and name.startswith(package) and name != own:
+                module = sys.modules[name]
+                if module not in found:
+                    found.append(module)
+    return tuple(found)
+
+
 def _register(op_name, impl, supports, *, inplace=False, functional=None):
     op = getattr(ops, op_name)
     if PROVIDER in op.impls:  # idempotent: a re-import (or importlib.reload) registers nothing new
@@ -434,7 +456,7 @@ def _register(op_name, impl, supports, *, inplace=False, functional=None):
         "properties": PROPERTIES[op_name],
         # What a launch configuration means lives in these too: a tuning table keyed on
         # the identity must go stale when they change (docs/tuning.md).
-        "identity_sources": IDENTITY_SOURCES,
+        "identity_sources": kernel_sources(impl, functional),
     }
     # The out-of-place kernel serves the default overload, so it never pays for clones.
     if functional is not None and HAS_TRITON:

@@ -1,0 +1,116 @@
+"""bench/tune_merge.py over tables written by real `opcore tune` runs on the CPU: the
+named ops' entries and identities come from the fresh search, the rest of the base stays
+as it was, and tables for another machine, an op the new search did not cover or a
+repeated op are refused with the part that differs named."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opcore.tuning import table as tt
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "tune_merge.py"
+SHIPPED = ROOT / "plugins/cuda/src/opcore_plugin_cuda/tuning/nvidia-h200-torch2.11-triton3.6.json"
+TUNE = "import sys; from opcore.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("tune_merge_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tune(tmp_path: Path, name: str, ops: str) -> Path:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    env.update(OPCORE_PLATFORM="cpu", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    out = tmp_path / f"{name}.json"
+    args = ["tune", "--quick", "--ops", ops, "--tokens", "1,8", "--hidden", "64",
+            "--providers", "native", "--budget-s", "120", "--out", str(out)]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", TUNE, *args], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def of(doc: dict, op: str) -> list:
+    return [e for e in doc["entries"] if e["op"] == op]
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("merge")
+    return tune(tmp, "base", "rms_norm,rotary_embedding"), tune(tmp, "new", "rotary_embedding")
+
+
+def test_the_named_ops_come_from_the_new_search_and_the_rest_stays(tables, tmp_path):
+    tm = load_script()
+    base_path, new_path = tables
+    base, new = (json.loads(p.read_text()) for p in tables)
+    out = tmp_path / "merged.json"
+    assert tm.main([str(base_path), str(new_path), "--ops", "rotary_embedding",
+                    "--out", str(out)]) == 0  # fmt: skip
+    merged = json.loads(out.read_text())
+    tt.load(out)  # a valid table
+    rope = "rotary_embedding"
+    assert of(merged, "rms_norm") == of(base, "rms_norm")
+    assert of(merged, rope) == of(new, rope) and of(merged, rope) != of(base, rope)
+    assert merged["providers"]["rms_norm"] == base["providers"]["rms_norm"]
+    assert merged["providers"]["rotary_embedding"] == new["providers"]["rotary_embedding"]
+    assert merged["search"]["date"] == base["search"]["date"]
+    (update,) = merged["search"]["updates"]
+    assert update["replaced_ops"] == [rope] and update["date"] == new["search"]["date"]
+    assert json.loads(base_path.read_text()) == base  # --out given: the base is untouched
+
+
+def test_what_cannot_be_merged_is_named(tables, capsys, tmp_path):
+    tm = load_script()
+    base_path, new_path = tables
+    base, new, shipped = str(base_path), str(new_path), str(SHIPPED)
+    cases = [
+        ([shipped, new, "--ops", "rotary_embedding"], "environment.platform differs"),
+        ([base, new, "--ops", "rms_norm"], "did not search 'rms_norm'"),
+        ([base, new, "--ops", "rotary_embedding,rotary_embedding"], "each op once"),
+    ]
+    before = SHIPPED.read_bytes()
+    for argv, why in cases:
+        assert tm.main([*argv, "--out", str(tmp_path / "merged.json")]) == 2
+        assert why in capsys.readouterr().err
+        assert not (tmp_path / "merged.json").exists()
+    assert SHIPPED.read_bytes() == before
+
+
+def test_drop_removes_the_named_ops_and_says_why(tables, capsys, tmp_path):
+    tm = load_script()
+    base_path, _ = tables
+    base = json.loads(base_path.read_text())
+    out = tmp_path / "dropped.json"
+    why = "the rotary kernel changed; not re-searched on this device yet"
+    assert tm.main([str(base_path), "--drop", "rotary_embedding", "--why", why,
+                    "--out", str(out)]) == 0  # fmt: skip
+    dropped = json.loads(out.read_text())
+    tt.load(out)  # still a valid table
+    assert of(dropped, "rotary_embedding") == [] and of(base, "rotary_embedding")
+    assert of(dropped, "rms_norm") == of(base, "rms_norm")
+    assert "rotary_embedding" not in dropped["providers"]
+    assert dropped["providers"]["rms_norm"] == base["providers"]["rms_norm"]
+    assert dropped["search"]["updates"] == [{"dropped_ops": ["rotary_embedding"], "why": why}]
+    # Refused, named: no reason, an op without entries, a NEW table given as well.
+    for argv, msg in [
+        ([str(base_path), "--drop", "rotary_embedding"], "needs --why"),
+        ([str(base_path), "--drop", "gelu_and_mul", "--why", "x"], "no entry for 'gelu_and_mul'"),
+    ]:
+        assert tm.main([*argv, "--out", str(tmp_path / "no.json")]) == 2
+        assert msg in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tm.main([str(base_path), str(base_path), "--ops", "rms_norm", "--drop", "rms_norm"])
+    assert not (tmp_path / "no.json").exists()
