@@ -59,8 +59,9 @@ def ref_grouped(logits, k, renorm, groups, topk_group, scoring, scale, bias):
             part = sorted(b[gi * n : (gi + 1) * n], reverse=True)
             gscore.append(part[0] if bias is None else sum(part[:2]))
         kept = set(ref_topk(gscore, topk_group))
-        masked = [v if i // n in kept else -math.inf for i, v in enumerate(b)]
-        ids = ref_topk(masked, k)
+        # only the kept groups' experts are candidates (not the others masked to -inf)
+        cand = [i for i in range(len(b)) if i // n in kept]
+        ids = sorted(cand, key=lambda i: (-b[i], i))[:k]
         w = [s[i] for i in ids]
         if renorm:
             w = [v / sum(w) for v in w]
@@ -96,6 +97,46 @@ def test_grouped_topk_groups_restrict_and_ties():
     zero = torch.zeros(6)
     _, ids = ops.grouped_topk(logits, 3, False, 3, 2, "sigmoid", 1.0, zero)
     assert ids.tolist() == [[2, 4, 5]]
+
+
+NINF = float("-inf")
+
+
+@pytest.mark.parametrize(
+    "logits,k,groups,topk_group,scoring,bias,want",
+    [
+        # no bias, the order is on the logits: group 1 (max 5) is kept and its expert 3
+        # (logit -inf) is the second pick, not expert 0 of the dropped group 0
+        ([[0.0, 0.0, 5.0, NINF]], 2, 2, 1, "softmax", None, [[2, 3]]),
+        ([[0.0, 0.0, 5.0, NINF]], 2, 2, 1, "sigmoid", None, [[2, 3]]),
+        # a -inf bias on a kept expert: b = -inf there; group 1 (s(5) + s(5)) is kept
+        ([[0.0, 0.0, 0.0, 5.0, 5.0, 0.0]], 3, 2, 1, "sigmoid", [0, 0, 0, 0, 0, NINF], [[3, 4, 5]]),
+        # logits -inf and a -inf bias: s = 0 and b = -inf at expert 5
+        ([[0.0, 0.0, 0.0, 5.0, 5.0, NINF]], 3, 2, 1, "softmax", [0, 0, 0, 0, 0, NINF], [[3, 4, 5]]),
+        # two kept groups chosen as [3, 1]: ties among their experts still go to the lower
+        # id (3 before 7), and the -inf row's picks stay inside groups 1 and 3
+        (
+            [[0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 3.0, 2.0], [0.0, 0.0, 1.0, NINF, 0.0, 0.0, 3.0, NINF]],
+            4, 4, 2, "softmax", None, [[6, 3, 7, 2], [6, 2, 3, 7]],
+        ),
+    ],
+)  # fmt: skip
+def test_grouped_topk_never_picks_an_expert_of_a_dropped_group(
+    logits, k, groups, topk_group, scoring, bias, want
+):
+    # The old native masked dropped experts to -inf, so a kept expert whose score was -inf
+    # tied with them and the dropped group's lower id won (ids [2, 0], [3, 4, 0]).
+    x = torch.tensor(logits)
+    b = None if bias is None else torch.tensor(bias, dtype=torch.float32)
+    w, ids = ops.grouped_topk(x, k, True, groups, topk_group, scoring, 1.0, b)
+    assert ids.tolist() == want
+    per_group = x.shape[1] // groups
+    for row in ids.tolist():  # at most topk_group groups appear in a token's ids
+        assert len({i // per_group for i in row}) <= topk_group
+    # the weights are s at those ids: 0 for a -inf logit, renormalized over the rest
+    s = torch.softmax(x, -1) if scoring == "softmax" else torch.sigmoid(x)
+    chosen = s.gather(1, ids.long())
+    torch.testing.assert_close(w, chosen / chosen.sum(-1, keepdim=True))
 
 
 def ref_experts(x, w13, w2, weights, ids, activation, on_input):
@@ -191,6 +232,84 @@ def test_routing_validators():
         ops.grouped_topk(g, 2, True, 4, 2, "relu")
     with pytest.raises(ValueError, match="'e_score_correction_bias'"):
         ops.grouped_topk(g, 2, True, 4, 2, "sigmoid", 1.0, torch.zeros(8))
+
+
+def _experts_args():
+    x = torch.randn(3, 8)
+    a, b = torch.randn(4, 12, 8), torch.randn(4, 8, 6)
+    w, i = ops.topk_softmax(torch.randn(3, 4), 2, True)
+    return {"hidden_states": x, "w13": a, "w2": b, "topk_weights": w, "topk_ids": i}
+
+
+_EXPERTS_ARGS = ("hidden_states", "w13", "w2", "topk_weights", "topk_ids")
+
+
+@pytest.mark.parametrize(
+    "op,arg",
+    [
+        ("topk_softmax", "gating_output"),
+        ("grouped_topk", "gating_output"),
+        *[("fused_experts", a) for a in _EXPERTS_ARGS],
+    ],
+)
+def test_none_in_a_required_tensor_is_a_type_error_naming_it(op, arg):
+    # None skipped the non-tensor check (it is allowed for optional tensors), so the
+    # validator re-raised the AttributeError of None.dtype
+    a = {**_experts_args(), "gating_output": torch.randn(3, 16), arg: None}
+    calls = {
+        "topk_softmax": lambda: ops.topk_softmax(a["gating_output"], 2, True),
+        "grouped_topk": lambda: ops.grouped_topk(a["gating_output"], 2, True, 4, 2),
+        "fused_experts": lambda: ops.fused_experts(*(a[n] for n in _EXPERTS_ARGS)),
+    }
+    with pytest.raises(TypeError, match=f"{op}: argument '{arg}': expected a Tensor, got NoneType"):
+        calls[op]()
+
+
+def test_grouped_topk_names_e_score_correction_bias_when_it_is_not_a_tensor():
+    # the message named it 'bias', which is no argument of the op
+    g = torch.randn(3, 16)
+    with pytest.raises(TypeError, match="argument 'e_score_correction_bias': expected a Tensor"):
+        ops.grouped_topk(g, 2, True, 4, 2, "sigmoid", 1.0, [0.0] * 16)
+
+
+def test_a_float_argument_of_the_wrong_rank_says_how_many_dims():
+    # an exact rank read "expected 2 to 2"
+    args = _experts_args()
+    x = args.pop("hidden_states")
+    with pytest.raises(ValueError, match=r"'hidden_states': has 3 dims .*; expected 2 dims$"):
+        ops.fused_experts(x[None], **args)
+
+
+def test_fused_experts_blames_the_argument_on_another_device():
+    # ids on another device than hidden_states were reported as a bad 'topk_weights'
+    # ("meta" stands for another device on a CPU-only machine)
+    args = _experts_args()
+    for arg in ("topk_ids", "topk_weights"):
+        moved = {**args, arg: args[arg].to("meta")}
+        with pytest.raises(ValueError, match=f"argument '{arg}': .* on meta; expected"):
+            ops.fused_experts(**moved)
+
+
+def test_fused_experts_refuses_cpu_ids_outside_the_experts():
+    # an id of E indexed past w13 (IndexError) and a negative one failed in bincount
+    # (RuntimeError); CPU ids are read for free, so they are checked
+    args = _experts_args()
+    ok = torch.tensor([[0, 3], [3, 3], [1, 0]], dtype=torch.int32)
+    assert ops.fused_experts(**{**args, "topk_ids": ok}).shape == (3, 8)  # E - 1 is fine
+    for bad in (4, -1, 1000):
+        ids = ok.clone()
+        ids[1, 0] = bad
+        with pytest.raises(ValueError, match=rf"'topk_ids': holds {bad}, outside the 4 experts"):
+            ops.fused_experts(**{**args, "topk_ids": ids})
+    # more than 64 ids: the range comes from a reduction instead of a list, int64 alike
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(40, 8, generator=g)
+    w, ids = ops.topk_softmax(torch.randn(40, 4, generator=g), 2, True)
+    ids = ids.long()
+    ids[33, 1] = 4
+    big = {**args, "hidden_states": x, "topk_weights": w, "topk_ids": ids}
+    with pytest.raises(ValueError, match="'topk_ids': holds 4, outside the 4 experts"):
+        ops.fused_experts(**big)
 
 
 def test_fakes_and_opcheck_shapes():

@@ -80,6 +80,70 @@ def test_grouped_routing_is_chosen_by_the_arguments():
         FusedMoE(E, K, H, INTER, scoring_func="sigmoid")
 
 
+@pytest.mark.parametrize("grouped", [False, True])
+def test_forward_with_no_tokens_returns_an_empty_result(grouped):
+    # reshaping the empty logits to [0, -1] raised (the -1 is ambiguous with 0 rows)
+    w13, w2, _, _ = _weights()
+    kw = dict(use_grouped_topk=True, num_expert_group=4, topk_group=2) if grouped else {}
+    moe = FusedMoE(E, K, H, INTER, **kw)
+    moe.load_full_weights(w13, w2)
+    for lead in [(0,), (2, 0), (0, 3)]:
+        out = moe(torch.randn(*lead, H), torch.randn(*lead, E))
+        assert out.shape == (*lead, H) and out.dtype == torch.float32
+    assert moe(torch.randn(2, 0, H), torch.randn(0, E)).shape == (2, 0, H)  # flat logits too
+
+
+@pytest.mark.parametrize("shape", [(T, E - 2), (2 * T, E // 2), (T + 1, E), (1, T, E - 2)])
+def test_forward_refuses_router_logits_of_another_shape(shape):
+    # [T, E - 2] was routed over 6 experts and [2T, E / 2] reshaped into [T, E]: both
+    # silently; now each is a ValueError naming router_logits
+    w13, w2, x, logits = _weights()
+    moe = FusedMoE(E, K, H, INTER)
+    moe.load_full_weights(w13, w2)
+    with pytest.raises(ValueError, match=r"FusedMoE: router_logits has shape"):
+        moe(x, torch.randn(shape))
+    # the shapes forward documents stay accepted: leading dims of hidden_states, or flat
+    want = moe(x, logits)
+    assert torch.equal(moe(x.reshape(1, T, H), logits.reshape(1, T, E)), want.reshape(1, T, H))
+    assert torch.equal(moe(x.reshape(1, T, H), logits), want.reshape(1, T, H))
+
+
+_GROUPED = dict(use_grouped_topk=True, num_expert_group=4, topk_group=2)
+
+
+@pytest.mark.parametrize(
+    "base,bad,name",
+    [
+        ({}, dict(num_experts=0), "num_experts"),  # was blamed on top_k
+        ({}, dict(num_experts=True, top_k=1), "num_experts"),
+        ({}, dict(top_k=True), "top_k"),
+        ({}, dict(hidden_size=0), "hidden_size"),
+        ({}, dict(hidden_size=2.5), "hidden_size"),  # was torch.empty's TypeError
+        ({}, dict(intermediate_size=0), "intermediate_size"),
+        # grouped settings that topk_softmax would ignore
+        ({}, dict(num_expert_group=4), "num_expert_group"),
+        ({}, dict(topk_group=2), "topk_group"),
+        ({}, dict(routed_scaling_factor=2.0), "routed_scaling_factor"),
+        # grouped settings that grouped_topk would refuse on every call
+        (_GROUPED, dict(num_expert_group=0), "num_expert_group"),
+        (_GROUPED, dict(num_expert_group=3), "num_expert_group"),  # does not divide 8
+        (_GROUPED, dict(topk_group=True), "topk_group"),
+        (_GROUPED, dict(topk_group=5), "topk_group"),  # more than the 4 groups
+        (_GROUPED, dict(topk_group=1, top_k=3), "top_k"),  # one group holds 2 experts
+        (_GROUPED, dict(scoring_func="relu"), "scoring_func"),
+        (_GROUPED, dict(routed_scaling_factor=float("inf")), "routed_scaling_factor"),
+        (_GROUPED, dict(routed_scaling_factor=float("nan")), "routed_scaling_factor"),
+    ],
+)
+def test_constructor_refuses_invalid_or_ignored_settings_by_name(base, bad, name):
+    # each was accepted (to fail in forward, or to be ignored by the router), failed in
+    # torch.empty or was blamed on another argument
+    args = {"num_experts": E, "top_k": K, "hidden_size": H, "intermediate_size": INTER, **base}
+    FusedMoE(**args, e_score_correction_bias=None)  # builds without it (None: no bias)
+    with pytest.raises(ValueError, match=rf"^FusedMoE: {name}\b"):
+        FusedMoE(**{**args, **bad})
+
+
 def test_register_oot_replaces_the_whole_layer_and_info_says_so():
     assert binding_info()["registry"]["fused_moe"]["route"] == (
         "forward -> op topk_softmax, grouped_topk, fused_experts (priority picks the kernel)"

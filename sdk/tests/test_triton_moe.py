@@ -153,6 +153,19 @@ else:
         bias = torch.zeros(64)
         assert not _register.supports_grouped_topk(x, 4, True, 4, 2, scoring, 1.0, bias)
 
+    @pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
+    def test_grouped_topk_never_picks_an_expert_of_a_dropped_group(scoring):
+        # The kernel masked dropped experts to -inf and let them stay candidates, so a kept
+        # expert at -inf tied with them and the dropped group's lower id won ([2, 0] for
+        # the first row); the native op (and so the ids) takes kept experts only.
+        ninf = float("-inf")
+        x = torch.tensor([[0.0, 0.0, 5.0, ninf], [ninf, 1.0, ninf, ninf]])
+        for k, groups, tg in ((2, 2, 1), (1, 2, 1), (2, 4, 2)):
+            args = (x, k, True, groups, tg, scoring, 1.0)
+            ids = moe.grouped_topk(*args)[1]
+            assert torch.equal(ids, ops.grouped_topk.native(*args)[1]), (k, groups, tg, ids)
+        assert moe.grouped_topk(x, 2, True, 2, 1, scoring, 1.0)[1].tolist() == [[2, 3], [1, 0]]
+
     def _experts_case(tokens, e, used, k, h, i, dtype, seed):
         g = torch.Generator().manual_seed(seed)
         x = torch.randn(tokens, h, generator=g).to(dtype)

@@ -29,6 +29,7 @@ only the kernels, register providers of the three ops instead.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -36,6 +37,80 @@ import torch.nn as nn
 
 from opcore.ir import ops
 from opcore.layers.custom_op import PluggableLayer
+
+
+def _positive_int(name: str, v: object) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise ValueError(f"FusedMoE: {name} must be a positive int, got {v!r}")
+
+
+def _check_config(
+    num_experts, top_k, hidden_size, intermediate_size, activation, use_grouped_topk,
+    num_expert_group, topk_group, scoring_func, routed_scaling_factor, e_score_correction_bias,
+) -> None:  # fmt: skip
+    """Refuse at construction what `forward` would refuse on every call, and settings a
+    router would ignore (a user who passes ``topk_group`` without ``use_grouped_topk``
+    expects it to act)."""
+    _positive_int("num_experts", num_experts)
+    _positive_int("top_k", top_k)
+    _positive_int("hidden_size", hidden_size)
+    _positive_int("intermediate_size", intermediate_size)
+    if activation not in ("silu", "gelu"):
+        raise ValueError(f"FusedMoE: activation must be 'silu' or 'gelu', got {activation!r}")
+    if top_k > num_experts:
+        raise ValueError(f"FusedMoE: top_k = {top_k} must be in [1, {num_experts}]")
+    if not use_grouped_topk:
+        given = [
+            name
+            for name, v, default in (
+                ("num_expert_group", num_expert_group, None),
+                ("topk_group", topk_group, None),
+                ("scoring_func", scoring_func, "softmax"),
+                ("routed_scaling_factor", routed_scaling_factor, 1.0),
+                # a flag: None (as a vllm-style call passes for no bias) is off, as False
+                ("e_score_correction_bias", bool(e_score_correction_bias), False),
+            )
+            if v != default
+        ]
+        if given:
+            raise ValueError(
+                f"FusedMoE: {', '.join(given)} need use_grouped_topk=True (topk_softmax scores "
+                "with softmax over all experts, with no groups, bias or scaling)"
+            )
+        return
+    if num_expert_group is None or topk_group is None:
+        raise ValueError("FusedMoE: use_grouped_topk needs num_expert_group and topk_group")
+    _positive_int("num_expert_group", num_expert_group)
+    _positive_int("topk_group", topk_group)
+    if num_experts % num_expert_group:
+        raise ValueError(
+            f"FusedMoE: num_expert_group = {num_expert_group} does not divide "
+            f"num_experts = {num_experts}"
+        )
+    if topk_group > num_expert_group:
+        raise ValueError(
+            f"FusedMoE: topk_group = {topk_group} must be at most num_expert_group = "
+            f"{num_expert_group}"
+        )
+    kept = topk_group * (num_experts // num_expert_group)
+    if top_k > kept:
+        raise ValueError(
+            f"FusedMoE: top_k = {top_k} exceeds the {kept} experts of the {topk_group} kept groups"
+        )
+    if scoring_func not in ("softmax", "sigmoid"):
+        raise ValueError(
+            f"FusedMoE: scoring_func must be 'softmax' or 'sigmoid', got {scoring_func!r}"
+        )
+    if (
+        not isinstance(routed_scaling_factor, (int, float))
+        or isinstance(routed_scaling_factor, bool)
+        or not math.isfinite(routed_scaling_factor)
+        or routed_scaling_factor <= 0
+    ):
+        raise ValueError(
+            "FusedMoE: routed_scaling_factor must be a positive finite number, got "
+            f"{routed_scaling_factor!r}"
+        )
 
 
 @PluggableLayer.register("fused_moe")
@@ -86,17 +161,11 @@ class FusedMoE(PluggableLayer):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        if activation not in ("silu", "gelu"):
-            raise ValueError(f"FusedMoE: activation must be 'silu' or 'gelu', got {activation!r}")
-        if not 0 < top_k <= num_experts:
-            raise ValueError(f"FusedMoE: top_k = {top_k} must be in [1, {num_experts}]")
-        if use_grouped_topk and (num_expert_group is None or topk_group is None):
-            raise ValueError("FusedMoE: use_grouped_topk needs num_expert_group and topk_group")
-        if not use_grouped_topk and (scoring_func != "softmax" or e_score_correction_bias):
-            raise ValueError(
-                "FusedMoE: scoring_func and e_score_correction_bias need use_grouped_topk=True "
-                "(topk_softmax scores with softmax and has no bias)"
-            )
+        _check_config(
+            num_experts, top_k, hidden_size, intermediate_size, activation, use_grouped_topk,
+            num_expert_group, topk_group, scoring_func, routed_scaling_factor,
+            e_score_correction_bias,
+        )  # fmt: skip
         self.num_experts, self.top_k = num_experts, top_k
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         self.renormalize, self.activation = renormalize, activation
@@ -150,9 +219,22 @@ class FusedMoE(PluggableLayer):
         )
 
     def forward(self, hidden_states: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        """``hidden_states [..., H]`` and ``router_logits [..., E]`` with the same leading
+        dims (any number of tokens, none included) to ``[..., H]``."""
         shape = hidden_states.shape
-        x = hidden_states.reshape(-1, shape[-1])
-        weights, ids = self.route(router_logits.reshape(x.shape[0], -1))
+        tokens = shape[:-1].numel()
+        e = self.num_experts
+        if tuple(router_logits.shape) != (*shape[:-1], e) and tuple(router_logits.shape) != (
+            tokens,
+            e,
+        ):
+            raise ValueError(
+                f"FusedMoE: router_logits has shape {tuple(router_logits.shape)}; expected "
+                f"{(*shape[:-1], e)} or {(tokens, e)} for hidden_states "
+                f"{tuple(shape)} and {e} experts"
+            )
+        x = hidden_states.reshape(tokens, shape[-1])
+        weights, ids = self.route(router_logits.reshape(tokens, e))
         y = ops.fused_experts(
             x,
             self.w13_weight,

@@ -11,8 +11,8 @@ validator runs on every eager call). A non-tensor where a tensor is expected sho
 an ``AttributeError`` in a condition; the validator turns it into a ``TypeError`` with
 `not_tensors`.
 
-Only metadata is read, except `check_position_values`, which reads position values when
-that is cheap and safe (see `values_readable`).
+Only metadata is read, except `check_position_values` and `check_index_values`, which read
+position or index values when that is cheap and safe (see `values_readable`).
 """
 
 from __future__ import annotations
@@ -64,11 +64,18 @@ def _tensor(op: str, arg: str, t: object) -> torch.Tensor:
 
 def not_tensors(op: str, **named: object) -> None:
     """A condition met an object without tensor attributes: raise a ``TypeError`` naming
-    the first of ``named`` (``None`` allowed) that is not a tensor; return when all are
-    (the caller re-raises what it caught)."""
+    the first of ``named`` (``None`` allowed: pass optional arguments here) that is not a
+    tensor; return when all are (the caller re-raises what it caught)."""
     for arg, value in named.items():
         if value is not None:
             _tensor(op, arg, value)
+
+
+def required_tensors(op: str, **named: object) -> None:
+    """`not_tensors` for required arguments: ``None`` is not a tensor either, so a
+    ``None`` in a required slot is a ``TypeError`` naming it, not an ``AttributeError``."""
+    for arg, value in named.items():
+        _tensor(op, arg, value)
 
 
 def bad_float(
@@ -82,8 +89,13 @@ def bad_float(
             arg,
             f"dtype {_dt(t)} is not supported; expected float16, bfloat16, float32 or float64",
         )
-    expected = f"at least {min_dim}" if max_dim is None else f"{min_dim} to {max_dim}"
-    fail(op, arg, f"has {t.dim()} dims (shape {tuple(t.shape)}); expected {expected}")
+    if max_dim is None:
+        expected = f"at least {min_dim}"
+    elif max_dim == min_dim:
+        expected = f"{min_dim}"
+    else:
+        expected = f"{min_dim} to {max_dim}"
+    fail(op, arg, f"has {t.dim()} dims (shape {tuple(t.shape)}); expected {expected} dims")
 
 
 def bad_like(
@@ -272,16 +284,30 @@ def values_readable(t: torch.Tensor) -> bool:
     )
 
 
+def _value_range(t: torch.Tensor) -> tuple[int, int]:
+    """``(min, max)`` of a non-empty integer tensor whose values are readable."""
+    if t.numel() <= 64:  # a list beats a reduction for the few tokens of a decode step
+        values = t.reshape(-1).tolist()
+        return min(values), max(values)
+    lo, hi = torch.aminmax(t)
+    return int(lo), int(hi)
+
+
+def check_index_values(op: str, arg: str, t: torch.Tensor, bound: int, of: str) -> None:
+    """The integers of ``t`` lie in ``[0, bound)`` (``of`` names what they index); read only
+    when `values_readable` (a plain CPU tensor): on a device, reading them would
+    synchronise it on every call."""
+    if t.numel() and values_readable(t):
+        lo, hi = _value_range(t)
+        if lo < 0 or hi >= bound:
+            bad = hi if hi >= bound else lo
+            fail(op, arg, f"holds {bad}, outside {of} [0, {bound})")
+
+
 def check_position_values(op: str, positions: torch.Tensor, cache: torch.Tensor) -> None:
     """Positions lie in ``[0, cache rows)``; read only when `values_readable`."""
-    n = positions.numel()
-    if n and values_readable(positions):
-        if n <= 64:  # a list beats a reduction for the few tokens of a decode step
-            values = positions.reshape(-1).tolist()
-            lo, hi = min(values), max(values)
-        else:
-            lo_t, hi_t = torch.aminmax(positions)
-            lo, hi = int(lo_t), int(hi_t)
+    if positions.numel() and values_readable(positions):
+        lo, hi = _value_range(positions)
         max_pos = cache.shape[0]
         if lo < 0 or hi >= max_pos:
             bad = hi if hi >= max_pos else lo

@@ -12,7 +12,8 @@ lists token ``t``'s ``k`` experts in descending order of score.
   (``b = s`` without a bias). The ``E`` experts form ``num_expert_group`` groups of
   consecutive ids; a group's score is the sum of its two largest ``b`` with a bias, its
   largest ``b`` without. The ``topk_group`` best groups are kept and the ids are the
-  ``topk`` largest ``b`` among their experts; the weights are ``s`` (never the bias) at
+  ``topk`` largest ``b`` among their experts (only theirs, even where their ``b`` is
+  ``-inf``: a dropped group's expert is never chosen); the weights are ``s`` (never the bias) at
   those ids, divided by their sum when ``renormalize``, then times
   ``routed_scaling_factor``.
 
@@ -33,8 +34,8 @@ topk_ids [T, k], activation, apply_router_weight_on_input)** returns ``[T, H]`` 
 With ``apply_router_weight_on_input`` (top-1 models) the weight scales ``x[t]`` before the
 experts instead. Everything is computed in float32 (float64 for float64 inputs) and rounded
 once: the intermediate ``act(g) * u`` is not rounded to the input dtype. Ids must lie in
-``[0, E)`` (not checked: reading them would synchronise the device); an expert no token
-chose costs nothing.
+``[0, E)``: the validator checks them on CPU tensors only (on a device, reading them would
+synchronise it on every call); an expert no token chose costs nothing.
 
 **Tolerances.** The ids are integers and compared exactly. The routers' weights are
 float32 softmax or sigmoid values: a kernel's ``exp`` may differ from torch's by a few
@@ -129,10 +130,14 @@ def grouped_topk(
         grouped = select.view(tokens, num_expert_group, per_group)
         group_scores = grouped.topk(min(2, per_group), dim=-1).values.sum(dim=-1)
     groups = descending_ids(group_scores, topk_group)
-    keep = torch.zeros(tokens, num_expert_group, dtype=torch.bool, device=logits.device)
-    keep.scatter_(1, groups, True)
-    keep = keep.repeat_interleave(per_group, dim=1)
-    ids = descending_ids(select.masked_fill(~keep, float("-inf")), topk)
+    # The top-k is taken among the kept groups' experts only, listed in increasing id order
+    # (so the stable sort's ties still go to the lower id). Masking the dropped experts to
+    # -inf instead would not exclude them: a kept expert may be -inf too, and a dropped one
+    # of lower id would win the tie.
+    first = groups.sort(dim=-1).values * per_group
+    offsets = torch.arange(per_group, device=logits.device)
+    kept = (first.unsqueeze(-1) + offsets).reshape(tokens, topk_group * per_group)
+    ids = kept.gather(-1, descending_ids(select.gather(-1, kept), topk))
     return _finish(scores.gather(-1, ids), ids, renormalize, routed_scaling_factor)
 
 
@@ -201,7 +206,7 @@ def _validate_topk_softmax(gating_output, topk, renormalize):
         if gating_output.dtype not in _FLOAT or gating_output.ndim != 2:
             _bad_logits(op, gating_output)
     except AttributeError:
-        c.not_tensors(op, gating_output=gating_output)
+        c.required_tensors(op, gating_output=gating_output)
         raise
     if not (_int_ok(topk) and topk <= gating_output.shape[1]):
         c.bad_positive_int(op, "topk", topk, at_most=gating_output.shape[1], of="the experts")
@@ -238,7 +243,8 @@ def _validate_grouped_topk(
                 f"{e_score_correction_bias.device}",
             )
     except AttributeError:
-        c.not_tensors(op, gating_output=gating_output, bias=e_score_correction_bias)
+        c.required_tensors(op, gating_output=gating_output)
+        c.not_tensors(op, e_score_correction_bias=e_score_correction_bias)
         raise
     if not (_int_ok(num_expert_group) and experts % num_expert_group == 0):
         if not _int_ok(num_expert_group):
@@ -285,18 +291,31 @@ def _validate_fused_experts(
         want = (experts, hidden, two_i // 2)
         if not (w2.dtype is x.dtype and w2.shape == want and w2.device == x.device):
             c.fail(op, "w2", _what(w2, f"{x.dtype} {list(want)} (w13 is {list(w13.shape)})"))
-        if not (topk_ids.dtype in _ID_SET and topk_ids.ndim == 2 and topk_ids.shape[0] == tokens):
+        if not (
+            topk_ids.dtype in _ID_SET
+            and topk_ids.ndim == 2
+            and topk_ids.shape[0] == tokens
+            and topk_ids.device == x.device
+        ):
             c.fail(op, "topk_ids", _what(topk_ids, f"int32/int64 [{tokens}, k]"))
         if not (
             topk_weights.dtype in _FLOAT
             and topk_weights.shape == topk_ids.shape
             and topk_weights.device == x.device
-            and topk_ids.device == x.device
         ):
             c.fail(op, "topk_weights", _what(topk_weights, f"float {list(topk_ids.shape)}"))
+        # The ids' values only where reading them is free (a plain CPU tensor): on a device
+        # it would synchronise every call, so GPU ids stay unchecked.
+        c.check_index_values(op, "topk_ids", topk_ids, experts, f"the {experts} experts")
     except AttributeError:
-        c.not_tensors(op, hidden_states=hidden_states, w13=w13, w2=w2, topk_ids=topk_ids)
-        c.not_tensors(op, topk_weights=topk_weights)
+        c.required_tensors(
+            op,
+            hidden_states=hidden_states,
+            w13=w13,
+            w2=w2,
+            topk_weights=topk_weights,
+            topk_ids=topk_ids,
+        )
         raise
     if activation not in ACTIVATIONS:
         c.fail(op, "activation", f"is {activation!r}; expected 'silu' or 'gelu'")

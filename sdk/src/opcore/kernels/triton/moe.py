@@ -6,8 +6,9 @@ the softmax (or sigmoid) in fp32 and runs ``k`` rounds of argmax *on the logits*
 op's tie rule (the lowest id among the largest untaken values wins), so the ids are the
 native ids exactly; the weights are the scores at those ids, renormalized (and scaled).
 ``grouped_topk`` first scores the groups (the largest logit of each), keeps the
-``topk_group`` best (ties to the lower group id) and masks the other experts to ``-inf``
-before the same argmax rounds, as native does. With ``e_score_correction_bias`` the order
+``topk_group`` best (ties to the lower group id) and runs the same argmax rounds among
+their experts only, as native does (an expert at ``-inf`` in a kept group is chosen before
+any expert of a dropped group). With ``e_score_correction_bias`` the order
 is that of ``s + bias``, where an fp32 ``exp`` a few ULPs off torch's could swap two
 near-tied experts; the provider declines those calls (they run natively).
 
@@ -144,13 +145,18 @@ def _route_kernel(
             gid = tl.min(tl.where(cand & (gm == top[:, None]), gcols[None, :], BLOCK_G), axis=1)
             gtaken = gtaken | (gcols[None, :] == gid[:, None])
             keep = keep | (group_of[None, :] == gid[:, None])
+        # Only the kept groups' experts are candidates: masking the others to -inf alone
+        # would let a dropped expert of lower id win a tie against a kept one at -inf.
+        pickable = valid & keep
         x = tl.where(keep, x, float("-inf"))
+    else:
+        pickable = valid
     kcols = tl.arange(0, K_PAD)
     taken = valid & (cols < 0)[None, :]
     wt = tl.zeros((ROWS, K_PAD), tl.float32)
     it = tl.zeros((ROWS, K_PAD), tl.int32)
     for j in tl.static_range(TOPK):
-        cand = valid & ~taken
+        cand = pickable & ~taken
         xm = tl.where(cand, x, float("-inf"))
         top = tl.max(xm, axis=1)
         idx = tl.min(tl.where(cand & (xm == top[:, None]), cols[None, :], BLOCK_E), axis=1)
