@@ -360,6 +360,60 @@ SWEEP_OPS = (
 )
 
 
+# `silu_and_mul_fp8_quant`'s output tiles timed by ``--sweep`` (columns, rows, warps), at
+# intermediate 14336: the heuristic's (`_launch.elementwise_params`: 2048 x 2 on 8 warps),
+# the gated activation's tile (`_launch.gated_params`: 1024 x 2 on 8 warps) and neighbours.
+SWEEP_GATED = (
+    (2048, 2, 8),
+    (1024, 2, 8),
+    (1024, 1, 4),
+    (2048, 1, 8),
+    (1024, 4, 8),
+    (2048, 1, 4),
+    (512, 4, 4),
+    (2048, 2, 16),
+)
+
+
+def sweep_gated(timer, tokens: int, inter: int, reps: int, copy_bw: float, device) -> list[dict]:
+    """`silu_and_mul_fp8_quant` (the fused kernel behind torch.compile on the H100 run of
+    2026-12-05) under each of `SWEEP_GATED` (`quant.static_launch`): time, % of copy and
+    fp8 codes that differ from the heuristic's output (an elementwise kernel: none may)."""
+    from opcore.ir import ops
+    from opcore.kernels.triton import quant
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(tokens, 2 * inter, generator=g).to(device, torch.bfloat16)
+    s = torch.tensor([0.02], device=device)
+    fn = ops.silu_and_mul_fp8_quant.impls["triton"].functional
+    base = _codes(_tensors(fn(x, s))[0])
+    rows = []
+    for block_c, n_rows, warps in SWEEP_GATED:
+        row = {"case": "silu_and_mul_fp8_quant", "tokens": tokens, "block_c": block_c,
+               "rows": n_rows, "num_warps": warps}  # fmt: skip
+        try:
+            with quant.static_launch(block_c, n_rows, warps):
+                codes = _codes(_tensors(fn(x, s))[0])
+                t = timer(lambda: fn(x, s), reps)
+        except Exception as exc:  # a configuration that fails to build: recorded
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+            print(f"sweep silu_and_mul_fp8_quant {block_c}x{n_rows} warps={warps} {row['error']}")
+            continue
+        row.update(
+            us=t * 1e6,
+            pct_copy=100 * 5 * tokens * inter / t / copy_bw,
+            codes_off=int((codes != base).sum()),
+            peak_codes=int((codes - base).abs().max()),
+        )
+        rows.append(row)
+        print(
+            f"sweep silu_and_mul_fp8_quant {block_c:5d} x {n_rows} warps={warps:2d} "
+            f"{row['us']:8.1f} us ({row['pct_copy']:5.1f} % copy), {row['codes_off']} codes off"
+        )
+    return rows
+
+
 def sweep(timer, tokens: int, hidden: int, reps: int, copy_bw: float, device) -> list[dict]:
     """Each of `SWEEP_OPS` (no residual: the two fused kernels that missed 85 % of copy on
     the first H200 run, and the plain per-token quant on the same kernel) under each of
@@ -505,6 +559,7 @@ def bench(
         if save is not None:  # the table so far, in case the sweep runs out of time
             save(result)
         result["sweep"] = sweep(timer, max(token_counts), hidden, reps, copy_bw, device)
+        result["sweep_gated"] = sweep_gated(timer, max(token_counts), inter, reps, copy_bw, device)
     return result
 
 
@@ -567,6 +622,24 @@ def _markdown(result: dict) -> str:
                 f"| {r['case']} | {r['tokens']} | {r['rows']} | {r['num_warps']} | "
                 f"{r['us']:.1f} | {r['pct_copy']:.1f} | {r['codes_off']} ({r['peak_codes']}) |"
             )
+    if result.get("sweep_gated"):
+        lines += [
+            "",
+            "Output tiles of `silu_and_mul_fp8_quant` (`quant.static_launch`; the heuristic: "
+            "2048 columns x 2 rows, 8 warps at intermediate 14336):",
+            "",
+            "| tokens | columns | rows | warps | us | % copy | codes off (peak) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in result["sweep_gated"]:
+            head = f"| {r['tokens']} | {r['block_c']} | {r['rows']} | {r['num_warps']} | "
+            if "error" in r:
+                lines.append(head + f"{r['error']} | | |")
+            else:
+                lines.append(
+                    head + f"{r['us']:.1f} | {r['pct_copy']:.1f} | "
+                    f"{r['codes_off']} ({r['peak_codes']}) |"
+                )
     errors = [r for r in result["rows"] if "compile_error" in r]
     for r in errors:
         lines.append(f"\ntorch.compile failed for {r['case']} (T={r['tokens']}): "

@@ -418,3 +418,27 @@ else:
                 quant.rms_norm_static_fp8_quant(
                     torch.randn(2, 16384), torch.ones(16384), 1e-6, torch.ones(1)
                 )
+
+    def test_static_launch_changes_the_tiles_not_the_codes():
+        """`quant.static_launch` (the bench's output-tile sweep) runs the elementwise kernels
+        on other tiles: an elementwise kernel's codes are the same bits under any tile,
+        including tiles wider than the row and row blocks that end masked; bad settings are
+        refused by name."""
+        g = torch.Generator().manual_seed(4)
+        x = torch.randn(5, 2 * 96, generator=g).to(torch.bfloat16)
+        s = torch.tensor([0.02])
+        for name, args in [("silu_and_mul_fp8_quant", (x, s)), ("scaled_fp8_quant", (x, s))]:
+            fn = getattr(quant, name)
+            want = fn(*args).view(torch.uint8)
+            for tile in [(32, 4, 1), (256, 1, 2), (64, 2, 4)]:
+                with quant.static_launch(*tile):
+                    got = fn(*args).view(torch.uint8)
+                assert torch.equal(got, want), (name, tile)
+        for bad, what in [
+            ((96, 1, 1), "block_c"),
+            ((64, 3, 1), "rows"),
+            ((64, 1, 64), "num_warps"),
+        ]:
+            with pytest.raises(ValueError, match=f"static_launch: {what} must be a power of two"):
+                with quant.static_launch(*bad):
+                    pass

@@ -257,7 +257,7 @@ def _static(x: torch.Tensor, scale: torch.Tensor, gated: bool, what: str) -> tor
     if n_rows == 0:
         return q
     stride = require_row_stride(x, what)
-    block_c, rows, warps = _launch.elementwise_params(n_rows, d)
+    block_c, rows, warps = _static_launch[0] or _launch.elementwise_params(n_rows, d)
     grid = (_launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c))
     _bound.launch(
         _static_kernel,
@@ -276,6 +276,35 @@ def _static(x: torch.Tensor, scale: torch.Tensor, gated: bool, what: str) -> tor
         num_warps=warps,
     )
     return q
+
+
+_static_launch: list[tuple[int, int, int] | None] = [None]  # static_launch's setting
+
+
+@contextlib.contextmanager
+def static_launch(block_c: int, rows: int, num_warps: int) -> Iterator[None]:
+    """Within the block, the elementwise kernels (`scaled_fp8_quant`,
+    `silu_and_mul_fp8_quant`) take ``[rows, block_c]`` output tiles on ``num_warps`` warps
+    instead of `_launch.elementwise_params`' choice: to measure launch configurations on a
+    device (``bench/fp8_kernels.py bench --sweep``). Each a power of two, ``block_c`` at
+    most 16384, ``rows`` and ``num_warps`` at most 32. Not thread-safe."""
+    for name, v, cap in (
+        ("block_c", block_c, 16384),
+        ("rows", rows, 32),
+        ("num_warps", num_warps, 32),
+    ):
+        _check_pow2("static_launch", name, v, cap)
+    before = _static_launch[0]
+    _static_launch[0] = (block_c, rows, num_warps)
+    try:
+        yield
+    finally:
+        _static_launch[0] = before
+
+
+def _check_pow2(what: str, name: str, v: object, cap: int) -> None:
+    if not isinstance(v, int) or v < 1 or v & (v - 1) or v > cap:
+        raise ValueError(f"{what}: {name} must be a power of two in 1..{cap}, got {v!r}")
 
 
 def scaled_fp8_quant(x, scale):
@@ -465,8 +494,7 @@ def row_launch(rows: int, num_warps: int) -> Iterator[None]:
     configurations on a device (``bench/fp8_kernels.py sweep``). Both must be powers of
     two (Triton's layouts need them), ``rows * BLOCK_N <= 16384``. Not thread-safe."""
     for name, v in (("rows", rows), ("num_warps", num_warps)):
-        if not isinstance(v, int) or v < 1 or v & (v - 1) or v > 32:
-            raise ValueError(f"row_launch: {name} must be a power of two in 1..32, got {v!r}")
+        _check_pow2("row_launch", name, v, 32)
     before = _row_launch[0]
     _row_launch[0] = (rows, num_warps)
     try:
