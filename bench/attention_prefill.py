@@ -17,7 +17,13 @@ pages scattered at random over the cache), the same queries, keys and values thr
   themselves, or an MHA model, would time. ``ratio_vs_best_sdpa`` compares with the faster
   of the two flash forms;
 - ``sdpa_gather``: the gather of K/V from the same pages into contiguous tensors, then the
-  same SDPA call (the gather is timed).
+  same SDPA call (the gather is timed);
+- ``sdpa_cudnn``: the ``sdpa_flash`` call restricted to cuDNN's attention backend instead
+  (with K/V repeated to every head where cuDNN refuses ``enable_gqa``; the repeat not
+  timed), and ``sdpa_default``: the call with no backend restriction, as a user who never
+  picks one gets it. A backend the device or build refuses is recorded as refused. The
+  ratio to the best SDPA (``ratio_vs_best_sdpa``) takes the fastest of every SDPA form
+  timed.
 
 TFLOP/s counts the causal part only: ``4 * heads * head_size * sum_i visible(i)`` with
 ``visible(i) = ctx - q_len + i + 1``. Each provider is timed with
@@ -49,7 +55,16 @@ import statistics
 import sys
 import time
 
-PROVIDERS = ("paged_prefill", "legacy", "sdpa_flash", "sdpa_flash_mha", "sdpa_gather")
+PROVIDERS = (
+    "paged_prefill",
+    "legacy",
+    "sdpa_flash",
+    "sdpa_flash_mha",
+    "sdpa_gather",
+    "sdpa_cudnn",
+    "sdpa_default",
+)
+SDPA_DENSE = ("sdpa_flash", "sdpa_flash_mha", "sdpa_cudnn", "sdpa_default")
 
 
 def _device() -> str:
@@ -169,6 +184,7 @@ class Problem:
         self.v4 = self.v.transpose(1, 2)
         self.device = device
         self.sdpa_path = None
+        self.cudnn_form = "not timed"
 
     def paged(self, impl):
         return lambda: impl.forward(self.q, self.cache, self.metadata, out=self.out)
@@ -186,45 +202,68 @@ class Problem:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
                                               enable_gqa=True)  # fmt: skip
 
-    def sdpa(self, gather: bool, mha: bool = False):
+    def sdpa(self, gather: bool, mha: bool = False, backend: str = "flash"):
+        """The SDPA callable of one form; ``backend``: "flash", "cudnn" or "default" (no
+        restriction). ``None`` where the device refuses that backend."""
         import torch
 
-        if mha:
+        def expanded():
             g = self.row["heads"] // self.row["kv_heads"]
-            k_mha = self.k4.repeat_interleave(g, dim=1).contiguous()
-            v_mha = self.v4.repeat_interleave(g, dim=1).contiguous()
+            return (self.k4.repeat_interleave(g, dim=1).contiguous(),
+                    self.v4.repeat_interleave(g, dim=1).contiguous())  # fmt: skip
+
+        kv = expanded() if mha else (self.k4, self.v4)
 
         def dense():
-            if mha:
-                return self._sdpa(self.q4, k_mha, v_mha)
-            return self._sdpa(self.q4, self.k4, self.v4)
+            return self._sdpa(self.q4, *kv)
 
         def gathered():
             b, ctx = self.row["batch"], self.row["ctx"]
-            kv, d = self.row["kv_heads"], self.row["head_size"]
+            n_kv, d = self.row["kv_heads"], self.row["head_size"]
             t = self.table.long()
-            k = self.cache[0][t].view(b, -1, kv, d)[:, :ctx].transpose(1, 2)
-            v = self.cache[1][t].view(b, -1, kv, d)[:, :ctx].transpose(1, 2)
+            k = self.cache[0][t].view(b, -1, n_kv, d)[:, :ctx].transpose(1, 2)
+            v = self.cache[1][t].view(b, -1, n_kv, d)[:, :ctx].transpose(1, 2)
             return self._sdpa(self.q4, k, v)
 
         fn = gathered if gather else dense
         if self.device != "cuda":
-            self.sdpa_path = "default (no flash on this device)"
+            if backend == "flash":
+                self.sdpa_path = "default (no flash on this device)"
+            return fn if backend != "cudnn" else None
+        if backend == "default":
             return fn
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        def flash():
-            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        chosen = SDPBackend.FLASH_ATTENTION if backend == "flash" else SDPBackend.CUDNN_ATTENTION
+
+        def restricted(fn=fn):
+            with sdpa_kernel([chosen]):
                 return fn()
 
         try:
-            flash()
-            self.sdpa_path = "flash"
-            return flash
+            restricted()
         except RuntimeError as exc:
-            self.sdpa_path = f"default (flash refused: {str(exc).splitlines()[0][:120]})"
             torch.cuda.synchronize()
-            return fn
+            if backend == "flash":
+                self.sdpa_path = f"default (flash refused: {str(exc).splitlines()[0][:120]})"
+                return fn
+            if mha or gather:
+                return None
+            # cuDNN without enable_gqa support: K/V expanded to every head (not timed).
+            kv = expanded()
+            self.cudnn_form = "K/V expanded"
+            try:
+                restricted(dense)
+            except RuntimeError:
+                torch.cuda.synchronize()
+                self.cudnn_form = f"refused: {str(exc).splitlines()[0][:120]}"
+                return None
+            return lambda: restricted(dense)
+        if backend == "flash":
+            self.sdpa_path = "flash"
+        else:
+            self.cudnn_form = "enable_gqa"
+        return restricted
 
 
 def measure_row(row: dict, device: str, time_fn) -> dict:
@@ -240,7 +279,14 @@ def measure_row(row: dict, device: str, time_fn) -> dict:
             got = fn().float()
             rec[f"{name}_max_abs_err"] = float((got - ref).abs().max())
         else:
-            fn = p.sdpa(name == "sdpa_gather", mha=name == "sdpa_flash_mha")
+            backend = {"sdpa_cudnn": "cudnn", "sdpa_default": "default"}.get(name, "flash")
+            fn = p.sdpa(name == "sdpa_gather", mha=name == "sdpa_flash_mha", backend=backend)
+            if fn is None:
+                rec["providers"][name] = None
+                continue
+            if name != "sdpa_gather":
+                got = fn().transpose(1, 2).reshape(p.q.shape).float()
+                rec[f"{name}_max_abs_err"] = float((got - ref).abs().max())
         med, q25, q75 = time_fn(fn)
         rec["providers"][name] = {
             "ms": med,
@@ -252,10 +298,12 @@ def measure_row(row: dict, device: str, time_fn) -> dict:
             "tflops_q25": flops / (q75 * 1e-3) / 1e12,
         }
     rec["sdpa_path"] = p.sdpa_path
+    rec["cudnn_form"] = p.cudnn_form
     prov = rec["providers"]
     rec["ratio_vs_flash"] = prov["paged_prefill"]["tflops"] / prov["sdpa_flash"]["tflops"]
-    best = max(prov["sdpa_flash"]["tflops"], prov["sdpa_flash_mha"]["tflops"])
-    rec["ratio_vs_best_sdpa"] = prov["paged_prefill"]["tflops"] / best
+    best_name = max((n for n in SDPA_DENSE if prov[n]), key=lambda n: prov[n]["tflops"])
+    rec["best_sdpa"] = best_name
+    rec["ratio_vs_best_sdpa"] = prov["paged_prefill"]["tflops"] / prov[best_name]["tflops"]
     rec["ratio_vs_legacy"] = prov["paged_prefill"]["tflops"] / prov["legacy"]["tflops"]
     del p
     if device == "cuda":
@@ -441,6 +489,8 @@ def env_line(device: str) -> str:
 
 def _cell(rec: dict, name: str) -> str:
     r = rec["providers"][name]
+    if r is None:
+        return "refused"
     return f"{r['tflops']:.3g} [{r['tflops_q25']:.3g}-{r['tflops_q75']:.3g}]"
 
 
@@ -451,19 +501,22 @@ def markdown(result: dict) -> str:
         result["env"],
         "",
         "TFLOP/s (causal part), median [quartiles]; ratio = paged_prefill / sdpa_flash; "
-        "vs best = paged_prefill / the faster of sdpa_flash and sdpa_flash_mha.",
+        "vs best = paged_prefill / the fastest dense SDPA form (flash, flash over expanded "
+        "K/V, cuDNN, default selection; which one in the best column).",
         "",
         "| batch x q_len / ctx | heads | d | dtype | block | paged_prefill | legacy | "
-        "sdpa_flash | sdpa_flash_mha | sdpa_gather | ratio | vs best | vs legacy | err |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "sdpa_flash | sdpa_flash_mha | sdpa_gather | sdpa_cudnn | sdpa_default | ratio | "
+        "vs best | best | vs legacy | err |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {r['batch']}x{r['q_len']} / {r['ctx']} | {r['heads']}/{r['kv_heads']} | "
             f"{r['head_size']} | {r['dtype']} | {r['block_size']} | {_cell(r, 'paged_prefill')} "
             f"| {_cell(r, 'legacy')} | {_cell(r, 'sdpa_flash')} | {_cell(r, 'sdpa_flash_mha')} "
-            f"| {_cell(r, 'sdpa_gather')} | {r['ratio_vs_flash']:.2f} | "
-            f"{r['ratio_vs_best_sdpa']:.2f} | {r['ratio_vs_legacy']:.2f} | "
+            f"| {_cell(r, 'sdpa_gather')} | {_cell(r, 'sdpa_cudnn')} | "
+            f"{_cell(r, 'sdpa_default')} | {r['ratio_vs_flash']:.2f} | "
+            f"{r['ratio_vs_best_sdpa']:.2f} | {r['best_sdpa']} | {r['ratio_vs_legacy']:.2f} | "
             f"{r['paged_prefill_max_abs_err']:.1e} |"
         )
     if result.get("not_measured"):
@@ -478,7 +531,8 @@ def markdown(result: dict) -> str:
             f"mixed / (decode + prefill) = {m['mixed_over_parts']:.2f}",
         ]
     paths = sorted({r["sdpa_path"] for r in result["rows"]})
-    lines += ["", f"SDPA path: {'; '.join(paths)}"]
+    forms = sorted({r["cudnn_form"] for r in result["rows"]})
+    lines += ["", f"SDPA path: {'; '.join(paths)}; cuDNN form: {'; '.join(forms)}"]
     return "\n".join(lines) + "\n"
 
 

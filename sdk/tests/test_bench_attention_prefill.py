@@ -30,17 +30,23 @@ def test_prefill_bench_quick_runs_on_the_cpu(tmp_path):
     }
     for r in rows:
         assert set(r["providers"]) == {
-            "paged_prefill", "legacy", "sdpa_flash", "sdpa_flash_mha", "sdpa_gather"
+            "paged_prefill", "legacy", "sdpa_flash", "sdpa_flash_mha", "sdpa_gather",
+            "sdpa_cudnn", "sdpa_default",
         }  # fmt: skip
+        # No cuDNN on the CPU: recorded as refused, never timed as something else.
+        assert r["providers"]["sdpa_cudnn"] is None
         assert r["ratio_vs_best_sdpa"] <= r["ratio_vs_flash"]
-        for p in r["providers"].values():
+        assert r["best_sdpa"] in ("sdpa_flash", "sdpa_flash_mha", "sdpa_default")
+        for p in (p for p in r["providers"].values() if p is not None):
             assert p["ms"] > 0 and p["tflops_q25"] <= p["tflops"] <= p["tflops_q75"]
         tol = 3e-2 if r["dtype"] == "bfloat16" else 3e-3
         assert r["paged_prefill_max_abs_err"] < tol, r
         assert r["legacy_max_abs_err"] < tol, r
+        assert r["sdpa_default_max_abs_err"] == 0.0, r  # the reference is the same call
     assert result["mixed"]["decode_rows"] == 3 and result["mixed"]["mixed"]["ms"] > 0
     md = (tmp_path / "attention_prefill.md").read_text()
     assert "| 1x64 / 200 | 4/2 | 64 | float16 | 16 |" in md
+    assert "cuDNN form: not timed" in md
 
 
 def test_prefill_sweep_quick_times_todays_choice(tmp_path):
