@@ -8,6 +8,8 @@
 #   CONF_ARGS    extra arguments for every shard (say --full)
 #   CONF_PLATFORM the platform (default cuda; cpu for a plumbing check here)
 #   CONF_SHARDS  other op groups, ';' between shards (say "rms_norm;silu_and_mul,gelu_and_mul")
+#   ATT_FULL_SHARDS=N also runs the attention backends' full grid (bench/attention_decode.py's
+#                conformance on the GPU) in N more processes at the same time, into att<i>/
 # Results: $OUT/conformance_sharded/<shard>/conformance.{md,jsonl}, summary.md.
 set -u
 dir="$OUT/conformance_sharded"; mkdir -p "$dir"
@@ -33,6 +35,11 @@ for i in "${!shards[@]}"; do
   conf --ops "${shards[$i]}" --report-dir "$dir/s$i" >"$dir/s$i.log" 2>&1 & pids+=($!)
 done
 conf --checks attention --report-dir "$dir/attention" >"$dir/attention.log" 2>&1 & pids+=($!)
+n_att=${ATT_FULL_SHARDS:-0}
+for ((i = 0; i < n_att; i++)); do
+  timeout -k 5 "$limit" python3 bench/attention_decode.py --skip bench,sweep --shard "$i/$n_att" \
+    --out "$dir/att$i" >"$dir/att$i.log" 2>&1 & pids+=($!)
+done
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 echo "== done $(date -u +%T)"
@@ -48,5 +55,11 @@ echo "== done $(date -u +%T)"
   for i in "${!shards[@]}"; do row "s$i" "${shards[$i]}"; done
   row attention "(attention backends)"
 } | tee "$dir/summary.md"
+if [ "$n_att" -gt 0 ]; then
+  echo "attention full grid, $n_att processes:"
+  grep -h "conformance on cuda" "$dir"/att*.log | tee -a "$dir/summary.md"
+  [ "$(grep -l "conformance on cuda" "$dir"/att*.log | wc -l)" -eq "$n_att" ] \
+    || echo "attention full grid: a process did not finish" | tee -a "$dir/summary.md"
+fi
 grep -h -E "^(FAIL|ERROR)|rerun" "$dir"/*.log | head -40
 exit $status
