@@ -86,7 +86,8 @@ def test_native_declared_properties_hold_on_the_cpu(records):
 
 def test_attention_property_checks_on_the_cpu(tmp_path, run_suite, read_statuses):
     """TORCH_NATIVE (the cpu platform's candidate) declares batch_invariant and
-    deterministic for decode batches: both checked and holding; capture is n/a."""
+    deterministic: both checked and holding on decode batches and on mixed ones (decode
+    rows, whole prompts and chunks over a prefix together); capture is n/a."""
     report_dir = tmp_path / "reports"
     proc = run_suite(
         [
@@ -103,8 +104,13 @@ def test_attention_property_checks_on_the_cpu(tmp_path, run_suite, read_statuses
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     recs = read_statuses(report_dir)
-    got = {(r["check"], r["provider"]): r for r in recs.values()}
-    for check in ("attention.batch_invariance", "attention.determinism"):
-        r = got[(check, "TORCH_NATIVE")]
-        assert r["status"] == "pass" and r["details"]["declared"] is True
-    assert got[("attention.capture_safety", "TORCH_NATIVE")]["status"] == "not_applicable"
+    got = {(r["check"], r["provider"], r["sample"]): r for r in recs.values()}
+    for sample in ("default", "default-mixed"):
+        for check in ("attention.batch_invariance", "attention.determinism"):
+            r = got[(check, "TORCH_NATIVE", sample)]
+            assert r["status"] == "pass" and r["details"]["declared"] is True, r
+        r = got[("attention.capture_safety", "TORCH_NATIVE", sample)]
+        assert r["status"] == "not_applicable"
+    mixed = got[("attention.batch_invariance", "TORCH_NATIVE", "default-mixed")]
+    assert mixed["id"] == "attention.batch_invariance[TORCH_NATIVE-default-bfloat16-mixed]"
+    assert mixed["details"]["sequences_checked"] == 6  # 3 probes in batches of 3 and 9

@@ -144,3 +144,60 @@ def test_triton_paged_imports_and_explains_itself_without_triton():
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "['triton is not installed']"
+
+
+MIXED_INVARIANCE = textwrap.dedent(
+    """
+    import json, torch
+    from opcore.attention import PagedAttentionMetadata
+    from opcore.attention.backends.triton_paged import TritonPagedBackend as B
+
+    # Decode rows, whole prompts and chunks over a cached prefix, each sequence run alone
+    # and inside mixed batches: with the fixed split count TRITON_PAGED declares
+    # batch_invariant, so every sequence's rows must keep their bits.
+    g = torch.Generator().manual_seed(5)
+    ctx = [70, 129, 150, 1, 64, 97]
+    q_lens = [1, 129, 33, 1, 64, 2]  # decode, prompt past a tile, chunk, ...
+    pages = [(n + 15) // 16 for n in ctx]
+    cache = B.allocate_kv_cache(sum(pages), 16, 2, 64, torch.bfloat16, "cpu")
+    cache.copy_(torch.randn(cache.shape, generator=g).to(torch.bfloat16))
+    perm = torch.randperm(sum(pages), generator=g).to(torch.int32)
+    table = torch.zeros(len(ctx), max(pages), dtype=torch.int32)
+    used = 0
+    for i, n in enumerate(pages):
+        table[i, :n] = perm[used:used + n]
+        used += n
+    queries = [torch.randn(n, 4, 64, generator=g).to(torch.bfloat16) for n in q_lens]
+    impl = B(4, 64, 2, 0.125)
+    impl.num_splits = 4
+    declared = sorted(impl.declared_properties())
+
+    def run(rows):
+        starts = [0]
+        for r in rows:
+            starts.append(starts[-1] + q_lens[r])
+        md = PagedAttentionMetadata.build(torch.tensor(starts, dtype=torch.int32),
+                                          torch.tensor([ctx[r] for r in rows], dtype=torch.int32),
+                                          table[rows].contiguous())
+        out = impl.forward(torch.cat([queries[r] for r in rows]), cache, md)
+        return [out[starts[i]:starts[i + 1]] for i in range(len(rows))]
+
+    alone = {r: run([r])[0] for r in range(len(ctx))}
+    mismatched = []
+    for rows in ([2, 0, 1], [5, 4, 3, 2, 1, 0], [1, 3, 5]):
+        for r, got in zip(rows, run(rows)):
+            if not torch.equal(got, alone[r]):
+                mismatched.append([rows, r])
+    print(json.dumps({"declared": declared, "mismatched": mismatched}))
+    """
+)
+
+
+def test_triton_paged_mixed_batches_keep_each_sequences_bits_in_the_interpreter():
+    # Issue 29's property re-check for the prefill path: the property the backend declares
+    # with a fixed split count holds when prompts, chunks and decode rows share a batch.
+    proc = run_python(MIXED_INVARIANCE, env={"TRITON_INTERPRET": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "batch_invariant" in result["declared"]
+    assert result["mismatched"] == []
