@@ -5,20 +5,19 @@ checked (performance is measured by benchmarks, not tests)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import types
 from pathlib import Path
 
 import torch
 
+from opcore.testing import scripts
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "decode_step.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("decode_step_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = scripts.load_script(SCRIPT)
     module._tiny()
     return module
 

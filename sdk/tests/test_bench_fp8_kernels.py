@@ -9,13 +9,13 @@ and here while the conformance suite passed them."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from opcore.testing import scripts
 from opcore.testing.interpreter import run_script_under_triton_interpreter
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "fp8_kernels.py"
@@ -23,10 +23,7 @@ E4M3 = torch.float8_e4m3fn
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("fp8_kernels_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return scripts.load_script(SCRIPT)
 
 
 def _fp8(bits: list[int]) -> torch.Tensor:

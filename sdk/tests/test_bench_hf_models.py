@@ -4,7 +4,6 @@ target table. Timings are not checked (performance is measured by benchmarks, no
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,16 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from opcore.testing import scripts
+
 pytest.importorskip("transformers", reason="transformers is not installed")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "hf_models.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("hf_models_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return scripts.load_script(SCRIPT)
 
 
 def test_tiny_opcore_run_writes_rows_profile_and_census(tmp_path):

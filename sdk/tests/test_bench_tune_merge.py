@@ -5,7 +5,6 @@ repeated op are refused with the part that differs named."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from opcore.testing import scripts
 from opcore.tuning import table as tt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,11 +23,7 @@ TUNE = "import sys; from opcore.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("tune_merge_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return scripts.load_script(SCRIPT)
 
 
 def tune(tmp_path: Path, name: str, ops: str) -> Path:

@@ -6,22 +6,18 @@ FlagGems peer skipped on the host CPU with its reason. Timings are not checked
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 from opcore.bench import baselines
 from opcore.cli import main
+from opcore.testing import scripts
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "tune_compare.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("tune_compare_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return scripts.load_script(SCRIPT)
 
 
 def bench_jsonl(tmp_path: Path, name: str, providers: str) -> Path:
