@@ -17,6 +17,7 @@ position or index values when that is cheap and safe (see `values_readable`).
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import NoReturn
 
@@ -286,8 +287,14 @@ def values_readable(t: torch.Tensor) -> bool:
 
 def _value_range(t: torch.Tensor) -> tuple[int, int]:
     """``(min, max)`` of a non-empty integer tensor whose values are readable."""
-    if t.numel() <= 64:  # a list beats a reduction for the few tokens of a decode step
-        values = t.reshape(-1).tolist()
+    if t.numel() <= 64 and t.dim() <= 2:
+        # A list beats a reduction for the few tokens of a decode step; tolist() of the
+        # tensor itself, as reshape(-1) first costs more than the read (0.3 against 1.1 us).
+        values = t.tolist()
+        if t.dim() == 2:
+            values = list(itertools.chain.from_iterable(values))
+        elif t.dim() == 0:
+            values = [values]
         return min(values), max(values)
     lo, hi = torch.aminmax(t)
     return int(lo), int(hi)
