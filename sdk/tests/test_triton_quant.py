@@ -442,3 +442,37 @@ else:
             with pytest.raises(ValueError, match=f"static_launch: {what} must be a power of two"):
                 with quant.static_launch(*bad):
                     pass
+
+    @pytest.mark.parametrize("forcing", ["static_launch", "row_launch"])
+    def test_a_forced_launch_does_not_outlive_its_block_in_dispatch(forcing, monkeypatch):
+        # A call through dispatch inside the block is bound (recorded, then replayed per
+        # call); without dropping the routes on exit, the same signature went on replaying
+        # the forced launch after the block, with no launch decided again.
+        from opcore.kernels.triton import _bound
+
+        grids = []
+        real = _bound.launch
+
+        def spy(kernel, grid, *args, **options):
+            grids.append(tuple(grid))
+            return real(kernel, grid, *args, **options)
+
+        monkeypatch.setattr(_bound, "launch", spy)
+        g = torch.Generator().manual_seed(6)
+        if forcing == "static_launch":
+            op, forced = ops.scaled_fp8_quant, quant.static_launch(32, 4, 1)
+            args = (torch.randn(5, 192, generator=g).to(torch.bfloat16), torch.tensor([0.02]))
+        else:
+            op, forced = ops.rms_norm_static_fp8_quant, quant.row_launch(4, 1)
+            x = torch.randn(5, 64, generator=g).to(torch.bfloat16)
+            args = (x, torch.ones(64, dtype=torch.bfloat16), 1e-6, torch.tensor([0.02]))
+        with op.set_priority(["triton", "native"]):
+            with forced:
+                op(*args)
+                op(*args)  # bound by now: replayed
+            inside = list(grids)
+            grids.clear()
+            op(*args)
+        assert inside, "the forced call launched nothing"
+        assert grids, "the call after the block replayed the forced launch"
+        assert grids[0] != inside[0]  # decided again, by the launch model

@@ -36,6 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
+from opcore.ir import invalidate_caches
 from opcore.ir.quant import MIN_SCALE as _MIN_SCALE
 from opcore.ir.quant import fp8_dtype
 from opcore.kernels.triton import _bound, _launch
@@ -294,12 +295,23 @@ def static_launch(block_c: int, rows: int, num_warps: int) -> Iterator[None]:
         ("num_warps", num_warps, 32),
     ):
         _check_pow2("static_launch", name, v, cap)
-    before = _static_launch[0]
-    _static_launch[0] = (block_c, rows, num_warps)
+    with _forcing(_static_launch, (block_c, rows, num_warps)):
+        yield
+
+
+@contextlib.contextmanager
+def _forcing(setting: list, value: tuple) -> Iterator[None]:
+    """``setting[0] = value`` within the block. Dispatch's routes are dropped on entry and
+    on exit (`opcore.ir.invalidate_caches`): a call bound inside the block would otherwise
+    keep replaying the forced launch after it, and one bound before would ignore it."""
+    before = setting[0]
+    setting[0] = value
+    invalidate_caches()
     try:
         yield
     finally:
-        _static_launch[0] = before
+        setting[0] = before
+        invalidate_caches()
 
 
 def _check_pow2(what: str, name: str, v: object, cap: int) -> None:
@@ -495,12 +507,8 @@ def row_launch(rows: int, num_warps: int) -> Iterator[None]:
     two (Triton's layouts need them), ``rows * BLOCK_N <= 16384``. Not thread-safe."""
     for name, v in (("rows", rows), ("num_warps", num_warps)):
         _check_pow2("row_launch", name, v, 32)
-    before = _row_launch[0]
-    _row_launch[0] = (rows, num_warps)
-    try:
+    with _forcing(_row_launch, (rows, num_warps)):
         yield
-    finally:
-        _row_launch[0] = before
 
 
 def _row_params(n_rows: int, n_cols: int, sms: int) -> tuple[int, int, bool, int]:
