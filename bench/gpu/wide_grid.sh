@@ -20,6 +20,7 @@ tokens=${WIDE_TOKENS:-1,8,2048,16384}
 dtype=${WIDE_DTYPE:-bfloat16}
 peers=compile,F.rms_norm,liger,flaggems
 table=${TUNE_TABLE:-$(python3 bench/gpu/shipped_table.py)}  # this GPU's shipped table
+[ -f "$table" ] || { echo "no shipped table for this GPU (TUNE_TABLE names one): stopping"; exit 1; }
 echo "== wide grid, OPCORE_TUNING=off, $dtype $(date -u +%T)"
 timeout -k 5 "${WIDE_LIMIT:-200}" env OPCORE_TUNING=off python3 -c \
   "import sys; from opcore.cli import main; sys.exit(main())" bench --ops "$ops" \
