@@ -38,10 +38,22 @@ class MergeError(ValueError):
     """The two tables cannot be merged; the message says which part differs."""
 
 
+def _each_once(ops: list[str], flag: str) -> None:
+    if not ops or len(set(ops)) != len(ops):
+        raise MergeError(f"{flag} must name each op once, got {ops}")
+
+
+def _with(base: dict[str, Any], entries: list, providers: dict, update: dict) -> dict[str, Any]:
+    """``base`` with these entries and provider identities, ``update`` appended to its
+    ``search.updates`` (its own search record stays)."""
+    search = dict(base.get("search", {}))
+    search["updates"] = [*search.get("updates", []), update]
+    return {**base, "entries": entries, "providers": providers, "search": search}
+
+
 def merge(base: dict[str, Any], new: dict[str, Any], ops: list[str]) -> dict[str, Any]:
     """The merged document (``base`` and ``new`` are parsed table documents)."""
-    if not ops or len(set(ops)) != len(ops):
-        raise MergeError(f"--ops must name each op once, got {ops}")
+    _each_once(ops, "--ops")
     for key in tt.ENVIRONMENT_KEYS:
         a, b = base["environment"].get(key), new["environment"].get(key)
         if a != b:
@@ -58,43 +70,34 @@ def merge(base: dict[str, Any], new: dict[str, Any], ops: list[str]) -> dict[str
             raise MergeError(f"the new table has no entry for {op!r}")
         if op not in new.get("providers", {}):
             raise MergeError(f"the new table records no provider identity for {op!r}")
-    entries: list[dict[str, Any]] = []
-    placed = False
-    for e in base["entries"]:
-        if e["op"] in ops:
-            if not placed:
-                entries.extend(x for x in new["entries"] if x["op"] in ops)
-                placed = True
-            continue
-        entries.append(e)
-    if not placed:
-        entries.extend(x for x in new["entries"] if x["op"] in ops)
-    out = dict(base)
-    out["entries"] = entries
-    out["providers"] = {**base.get("providers", {}), **{op: new["providers"][op] for op in ops}}
-    search = dict(base.get("search", {}))
-    search["updates"] = [*search.get("updates", []), {"replaced_ops": ops, **new["search"]}]
-    out["search"] = search
-    return out
+    fresh = [x for x in new["entries"] if x["op"] in ops]
+    # The fresh entries stand where the base's first entry of those ops stood (else last).
+    kept = [e for e in base["entries"] if e["op"] not in ops]
+    at = next((i for i, e in enumerate(base["entries"]) if e["op"] in ops), len(kept))
+    providers = {**base.get("providers", {}), **{op: new["providers"][op] for op in ops}}
+    return _with(
+        base, kept[:at] + fresh + kept[at:], providers, {"replaced_ops": ops, **new["search"]}
+    )
 
 
 def drop(base: dict[str, Any], ops: list[str], why: str) -> dict[str, Any]:
     """``base`` without the entries and provider identities of ``ops`` (each must have
     entries there), the drop recorded in ``search.updates``."""
-    if not ops or len(set(ops)) != len(ops):
-        raise MergeError(f"--drop must name each op once, got {ops}")
+    _each_once(ops, "--drop")
     if not why.strip():
         raise MergeError("--drop needs --why: the table must say why the entries went")
     for op in ops:
         if not any(e["op"] == op for e in base["entries"]):
             raise MergeError(f"the base table has no entry for {op!r}")
-    out = dict(base)
-    out["entries"] = [e for e in base["entries"] if e["op"] not in ops]
-    out["providers"] = {k: v for k, v in base.get("providers", {}).items() if k not in ops}
-    search = dict(base.get("search", {}))
-    search["updates"] = [*search.get("updates", []), {"dropped_ops": ops, "why": why}]
-    out["search"] = search
-    return out
+    entries = [e for e in base["entries"] if e["op"] not in ops]
+    providers = {k: v for k, v in base.get("providers", {}).items() if k not in ops}
+    return _with(base, entries, providers, {"dropped_ops": ops, "why": why})
+
+
+def _read(path: str) -> dict[str, Any]:
+    tt.load(path)  # a malformed table stops here, named
+    with open(path) as f:
+        return json.load(f)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,32 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if (a.new is None) == (a.drop is None) or (a.new is not None) != (a.ops is not None):
         p.error("give NEW with --ops, or --drop (with --why) alone")
-    if a.drop is not None:
-        tt.load(a.base)
-        with open(a.base) as f:
-            doc = json.load(f)
-        try:
-            dropped = drop(doc, [o for o in a.drop.split(",") if o], a.why)
-        except MergeError as exc:
-            print(f"tune_merge: {exc}", file=sys.stderr)
-            return 2
-        tt.dump(dropped, a.out or a.base)
-        gone = len(doc["entries"]) - len(dropped["entries"])
-        print(f"{a.out or a.base}: {gone} entries of {a.drop} dropped")
-        return 0
-    docs = []
-    for path in (a.base, a.new):
-        tt.load(path)  # a malformed table stops here, named
-        with open(path) as f:
-            docs.append(json.load(f))
+    base = _read(a.base)
     try:
-        merged = merge(docs[0], docs[1], [o for o in a.ops.split(",") if o])
+        if a.drop is not None:
+            ops = [o for o in a.drop.split(",") if o]
+            doc, what = drop(base, ops, a.why), "dropped"
+        else:
+            ops = [o for o in a.ops.split(",") if o]
+            doc, what = merge(base, _read(a.new), ops), f"taken from {a.new}"
     except MergeError as exc:
         print(f"tune_merge: {exc}", file=sys.stderr)
         return 2
-    tt.dump(merged, a.out or a.base)
-    replaced = sum(e["op"] in a.ops.split(",") for e in merged["entries"])
-    print(f"{a.out or a.base}: {replaced} entries of {a.ops} from {a.new}")
+    tt.dump(doc, a.out or a.base)
+    print(f"{a.out or a.base}: the entries of {','.join(ops)} {what}")
     return 0
 
 
