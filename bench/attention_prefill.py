@@ -18,10 +18,10 @@ pages scattered at random over the cache), the same queries, keys and values thr
   of the two flash forms;
 - ``sdpa_gather``: the gather of K/V from the same pages into contiguous tensors, then the
   same SDPA call (the gather is timed);
-- ``sdpa_cudnn``: the ``sdpa_flash`` call restricted to cuDNN's attention backend instead
-  (with K/V repeated to every head where cuDNN refuses ``enable_gqa``; the repeat not
-  timed), and ``sdpa_default``: the call with no backend restriction, as a user who never
-  picks one gets it. A backend the device or build refuses is recorded as refused. The
+- ``sdpa_cudnn``: the ``sdpa_flash`` call restricted to cuDNN's attention backend instead,
+  and ``sdpa_default``: the call with no backend restriction, as a user who never picks
+  one gets it. A backend the device or build refuses is recorded as refused, with the
+  reason (``cudnn_form``). The
   ratio to the best SDPA (``ratio_vs_best_sdpa``) takes the fastest of every SDPA form
   timed.
 
@@ -207,12 +207,10 @@ class Problem:
         restriction). ``None`` where the device refuses that backend."""
         import torch
 
-        def expanded():
+        kv = (self.k4, self.v4)
+        if mha:
             g = self.row["heads"] // self.row["kv_heads"]
-            return (self.k4.repeat_interleave(g, dim=1).contiguous(),
-                    self.v4.repeat_interleave(g, dim=1).contiguous())  # fmt: skip
-
-        kv = expanded() if mha else (self.k4, self.v4)
+            kv = tuple(t.repeat_interleave(g, dim=1).contiguous() for t in kv)
 
         def dense():
             return self._sdpa(self.q4, *kv)
@@ -236,7 +234,7 @@ class Problem:
 
         chosen = SDPBackend.FLASH_ATTENTION if backend == "flash" else SDPBackend.CUDNN_ATTENTION
 
-        def restricted(fn=fn):
+        def restricted():
             with sdpa_kernel([chosen]):
                 return fn()
 
@@ -244,21 +242,12 @@ class Problem:
             restricted()
         except RuntimeError as exc:
             torch.cuda.synchronize()
+            why = str(exc).splitlines()[0][:120]
             if backend == "flash":
-                self.sdpa_path = f"default (flash refused: {str(exc).splitlines()[0][:120]})"
+                self.sdpa_path = f"default (flash refused: {why})"
                 return fn
-            if mha or gather:
-                return None
-            # cuDNN without enable_gqa support: K/V expanded to every head (not timed).
-            kv = expanded()
-            self.cudnn_form = "K/V expanded"
-            try:
-                restricted(dense)
-            except RuntimeError:
-                torch.cuda.synchronize()
-                self.cudnn_form = f"refused: {str(exc).splitlines()[0][:120]}"
-                return None
-            return lambda: restricted(dense)
+            self.cudnn_form = f"refused: {why}"
+            return None
         if backend == "flash":
             self.sdpa_path = "flash"
         else:
