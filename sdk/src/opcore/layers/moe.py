@@ -224,10 +224,7 @@ class FusedMoE(PluggableLayer):
         shape = hidden_states.shape
         tokens = shape[:-1].numel()
         e = self.num_experts
-        if tuple(router_logits.shape) != (*shape[:-1], e) and tuple(router_logits.shape) != (
-            tokens,
-            e,
-        ):
+        if router_logits.shape != (*shape[:-1], e) and router_logits.shape != (tokens, e):
             raise ValueError(
                 f"FusedMoE: router_logits has shape {tuple(router_logits.shape)}; expected "
                 f"{(*shape[:-1], e)} or {(tokens, e)} for hidden_states "
