@@ -16,7 +16,8 @@ allocate the outputs and launch the compiled kernel with the call's tensors. Tha
   provider's function keeps serving that signature unbound.
 
 A replay launches through the compiled kernel's own launcher (`CompiledKernel.run`, or
-the C entry point under it when the kernel needs no scratch memory), skipping Triton's
+the C entry point under it unless the kernel needs profiling scratch; global scratch, which
+tensor descriptors made on the device need, comes from torch's allocator), skipping Triton's
 Python binder and cache lookup, with the tensors' data pointers. It launches on the
 current stream of the device the kernel was bound on (the signature fixes the tensors'
 device), and checks per call the one thing the signature does not fix: no launch hook is
@@ -27,6 +28,7 @@ same arguments, so the recording logic runs in CPU tests too.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
@@ -58,12 +60,34 @@ def empty(shape: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return t
 
 
-def launch(kernel: Any, grid: tuple, *args: Any, **options: Any) -> None:
-    """``kernel[grid](*args, **options)``, recorded during a bind."""
-    compiled = kernel[grid](*args, **options)
+def launch(
+    kernel: Any, grid: tuple, *args: Any, scratch_device: torch.device | None = None, **options: Any
+) -> None:
+    """``kernel[grid](*args, **options)``, recorded during a bind. ``scratch_device``: for
+    a kernel that asks for global scratch memory at launch (tensor descriptors made on the
+    device do), the device whose torch caching allocator serves it, here and on replay."""
+    if scratch_device is None:
+        compiled = kernel[grid](*args, **options)
+    else:
+        compiled = _with_torch_scratch(scratch_device, lambda: kernel[grid](*args, **options))
     rec = getattr(_state, "recording", None)
     if rec is not None:
         rec.launches.append((kernel, grid, args, options, compiled))
+
+
+def _with_torch_scratch(device: torch.device, fn: Callable[[], Any]) -> Any:
+    """``fn()`` with Triton's scratch allocator set to torch's on ``device``, in a copy of
+    the caller's context (an allocator the caller set stays theirs)."""
+    import triton
+
+    def scratch(size: int, alignment: int, stream: Any) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.int8, device=device)
+
+    def run() -> Any:
+        triton.set_allocator(scratch)
+        return fn()
+
+    return contextvars.copy_context().run(run)
 
 
 def binder(fn: Callable[..., Any]) -> Callable[..., tuple[Any, Callable[..., Any] | None]]:
@@ -259,23 +283,36 @@ def _allocator(spec: tuple, args: tuple) -> Callable[[tuple], torch.Tensor]:
     return lambda args: empty_strided(shape, stride, dtype=dtype, device=device)
 
 
-def _direct_launch(launcher: Any) -> Callable[..., None] | None:
+def _direct_launch(launcher: Any, device: torch.device) -> Callable[..., None] | None:
     """The C entry point under Triton's launcher object, with the launcher's own fixed
-    arguments bound, when the kernel needs no scratch memory (then the object's Python
-    wrapper only forwards); else None."""
+    arguments bound, when the kernel needs no profiling scratch memory; global scratch
+    (``grid size x CTAs x the kernel's size`` bytes, per launch) comes from torch's caching
+    allocator on ``device``, stream-ordered like the launch. Else None."""
     launch = getattr(launcher, "launch", None)
     if launch is None or not all(
-        hasattr(launcher, a) for a in ("launch_cooperative_grid", "launch_pdl")
+        hasattr(launcher, a)
+        for a in ("launch_cooperative_grid", "launch_pdl", "global_scratch_size")
     ):
         return None
-    if getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1):
+    if getattr(launcher, "profile_scratch_size", 1):
         return None
     coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+    scratch = launcher.global_scratch_size * getattr(launcher, "num_ctas", 1)
+    if not scratch:
 
-    def direct(gx, gy, gz, stream, function, meta, *values):
-        launch(gx, gy, gz, stream, function, coop, pdl, None, None, meta, None, None, None, *values)
+        def direct(gx, gy, gz, stream, function, meta, *values):
+            launch(gx, gy, gz, stream, function, coop, pdl, None, None, meta, None, None, None,
+                   *values)  # fmt: skip
 
-    return direct
+        return direct
+    empty, int8 = torch.empty, torch.int8
+
+    def direct_with_scratch(gx, gy, gz, stream, function, meta, *values):
+        buf = empty(gx * gy * gz * scratch, dtype=int8, device=device)
+        launch(gx, gy, gz, stream, function, coop, pdl, buf, None, meta, None, None, None,
+               *values)  # fmt: skip
+
+    return direct_with_scratch
 
 
 def _compiled_replay(
@@ -285,6 +322,7 @@ def _compiled_replay(
     from triton.runtime import driver
 
     bound_device = driver.active.get_current_device()
+    torch_device = torch.device(driver.active.get_active_torch_device().type, bound_device)
     stream_of = driver.active.get_current_stream
     hooks = triton.knobs.runtime
     allocs = [_allocator(spec, args) for spec in specs]
@@ -301,8 +339,16 @@ def _compiled_replay(
                 plan_subs.append((pos, kind, src[2], src[3]))
             else:
                 plan_subs.append((pos, src[0], src[1], 0))
-        launch = _direct_launch(run)
-        if launch is None:
+        launch = _direct_launch(run, torch_device)
+        if launch is None and getattr(run, "global_scratch_size", 0):
+
+            def launch(gx, gy, gz, stream, function, meta, *values, _run=run):
+                _with_torch_scratch(
+                    torch_device,
+                    lambda: _run(gx, gy, gz, stream, function, meta, None, None, None, *values),
+                )
+
+        elif launch is None:
 
             def launch(gx, gy, gz, stream, function, meta, *values, _run=run):
                 _run(gx, gy, gz, stream, function, meta, None, None, None, *values)
