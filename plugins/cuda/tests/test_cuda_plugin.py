@@ -20,6 +20,7 @@ from opcore_plugin_cuda.platform import (
     CudaPlatform,
     dtypes_for_capability,
     fp8_for_capability,
+    tensor_descriptor_copies_for_capability,
 )
 from opcore_plugin_cuda.probe import PLATFORM_CLASS, probe
 
@@ -150,6 +151,17 @@ def test_dtypes_by_capability():
     assert fp8_for_capability((8, 9)) is torch.float8_e4m3fn
     assert fp8_for_capability((9, 0)) is torch.float8_e4m3fn
     assert fp8_for_capability(None) is None
+
+
+def test_tensor_descriptor_copies_from_hopper_on():
+    # TRITON_PAGED's prefill reads key tiles through descriptors where this says the TMA
+    # copies them (sm90 on); the platform answers for a device from its capability, and
+    # a platform that says nothing keeps the pointer loads.
+    assert tensor_descriptor_copies_for_capability((9, 0)) is True
+    assert tensor_descriptor_copies_for_capability((10, 0)) is True
+    assert tensor_descriptor_copies_for_capability((8, 9)) is False
+    assert tensor_descriptor_copies_for_capability(None) is False
+    assert "tensor_descriptor_copies" in vars(CudaPlatform)
 
 
 def test_import_ir_kernels_registers_triton_on_the_six_ops():

@@ -339,6 +339,12 @@ def _device_queries(ctx, _tol) -> dict[str, Any]:
         ),
         "None or (major, minor)",
     )
+    ask(
+        "tensor_descriptor_copies(0)",
+        lambda: p.tensor_descriptor_copies(0),
+        lambda v: isinstance(v, bool),
+        "a bool",
+    )
     ask("synchronize()", p.synchronize, lambda v: True, "")
     ask("manual_seed_all(0)", lambda: p.manual_seed_all(0), lambda v: True, "")
     ask("empty_cache()", p.empty_cache, lambda v: True, "")

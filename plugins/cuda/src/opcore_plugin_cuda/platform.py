@@ -49,6 +49,11 @@ def fp8_for_capability(cap: tuple[int, int] | None) -> torch.dtype | None:
     return torch.float8_e4m3fn if cap is not None and cap >= (8, 9) else None
 
 
+def tensor_descriptor_copies_for_capability(cap: tuple[int, int] | None) -> bool:
+    """The Tensor Memory Accelerator copies descriptor tiles from sm90 (Hopper) on."""
+    return cap is not None and cap >= (9, 0)
+
+
 _CAP = nvml_min_capability()
 
 
@@ -108,6 +113,9 @@ class CudaPlatform(TorchDevicePlatform):
     # conversion Triton emits from sm89 on.
     fp8_convert_saturates = fp8_dtype is not None
     plugin_api = ("2.0", "3.0")
+
+    def tensor_descriptor_copies(self, index: int = 0) -> bool:
+        return tensor_descriptor_copies_for_capability(self.get_device_capability(index))
 
     # ------------------------------------------------------------------ hooks
     def graph_class(self) -> Any:

@@ -116,6 +116,13 @@ class Platform(abc.ABC):
         inference tensors return ``torch.no_grad()``."""
         return torch.inference_mode()
 
+    def tensor_descriptor_copies(self, index: int = 0) -> bool:
+        """Whether device ``index`` copies the tiles of Triton's tensor descriptors with
+        dedicated hardware (a bulk tile-copy engine), so a kernel that can read a tile
+        through a descriptor should (``TRITON_PAGED``'s prefill does where a page holds
+        whole key tiles). Default: ``False``, pointer loads."""
+        return False
+
     # ------------------------------------------------------------------ hooks
     def import_kernels(self) -> None:
         """Import the modules that register this platform's torch ops (custom kernels
