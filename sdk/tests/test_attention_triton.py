@@ -201,3 +201,105 @@ def test_triton_paged_mixed_batches_keep_each_sequences_bits_in_the_interpreter(
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "batch_invariant" in result["declared"]
     assert result["mismatched"] == []
+
+
+KV_DESCRIPTORS = textwrap.dedent(
+    """
+    import json, torch
+    from opcore.attention import PagedAttentionMetadata
+    from opcore.attention.backends import _triton_prefill as P
+    from opcore.attention.backends.triton_paged import TritonPagedBackend as B
+
+    # Key tiles read through tensor descriptors (pages of 64 and 128 keys) against the
+    # pointer kernel with the same tiles: a prompt past a tile, a chunk over a prefix and a
+    # decode row in one batch, spare slots NaN, a head size that pads (96 -> 128), and
+    # the sliding-window / soft-cap / non-causal variants.
+    g = torch.Generator().manual_seed(7)
+    out = {"equal": {}, "finite": {}, "auto": {}, "backend_equal": {}}
+    for page, head in ((64, 64), (128, 96), (64, 128)):
+        ctx, q_lens = [130, 150, 70], [130, 33, 1]
+        pages = [(n + page - 1) // page for n in ctx]
+        cache = B.allocate_kv_cache(sum(pages) + 1, page, 2, head, torch.bfloat16, "cpu")
+        cache.fill_(float("nan"))
+        perm = torch.randperm(sum(pages) + 1, generator=g).to(torch.int32)
+        table = torch.zeros(len(ctx), max(pages), dtype=torch.int32)
+        used = 0
+        for i, (n, c) in enumerate(zip(pages, ctx)):
+            table[i, :n] = perm[used:used + n]
+            used += n
+            for j in range(c):  # only the context's slots hold numbers
+                blk, slot = int(table[i, j // page]), j % page
+                cache[:, blk, slot] = torch.randn(2, 2, head, generator=g).to(torch.bfloat16)
+        q = torch.randn(sum(q_lens), 4, head, generator=g).to(torch.bfloat16)
+        starts = torch.tensor([0, 130, 163, 164], dtype=torch.int32)
+        md = PagedAttentionMetadata.build(starts, torch.tensor(ctx, dtype=torch.int32), table)
+        for name, window, cap, causal in (("causal", 1 << 30, 0.0, True),
+                                          ("window-cap", 40, 20.0, True),
+                                          ("noncausal", 50, 0.0, False)):
+            res = []
+            for tma in (False, True):
+                o = torch.zeros_like(q)
+                P.launch_prefill(
+                    query=q, key_cache=cache[0], value_cache=cache[1], out=o, metadata=md,
+                    num_heads=4, num_kv_heads=2, head_size=head, qk_scale=head ** -0.5 * 1.4427,
+                    window=window, softcap=cap, causal=causal, skip_decode_rows=True,
+                    interpret=True, launch=P.PrefillLaunch(128, 64, 4, 3, kv_tma=tma))
+                res.append(o)
+            key = f"page{page}-head{head}-{name}"
+            out["equal"][key] = bool(torch.equal(res[0], res[1]))
+            out["finite"][key] = bool(res[1][:163].isfinite().all())
+        # The backend asks for descriptors: its prefill takes them where the page allows.
+        out["auto"][page] = P.prefill_launch_config(head, torch.bfloat16, page, True).kv_tma
+        impl = B(4, head, 2, head ** -0.5)
+        impl.prefill_kv_descriptors = True
+        forced = torch.zeros_like(q)
+        P.launch_prefill(
+            query=q, key_cache=cache[0], value_cache=cache[1], out=forced, metadata=md,
+            num_heads=4, num_kv_heads=2, head_size=head, qk_scale=head ** -0.5 * 1.4426950408889634,
+            window=1 << 30, softcap=0.0, causal=True, skip_decode_rows=True, interpret=True,
+            # 4 heads x 2 row tiles over the interpreter's 132 stand-in multiprocessors.
+            launch=P.prefill_launch_config(head, torch.bfloat16, page, True, 8 / 132))
+        got = impl.forward(q, cache, md)
+        out["backend_equal"][page] = bool(torch.equal(got[:163], forced[:163]))
+    out["pages16_auto"] = P.prefill_launch_config(128, torch.bfloat16, 16, True).kv_tma
+    out["few_tiles_rows"] = P.prefill_launch_config(128, torch.bfloat16, 128, True, 1.9).block_m
+    out["many_tiles_rows"] = P.prefill_launch_config(128, torch.bfloat16, 128, True, 2.0).block_m
+    out["no_descriptors_auto"] = P.prefill_launch_config(128, torch.bfloat16, 128, False).kv_tma
+    cache = B.allocate_kv_cache(4, 16, 2, 64, torch.bfloat16, "cpu").zero_()
+    md = PagedAttentionMetadata.build(torch.tensor([0, 20], dtype=torch.int32),
+                                      torch.tensor([20], dtype=torch.int32),
+                                      torch.tensor([[0, 1]], dtype=torch.int32))
+    q = torch.zeros(20, 4, 64, dtype=torch.bfloat16)
+    try:
+        P.launch_prefill(
+            query=q, key_cache=cache[0], value_cache=cache[1], out=torch.empty_like(q),
+            metadata=md, num_heads=4, num_kv_heads=2, head_size=64, qk_scale=0.18,
+            window=1 << 30, softcap=0.0, causal=True, skip_decode_rows=False, interpret=True,
+            launch=P.PrefillLaunch(128, 64, 4, 3, kv_tma=True))
+        out["forced_error"] = None
+    except ValueError as exc:
+        out["forced_error"] = str(exc)
+    print(json.dumps(out))
+    """
+)
+
+
+def test_triton_paged_prefill_reads_key_tiles_through_descriptors_in_the_interpreter():
+    # Issue 29: where a page holds whole key tiles, the prefill kernel reads K and V tiles
+    # through tensor descriptors (one hardware copy each on devices whose platform says
+    # so). It must compute exactly what the pointer kernel does with the same tiles, and a
+    # whole page read must not let the NaN of spare slots into the result.
+    proc = run_python(KV_DESCRIPTORS, env={"TRITON_INTERPRET": "1"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["equal"] and all(result["equal"].values()), result["equal"]
+    assert all(result["finite"].values()), result["finite"]
+    assert result["auto"] == {"64": True, "128": True}
+    assert result["backend_equal"] == {"64": True, "128": True}
+    assert result["pages16_auto"] is False and result["no_descriptors_auto"] is False
+    # Fewer than two 128-row programs per multiprocessor (a short chunk): 64-row tiles.
+    assert (result["few_tiles_rows"], result["many_tiles_rows"]) == (64, 128)
+    assert result["forced_error"].endswith(
+        "needs a page size that is a multiple of BLOCK_N (got 16) and caches `tma_ready` "
+        "accepts"
+    )

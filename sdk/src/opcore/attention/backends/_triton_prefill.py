@@ -14,8 +14,9 @@ prompt sees the cached prefix, and its own earlier tokens)::
     out_i = sum_{j in V(i)} softmax_j(s) v_j
 
 It is evaluated with an online softmax in base 2 (``exp2``, the scale folded into
-``qk_scale = scale * log2(e)``), fp32 accumulation, one program per (query head, tile of
-``BLOCK_M`` new tokens of one sequence; `prefill_launch_config` picks the tiles).
+``qk_scale = scale * log2(e)`` and applied in the exponent's multiply-add), fp32
+accumulation, one program per (query head, tile of ``BLOCK_M`` new tokens of one sequence;
+`prefill_launch_config` picks the tiles).
 
 Key tiles (``BLOCK_N`` positions, aligned to ``BLOCK_N``) are read as whole runs of pages
 (``PAGE_MODE``):
@@ -48,7 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
-from opcore.kernels.triton import _bound
+from opcore.kernels.triton import _bound, _launch
 
 LOG2E = 1.4426950408889634
 
@@ -63,11 +64,47 @@ class PrefillLaunch:
     num_warps: int
     num_stages: int
     page_mode: int | None = None
+    kv_tma: bool = False
 
 
-def prefill_launch_config(head_size: int, dtype: torch.dtype) -> PrefillLaunch:
-    """The prefill launch for a head size and dtype (the interpreter ignores
+def prefill_launch_config(
+    head_size: int,
+    dtype: torch.dtype,
+    block_size: int = 1,
+    kv_descriptors: bool = False,
+    row_tiles_per_sm: float = float("inf"),
+) -> PrefillLaunch:
+    """The prefill launch for a head size, dtype and page size (the interpreter ignores
     warps and stages but uses the same tiles, so the CPU tests cover the GPU's tile edges).
+    ``kv_descriptors``: K and V may be read through tensor descriptors (the platform's
+    `~opcore.platforms.Platform.tensor_descriptor_copies` and `tma_ready`).
+
+    Where they may and a page holds whole 64-key tiles (a page size that is a multiple of
+    64), key tiles are read through descriptors, one copy per tile:
+
+    ===========  =======  =======  =====  ======
+    head (pad)   BLOCK_M  BLOCK_N  warps  stages
+    ===========  =======  =======  =====  ======
+    <= 128       128      64       4      3
+    > 128 (256)  128      64       8      3
+    ===========  =======  =======  =====  ======
+
+    with 64-row tiles instead where 128-row tiles would give fewer than two programs per
+    multiprocessor (``row_tiles_per_sm``: query heads x 128-row tiles per multiprocessor):
+    a short chunk over a long prefix (512 tokens, 32 heads: 128 programs on an H100's 132
+    multiprocessors) ran at 0.64-0.70x the pointer kernel's 64-row tiles with 128 rows.
+
+    From sweeps on an H100 (``--sweep --sweep-set tma``, 2026-12-06; 32/8 heads, bf16, pages
+    of 128): head size 128 442 against 357 TFLOP/s for the pointer kernel at 1 x 8192, 403
+    against 323 at 4 x 4096, 258 against 254 at 16 x 1024; 64: 360 against 327 and 203
+    against 184; 256: 506 against 445 and 290 against 292. On 8 warps head size 128 ran
+    at 342; 128-key tiles spill (141). Pages of fewer keys than a tile would need one copy
+    per page (Hopper's copies cannot gather rows): four copies of 16-key pages per tile ran
+    at 286 against the pointer kernel's 326 (1 x 8192), so those pages keep the pointers.
+    Triton's warp specialisation of the key loop did not change the time on 8 warps and
+    did not compile on 4.
+
+    Otherwise the pointer kernel:
 
     ===========  =======  =======  =====  ======
     head (pad)   BLOCK_M  BLOCK_N  warps  stages
@@ -91,6 +128,10 @@ def prefill_launch_config(head_size: int, dtype: torch.dtype) -> PrefillLaunch:
     best or within 2.5 % at every point it timed.
     """
     pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
+    if kv_descriptors and block_size % 64 == 0 and dtype != torch.float32:
+        if row_tiles_per_sm < 2:
+            return PrefillLaunch(64, 64, 4, 3, kv_tma=True)
+        return PrefillLaunch(128, 64, 4 if pad <= 128 else 8, 3, kv_tma=True)
     if pad <= 64:
         cfg = PrefillLaunch(128, 128, 4, 3)
     elif pad <= 128:
@@ -177,28 +218,43 @@ def _step(
     CAUSAL: tl.constexpr,
     SOFTCAP: tl.constexpr,
     INTERPRET: tl.constexpr,
+    KV_TMA: tl.constexpr,
 ):
     """One online-softmax step over key tile ``start .. start + BLOCK_N``. Unmasked
     (``MASKED`` False) only where every row of the tile sees every key of it."""
     kpos = start + tl.arange(0, BLOCK_N)
-    k_rows = _kv_rows(
-        bt_row, start, kpos, n_pages, block_size, stride_kb, stride_ks, BLOCK_N, PAGE_MODE, PAGE
-    )
-    v_rows = _kv_rows(
-        bt_row, start, kpos, n_pages, block_size, stride_vb, stride_vs, BLOCK_N, PAGE_MODE, PAGE
-    )
-    k_ptr = K + kv_head * stride_kh + k_rows[None, :] + d[:, None]
-    v_ptr = V + kv_head * stride_vh + v_rows[:, None] + d[None, :]
-    if MASKED:
-        k_ok = kpos < ctx
-        k = tl.load(k_ptr, mask=k_ok[None, :] & (d[:, None] < HEAD), other=0.0)
-        v = tl.load(v_ptr, mask=k_ok[:, None] & (d[None, :] < HEAD), other=0.0)
-    elif HEAD != HEAD_PAD:
-        k = tl.load(k_ptr, mask=d[:, None] < HEAD, other=0.0)
-        v = tl.load(v_ptr, mask=d[None, :] < HEAD, other=0.0)
+    if KV_TMA:
+        # The tile lies in one page (PAGE is a multiple of BLOCK_N): BLOCK_N rows of the
+        # kv head's [blocks * PAGE, HEAD] view, one descriptor copy each for K and V
+        # (columns past HEAD read as zeros).
+        row = tl.load(bt_row + start // PAGE) * PAGE + start % PAGE
+        k = tl.trans(K.load([row, 0]))
+        v = V.load([row, 0])
+        if MASKED:
+            k_ok = kpos < ctx
+            # A whole page is read: a spare slot's NaN would reach acc through p = 0 * v.
+            v = tl.where(k_ok[:, None], v, 0.0)
     else:
-        k = tl.load(k_ptr)
-        v = tl.load(v_ptr)
+        k_rows = _kv_rows(
+            bt_row, start, kpos, n_pages, block_size, stride_kb, stride_ks, BLOCK_N, PAGE_MODE,
+            PAGE,
+        )  # fmt: skip
+        v_rows = _kv_rows(
+            bt_row, start, kpos, n_pages, block_size, stride_vb, stride_vs, BLOCK_N, PAGE_MODE,
+            PAGE,
+        )  # fmt: skip
+        k_ptr = K + kv_head * stride_kh + k_rows[None, :] + d[:, None]
+        v_ptr = V + kv_head * stride_vh + v_rows[:, None] + d[None, :]
+        if MASKED:
+            k_ok = kpos < ctx
+            k = tl.load(k_ptr, mask=k_ok[None, :] & (d[:, None] < HEAD), other=0.0)
+            v = tl.load(v_ptr, mask=k_ok[:, None] & (d[None, :] < HEAD), other=0.0)
+        elif HEAD != HEAD_PAD:
+            k = tl.load(k_ptr, mask=d[:, None] < HEAD, other=0.0)
+            v = tl.load(v_ptr, mask=d[None, :] < HEAD, other=0.0)
+        else:
+            k = tl.load(k_ptr)
+            v = tl.load(v_ptr)
     if INTERPRET:
         # The interpreter computes on numpy, which has no bf16: do the math in fp32.
         k = k.to(tl.float32)
@@ -208,8 +264,11 @@ def _step(
         # c * tanh(x / c) on natural-unit scores, tanh(y) = 2 sigmoid(2y) - 1.
         s = s * (qk_scale / 1.4426950408889634)
         s = (SOFTCAP * (2.0 * tl.sigmoid(2.0 * s / SOFTCAP) - 1.0)) * 1.4426950408889634
+        scale = 1.0
     else:
-        s = s * qk_scale
+        # The scale is applied in the exponent (one fused multiply-add per score, not a
+        # multiply and a subtract): the row maximum scales with it (scale > 0).
+        scale = qk_scale
     if MASKED:
         vis = k_ok[None, :] & (q_pos[:, None] - kpos[None, :] < window)
         if CAUSAL:
@@ -217,16 +276,17 @@ def _step(
         else:
             vis = vis & (kpos[None, :] - q_pos[:, None] < window)
         s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
         # A row that has seen nothing yet keeps m = -inf: subtract 0 instead (no NaN).
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
         m_use = m_new  # finite: every row saw every (finite) score of this tile
-    p = tl.math.exp2(s - m_use[:, None])
+    p = tl.math.exp2(s * scale - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    # The rescaled accumulator is the product's accumulator (accumulated in place).
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return m_new, l_i, acc
 
 
@@ -264,6 +324,7 @@ def _walk(
     CAUSAL: tl.constexpr,
     SOFTCAP: tl.constexpr,
     INTERPRET: tl.constexpr,
+    KV_TMA: tl.constexpr,
 ):
     """`_step` over the key tiles starting at ``begin, begin + BLOCK_N, ...`` below ``end``."""
     # The interpreter cannot take a tensor loop bound under numpy >= 2.4 (triton-lang/triton
@@ -276,7 +337,7 @@ def _walk(
                 q, m_i, l_i, acc, start, q_pos, ctx, window, bt_row, n_pages, block_size,
                 K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
                 stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, MASKED,
-                CAUSAL, SOFTCAP, INTERPRET,
+                CAUSAL, SOFTCAP, INTERPRET, KV_TMA,
             )  # fmt: skip
             start += BLOCK_N
     else:
@@ -285,7 +346,7 @@ def _walk(
                 q, m_i, l_i, acc, start, q_pos, ctx, window, bt_row, n_pages, block_size,
                 K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
                 stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, MASKED,
-                CAUSAL, SOFTCAP, INTERPRET,
+                CAUSAL, SOFTCAP, INTERPRET, KV_TMA,
             )  # fmt: skip
     return m_i, l_i, acc
 
@@ -314,6 +375,7 @@ def paged_prefill_kernel(
     num_seqs,
     block_size,
     window,
+    cache_rows,
     GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -325,6 +387,7 @@ def paged_prefill_kernel(
     SOFTCAP: tl.constexpr,
     SKIP_DECODE_ROWS: tl.constexpr,
     INTERPRET: tl.constexpr,
+    KV_TMA: tl.constexpr = False,
 ):
     """Paged prefill attention (the module docstring gives the formula): grid
     ``(num_heads, num_tokens // BLOCK_M + num_seqs)``."""
@@ -379,6 +442,20 @@ def paged_prefill_kernel(
 
     bt_row = block_table + seq.to(tl.int64) * stride_bt
     n_pages = tl.cdiv(ctx, block_size)
+    if KV_TMA:
+        # A key tile within one page per copy; columns past HEAD read zeros.
+        K = tl.make_tensor_descriptor(
+            K + kv_head * stride_kh,
+            shape=[cache_rows, HEAD],
+            strides=[stride_ks, 1],
+            block_shape=[BLOCK_N, HEAD_PAD],
+        )
+        V = tl.make_tensor_descriptor(
+            V + kv_head * stride_vh,
+            shape=[cache_rows, HEAD],
+            strides=[stride_vs, 1],
+            block_shape=[BLOCK_N, HEAD_PAD],
+        )
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
@@ -387,24 +464,43 @@ def paged_prefill_kernel(
         q, m_i, l_i, acc, begin, tl.minimum(a, hi_key), q_pos, ctx, window, bt_row, n_pages,
         block_size, K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
         stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, True, CAUSAL, SOFTCAP,
-        INTERPRET,
+        INTERPRET, KV_TMA,
     )  # fmt: skip
     m_i, l_i, acc = _walk(
         q, m_i, l_i, acc, a, b, q_pos, ctx, window, bt_row, n_pages,
         block_size, K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
         stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, False, CAUSAL, SOFTCAP,
-        INTERPRET,
+        INTERPRET, KV_TMA,
     )  # fmt: skip
     m_i, l_i, acc = _walk(
         q, m_i, l_i, acc, b, hi_key, q_pos, ctx, window, bt_row, n_pages,
         block_size, K, V, kv_head, d, qk_scale, stride_kb, stride_ks, stride_kh, stride_vb,
         stride_vs, stride_vh, BLOCK_N, HEAD, HEAD_PAD, PAGE_MODE, PAGE, True, CAUSAL, SOFTCAP,
-        INTERPRET,
+        INTERPRET, KV_TMA,
     )  # fmt: skip
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
     tl.store(Out + q_tok[:, None] * stride_ot + head * stride_oh + d[None, :],
              out.to(Out.dtype.element_ty), mask=io_mask)  # fmt: skip
+
+
+def tma_ready(key_cache: torch.Tensor, value_cache: torch.Tensor) -> bool:
+    """Whether the caches can be read through tensor descriptors: pages stored one after
+    another (``[blocks * block_size, kv_heads, head]`` rows), head columns contiguous, and
+    the 16-byte alignment TMA needs for each kv head's base and the row stride."""
+    for c in (key_cache, value_cache):
+        blocks, page, heads, head = c.shape
+        item = c.element_size()
+        if (
+            c.stride(3) != 1
+            or c.stride(0) != page * c.stride(1)
+            or (c.stride(1) * item) % 16
+            or (c.stride(2) * item) % 16
+            or c.data_ptr() % 16
+            or blocks * page >= 1 << 31
+        ):
+            return False
+    return True
 
 
 def launch_prefill(
@@ -423,19 +519,35 @@ def launch_prefill(
     causal: bool,
     skip_decode_rows: bool,
     interpret: bool,
+    kv_descriptors: bool = False,
     launch: PrefillLaunch | None = None,
 ) -> None:
     """Launch `paged_prefill_kernel` over ``metadata``'s batch (sequences with one new
     token left alone when ``skip_decode_rows``). No host synchronisation: the grid comes
     from the metadata's host-side counts (the token and sequence counts, which the
     backend's plan key holds), so the launch is recorded and replayed by `_bound` like the
-    decode kernels'."""
+    decode kernels'. ``kv_descriptors``: the device copies tensor-descriptor tiles in
+    hardware, so `prefill_launch_config` may choose them where the caches allow; ``launch``
+    forces a configuration (sweeps)."""
     block_size = key_cache.shape[1]
-    cfg = launch or prefill_launch_config(head_size, query.dtype)
+    if launch is None:
+        kv_descriptors = kv_descriptors and tma_ready(key_cache, value_cache)
+        tiles = num_heads * -(-metadata.num_tokens // 128)
+        per_sm = tiles / _launch.multiprocessors(query.device.index) if kv_descriptors else 0.0
+        cfg = prefill_launch_config(
+            head_size, query.dtype, block_size, kv_descriptors, per_sm or float("inf")
+        )
+    else:
+        cfg = launch
     mode = page_mode(block_size, cfg.block_n) if cfg.page_mode is None else cfg.page_mode
     head_pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     num_seqs = metadata.num_seqs
     grid = (num_heads, metadata.num_tokens // cfg.block_m + num_seqs)
+    if cfg.kv_tma and (block_size % cfg.block_n or not tma_ready(key_cache, value_cache)):
+        raise ValueError(
+            f"{cfg} reads key tiles through tensor descriptors, which needs a page size that "
+            f"is a multiple of BLOCK_N (got {block_size}) and caches `tma_ready` accepts"
+        )
     _bound.launch(
         paged_prefill_kernel,
         grid,
@@ -461,6 +573,7 @@ def launch_prefill(
         num_seqs,
         block_size,
         window,
+        key_cache.shape[0] * block_size,
         GROUP=num_heads // num_kv_heads,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
@@ -472,6 +585,8 @@ def launch_prefill(
         SOFTCAP=softcap,
         SKIP_DECODE_ROWS=skip_decode_rows,
         INTERPRET=interpret,
+        KV_TMA=cfg.kv_tma,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        scratch_device=query.device if cfg.kv_tma and not interpret else None,
     )

@@ -107,6 +107,10 @@ class TritonPagedBackend(AttentionBackend):
     # "paged_prefill": `_triton_prefill` (launch settings: its prefill_launch_config);
     # "legacy": the earlier mixed kernel above (prefill_block_*), kept for the benchmark.
     prefill_path = "paged_prefill"
+    # Read prefill key tiles through tensor descriptors where a page holds whole tiles
+    # (`_triton_prefill.prefill_launch_config`): None asks the platform
+    # (`Platform.tensor_descriptor_copies`, device 0) on construction; a bool forces it.
+    prefill_kv_descriptors: bool | None = None
     # None: choose from the device's multiprocessor count; an int forces it.
     num_splits: int | None = None
     # docs/properties.md. No atomics, no host synchronization in forward (the metadata's
@@ -132,6 +136,10 @@ class TritonPagedBackend(AttentionBackend):
             # fixed split count, decided once here rather than per forward.
             if "batch_invariant" in get_current_config().kernel.required_properties:
                 self.num_splits = self.batch_invariant_splits
+        if self.prefill_kv_descriptors is None:
+            from opcore.platforms import get_current_platform
+
+            self.prefill_kv_descriptors = get_current_platform().tensor_descriptor_copies(0)
 
     def declared_properties(self) -> frozenset[str]:
         if self.num_splits is not None:
@@ -202,7 +210,7 @@ class TritonPagedBackend(AttentionBackend):
             self.logits_soft_cap, self.causal, self.num_splits, self.decode_block_n,
             self.decode_num_warps, self.decode_num_stages, self.decode_programs_per_sm,
             self.prefill_path, self.prefill_block_n, self.prefill_block_m,
-            self.prefill_num_warps, self.prefill_num_stages,
+            self.prefill_num_warps, self.prefill_num_stages, self.prefill_kv_descriptors,
         )  # fmt: skip
 
     def forward(self, query, kv_cache, metadata: PagedAttentionMetadata, out=None) -> torch.Tensor:
@@ -440,6 +448,7 @@ class TritonPagedBackend(AttentionBackend):
                 causal=self.causal,
                 skip_decode_rows=mixed,
                 interpret=common["INTERPRET"],
+                kv_descriptors=bool(self.prefill_kv_descriptors),
             )
             return out
         group_pad = _pow2(group)
