@@ -5,7 +5,10 @@ Per row (a causal problem: ``batch`` sequences of ``q_len`` new tokens over ``ct
 of context, ``heads``/``kv_heads`` x ``head_size``, a dtype, a page size; each sequence's
 pages scattered at random over the cache), the same queries, keys and values through:
 
-- ``paged_prefill``: ``TRITON_PAGED.forward`` (its prefill kernel, `_triton_prefill`);
+- ``paged_prefill``: ``TRITON_PAGED.forward`` (its prefill kernel, `_triton_prefill`), as a
+  user gets it: K/V tiles through tensor descriptors where the platform copies them in
+  hardware and a page holds whole key tiles (``kv_descriptors`` says which rows);
+- ``paged_pointers``: the same with ``prefill_kv_descriptors = False`` (pointer loads);
 - ``legacy``: ``TRITON_PAGED.forward`` with ``prefill_path = "legacy"`` (the kernel before
   issue 29);
 - ``sdpa_flash``: ``F.scaled_dot_product_attention`` on contiguous ``[B, H, L, D]`` K/V
@@ -35,13 +38,16 @@ its prefill part run alone.
 
 Grid (issue 29): batch x tokens 1x2048, 1x8192, 4x4096, 16x1024; heads 32/8, 64/8, 28/4;
 head size 128; bf16 and fp16; block sizes 16 and 128; head sizes 64 and 256 (32/8, bf16,
-block 16); chunked prefill, chunk 512 and 2048 over prefixes of 4k and 32k tokens. Rows run
+blocks 16 and 128); chunked prefill, chunk 512 and 2048 over prefixes of 4k and 32k tokens. Rows run
 in that order until ``--budget-s`` is spent (the rest are listed as not measured).
 
 ``--quick``: tiny shapes on the CPU under Triton's interpreter (set here when there is no
 GPU), to check the script runs; its timings mean nothing.
 
+``--only field=value,...`` keeps the rows whose fields have those values.
+
 Usage: python bench/attention_prefill.py [--quick] [--out DIR] [--rep-ms 50] [--budget-s 200]
+       [--limit N] [--only block_size=128,heads=32] [--sweep [--sweep-set tma]]
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ import time
 
 PROVIDERS = (
     "paged_prefill",
+    "paged_pointers",
     "legacy",
     "sdpa_flash",
     "sdpa_flash_mha",
@@ -92,12 +99,13 @@ def grid(quick: bool) -> list[dict]:
                         dict(batch=b, q_len=n, ctx=n, heads=heads, kv_heads=kv, head_size=128,
                              dtype=dtype, block_size=bs)
                     )  # fmt: skip
-    for hd in (64, 256):
-        for b, n in shapes:
-            rows.append(
-                dict(batch=b, q_len=n, ctx=n, heads=32, kv_heads=8, head_size=hd,
-                     dtype="bfloat16", block_size=16)
-            )  # fmt: skip
+    for bs in (16, 128):
+        for hd in (64, 256):
+            for b, n in shapes:
+                rows.append(
+                    dict(batch=b, q_len=n, ctx=n, heads=32, kv_heads=8, head_size=hd,
+                         dtype="bfloat16", block_size=bs)
+                )  # fmt: skip
     for bs in (16, 128):
         for prefix in (4096, 32768):
             for chunk in (512, 2048):
@@ -176,6 +184,9 @@ class Problem:
         self.new = TritonPagedBackend(h, d, kv, self.scale)
         self.old = TritonPagedBackend(h, d, kv, self.scale)
         self.old.prefill_path = "legacy"
+        # The prefill kernel with pointer loads only (no tensor descriptors for K/V).
+        self.ptr = TritonPagedBackend(h, d, kv, self.scale)
+        self.ptr.prefill_kv_descriptors = False
         self.out = torch.empty_like(self.q)
         self.row = row
         # [B, H, L, D] views for SDPA.
@@ -263,8 +274,8 @@ def measure_row(row: dict, device: str, time_fn) -> dict:
     rec = dict(row, flops=flops, providers={})
     ref = p.sdpa(False)().transpose(1, 2).reshape(p.q.shape).float()
     for name in PROVIDERS:
-        if name in ("paged_prefill", "legacy"):
-            fn = p.paged(p.new if name == "paged_prefill" else p.old)
+        if name in ("paged_prefill", "paged_pointers", "legacy"):
+            fn = p.paged({"paged_prefill": p.new, "paged_pointers": p.ptr, "legacy": p.old}[name])
             got = fn().float()
             rec[f"{name}_max_abs_err"] = float((got - ref).abs().max())
         else:
@@ -286,6 +297,12 @@ def measure_row(row: dict, device: str, time_fn) -> dict:
             "tflops_q75": flops / (q25 * 1e-3) / 1e12,
             "tflops_q25": flops / (q75 * 1e-3) / 1e12,
         }
+    from opcore.attention.backends import _triton_prefill as P
+
+    ready = P.tma_ready(p.cache[0], p.cache[1])
+    rec["kv_descriptors"] = P.prefill_launch_config(
+        row["head_size"], p.q.dtype, row["block_size"], bool(p.new.prefill_kv_descriptors) and ready
+    ).kv_tma
     rec["sdpa_path"] = p.sdpa_path
     rec["cudnn_form"] = p.cudnn_form
     prov = rec["providers"]
@@ -294,6 +311,7 @@ def measure_row(row: dict, device: str, time_fn) -> dict:
     rec["best_sdpa"] = best_name
     rec["ratio_vs_best_sdpa"] = prov["paged_prefill"]["tflops"] / prov[best_name]["tflops"]
     rec["ratio_vs_legacy"] = prov["paged_prefill"]["tflops"] / prov["legacy"]["tflops"]
+    rec["ratio_vs_pointers"] = prov["paged_prefill"]["tflops"] / prov["paged_pointers"]["tflops"]
     del p
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -385,6 +403,41 @@ SWEEP = {
         (32, 64, 4, 2, None),
     ),
 }
+# Issue 29's Hopper candidates: key and value tiles read through tensor descriptors (a
+# tile within a page, or four pages of 16 keys per tile), today's pointer kernel beside
+# them. (BLOCK_M, BLOCK_N, warps, stages, page mode, kv_tma).
+TMA_SWEEP = {
+    64: (
+        (128, 128, 4, 3, None, False),
+        (128, 64, 4, 3, None, True),
+        (64, 64, 4, 3, None, True),
+        (128, 64, 4, 4, None, True),
+    ),
+    128: (
+        (64, 64, 4, 2, None, False),
+        (128, 64, 4, 3, None, True),
+        (128, 64, 4, 4, None, True),
+        (64, 64, 4, 3, None, True),
+        (128, 64, 8, 3, None, True),
+        (64, 64, 4, 2, None, True),
+    ),
+    256: (
+        (128, 64, 8, 2, None, False),
+        (128, 64, 8, 3, None, True),
+        (64, 64, 4, 3, None, True),
+        (128, 64, 8, 2, None, True),
+    ),
+}
+TMA_PROBLEMS = (
+    (128, 16, 1, 8192),
+    (128, 16, 4, 4096),
+    (128, 16, 16, 1024),
+    (128, 128, 4, 4096),
+    (64, 16, 1, 8192),
+    (64, 16, 16, 1024),
+    (256, 16, 1, 8192),
+    (256, 16, 16, 1024),
+)
 # The problems `sweep` times each head size's settings on (32/8 heads, bf16): the issue's
 # worst rows (short sequences, head sizes 64 and 256) and one long one.
 SWEEP_PROBLEMS = (
@@ -400,7 +453,9 @@ SWEEP_PROBLEMS = (
 )
 
 
-def sweep(device: str, time_fn, budget_s: float = 1e9, quick: bool = False) -> list[dict]:
+def sweep(
+    device: str, time_fn, budget_s: float = 1e9, quick: bool = False, which: str = "launch"
+) -> list[dict]:
     """The prefill kernel alone under each head size's `SWEEP` settings on `SWEEP_PROBLEMS`
     (head size, block size, batch, tokens), with SDPA flash's time on the same problem and
     the setting `prefill_launch_config` picks today marked. Stops starting problems after
@@ -411,7 +466,10 @@ def sweep(device: str, time_fn, budget_s: float = 1e9, quick: bool = False) -> l
     out = []
     start = time.monotonic()
     heads, kv = (4, 2) if quick else (32, 8)
-    for hd, bs, b, n in ((64, 16, 1, 130),) if quick else SWEEP_PROBLEMS:
+    table, problems = (TMA_SWEEP, TMA_PROBLEMS) if which == "tma" else (SWEEP, SWEEP_PROBLEMS)
+    if quick:
+        problems = ((128, 64, 1, 130),) if which == "tma" else ((64, 16, 1, 130),)
+    for hd, bs, b, n in problems:
         if time.monotonic() - start > budget_s:
             out.append(dict(head_size=hd, block_size=bs, batch=b, tokens=n, error="budget"))
             continue
@@ -422,16 +480,18 @@ def sweep(device: str, time_fn, budget_s: float = 1e9, quick: bool = False) -> l
         ref = p.paged(p.new)().float()
         flash = p.sdpa(gather=False)
         f_med = time_fn(flash)[0] if flash is not None else float("nan")
+        d_med = time_fn(p.sdpa(gather=False, backend="default"))[0]
         chosen = P.prefill_launch_config(hd, p.q.dtype)
         base = dict(head_size=hd, block_size=bs, batch=b, tokens=n,
-                    sdpa_flash_tflops=flops / (f_med * 1e-3) / 1e12)  # fmt: skip
-        settings = SWEEP[max(64, 1 << (hd - 1).bit_length())]
+                    sdpa_flash_tflops=flops / (f_med * 1e-3) / 1e12,
+                    sdpa_default_tflops=flops / (d_med * 1e-3) / 1e12)  # fmt: skip
+        settings = table[max(64, 1 << (hd - 1).bit_length())]
         settings = settings[:2] if quick else settings
         mine = (chosen.block_m, chosen.block_n, chosen.num_warps, chosen.num_stages, None)
-        if mine not in settings:  # today's choice is always timed
+        if mine not in [t[:5] for t in settings]:  # today's choice is always timed
             settings = (mine, *settings)
-        for bm, bn, w, st, mode in settings:
-            cfg = P.PrefillLaunch(bm, bn, w, st, mode)
+        for setting in settings:
+            cfg = P.PrefillLaunch(*setting)
 
             def fn(cfg=cfg, p=p, hd=hd):
                 P.launch_prefill(
@@ -456,6 +516,7 @@ def sweep(device: str, time_fn, budget_s: float = 1e9, quick: bool = False) -> l
             print(f"d{hd} bs{bs} {b}x{n} {cfg}{' (chosen)' if rec['chosen'] else ''}: "
                   f"{tf:.0f} TFLOP/s [{flops / (q75 * 1e-3) / 1e12:.0f}-"
                   f"{flops / (q25 * 1e-3) / 1e12:.0f}] flash {base['sdpa_flash_tflops']:.0f} "
+                  f"default {base['sdpa_default_tflops']:.0f} "
                   f"err {err:.1e}", flush=True)  # fmt: skip
     return out
 
@@ -493,19 +554,22 @@ def markdown(result: dict) -> str:
         "vs best = paged_prefill / the fastest dense SDPA form (flash, flash over expanded "
         "K/V, cuDNN, default selection; which one in the best column).",
         "",
-        "| batch x q_len / ctx | heads | d | dtype | block | paged_prefill | legacy | "
-        "sdpa_flash | sdpa_flash_mha | sdpa_gather | sdpa_cudnn | sdpa_default | ratio | "
-        "vs best | best | vs legacy | err |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| batch x q_len / ctx | heads | d | dtype | block | paged_prefill | K/V tiles | "
+        "pointers | legacy | sdpa_flash | sdpa_flash_mha | sdpa_gather | sdpa_cudnn | "
+        "sdpa_default | ratio | vs best | best | vs pointers | vs legacy | err |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {r['batch']}x{r['q_len']} / {r['ctx']} | {r['heads']}/{r['kv_heads']} | "
             f"{r['head_size']} | {r['dtype']} | {r['block_size']} | {_cell(r, 'paged_prefill')} "
+            f"| {'descriptors' if r['kv_descriptors'] else 'pointers'} "
+            f"| {_cell(r, 'paged_pointers')} "
             f"| {_cell(r, 'legacy')} | {_cell(r, 'sdpa_flash')} | {_cell(r, 'sdpa_flash_mha')} "
             f"| {_cell(r, 'sdpa_gather')} | {_cell(r, 'sdpa_cudnn')} | "
             f"{_cell(r, 'sdpa_default')} | {r['ratio_vs_flash']:.2f} | "
-            f"{r['ratio_vs_best_sdpa']:.2f} | {r['best_sdpa']} | {r['ratio_vs_legacy']:.2f} | "
+            f"{r['ratio_vs_best_sdpa']:.2f} | {r['best_sdpa']} | {r['ratio_vs_pointers']:.2f} | "
+            f"{r['ratio_vs_legacy']:.2f} | "
             f"{r['paged_prefill_max_abs_err']:.1e} |"
         )
     if result.get("not_measured"):
@@ -532,7 +596,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rep-ms", type=int, default=50, help="do_bench time per provider")
     ap.add_argument("--budget-s", type=float, default=200.0, help="stop starting rows after")
     ap.add_argument("--limit", type=int, default=0, help="measure at most this many rows")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="rows whose fields have these values, e.g. block_size=128,heads=32",
+    )
     ap.add_argument("--sweep", action="store_true", help="only the launch-settings sweep")
+    ap.add_argument(
+        "--sweep-set",
+        choices=("launch", "tma"),
+        default="launch",
+        help="which settings --sweep times (tma: issue 29's Hopper candidates)",
+    )
     args = ap.parse_args(argv)
     if args.quick and "TRITON_INTERPRET" not in os.environ:
         import torch
@@ -550,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(
                 {
                     "env": env_line(device),
-                    "sweep": sweep(device, time_fn, args.budget_s, args.quick),
+                    "sweep": sweep(device, time_fn, args.budget_s, args.quick, args.sweep_set),
                 },
                 f,
                 indent=1,
@@ -558,6 +633,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.monotonic()
     rows = grid(args.quick)
+    for pair in filter(None, args.only.split(",")):
+        field, _, value = pair.partition("=")
+        rows = [r for r in rows if str(r.get(field.strip())) == value.strip()]
     if args.limit:
         rows = rows[: args.limit]
     result = {"env": env_line(device), "rows": [], "not_measured": []}

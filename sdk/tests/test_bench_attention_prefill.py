@@ -30,9 +30,11 @@ def test_prefill_bench_quick_runs_on_the_cpu(tmp_path):
     }
     for r in rows:
         assert set(r["providers"]) == {
-            "paged_prefill", "legacy", "sdpa_flash", "sdpa_flash_mha", "sdpa_gather",
-            "sdpa_cudnn", "sdpa_default",
+            "paged_prefill", "paged_pointers", "legacy", "sdpa_flash", "sdpa_flash_mha",
+            "sdpa_gather", "sdpa_cudnn", "sdpa_default",
         }  # fmt: skip
+        # No descriptors on the CPU (the platform does not copy their tiles).
+        assert r["kv_descriptors"] is False
         # No cuDNN on the CPU: recorded as refused, never timed as something else.
         assert r["providers"]["sdpa_cudnn"] is None
         assert r["ratio_vs_best_sdpa"] <= r["ratio_vs_flash"]
@@ -42,6 +44,7 @@ def test_prefill_bench_quick_runs_on_the_cpu(tmp_path):
         tol = 3e-2 if r["dtype"] == "bfloat16" else 3e-3
         assert r["paged_prefill_max_abs_err"] < tol, r
         assert r["legacy_max_abs_err"] < tol, r
+        assert r["paged_pointers_max_abs_err"] < tol, r
         assert r["sdpa_default_max_abs_err"] == 0.0, r  # the reference is the same call
     assert result["mixed"]["decode_rows"] == 3 and result["mixed"]["mixed"]["ms"] > 0
     md = (tmp_path / "attention_prefill.md").read_text()
