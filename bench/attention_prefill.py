@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         "--sweep-set",
         choices=("launch", "tma"),
         default="launch",
-        help="which settings --sweep times (tma: issue 29's Hopper candidates)",
+        help="which settings --sweep times (tma: issue 29's descriptor candidates)",
     )
     args = ap.parse_args(argv)
     if args.quick and "TRITON_INTERPRET" not in os.environ:
