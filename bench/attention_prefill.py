@@ -403,9 +403,12 @@ SWEEP = {
         (32, 64, 4, 2, None),
     ),
 }
-# Issue 29's Hopper candidates: key and value tiles read through tensor descriptors (a
-# tile within a page, or four pages of 16 keys per tile), today's pointer kernel beside
-# them. (BLOCK_M, BLOCK_N, warps, stages, page mode, kv_tma).
+# Issue 29's descriptor candidates: K/V tiles read through tensor descriptors (pages that
+# hold whole key tiles) around the shipped choice, the pointer kernel's choice first.
+# (BLOCK_M, BLOCK_N, warps, stages, page mode, kv_tma). The sweeps of 2026-12-06 also timed
+# 8 warps at head size 128 (slower), 128-key tiles (they spill), Triton's warp
+# specialisation and pages of 16 read by four copies per tile (bench/results/
+# 2026-12-06-h100-descriptors).
 TMA_SWEEP = {
     64: (
         (128, 128, 4, 3, None, False),
@@ -417,26 +420,25 @@ TMA_SWEEP = {
         (64, 64, 4, 2, None, False),
         (128, 64, 4, 3, None, True),
         (128, 64, 4, 4, None, True),
+        (128, 64, 4, 2, None, True),
         (64, 64, 4, 3, None, True),
-        (128, 64, 8, 3, None, True),
-        (64, 64, 4, 2, None, True),
     ),
     256: (
         (128, 64, 8, 2, None, False),
         (128, 64, 8, 3, None, True),
-        (64, 64, 4, 3, None, True),
         (128, 64, 8, 2, None, True),
+        (64, 64, 4, 3, None, True),
     ),
 }
 TMA_PROBLEMS = (
-    (128, 16, 1, 8192),
-    (128, 16, 4, 4096),
-    (128, 16, 16, 1024),
+    (128, 128, 1, 8192),
     (128, 128, 4, 4096),
-    (64, 16, 1, 8192),
-    (64, 16, 16, 1024),
-    (256, 16, 1, 8192),
-    (256, 16, 16, 1024),
+    (128, 128, 16, 1024),
+    (128, 64, 4, 4096),
+    (64, 128, 1, 8192),
+    (64, 128, 16, 1024),
+    (256, 128, 1, 8192),
+    (256, 128, 16, 1024),
 )
 # The problems `sweep` times each head size's settings on (32/8 heads, bf16): the issue's
 # worst rows (short sequences, head sizes 64 and 256) and one long one.

@@ -340,7 +340,8 @@ def _compiled_replay(
             else:
                 plan_subs.append((pos, src[0], src[1], 0))
         launch = _direct_launch(run, torch_device)
-        if launch is None and getattr(run, "global_scratch_size", 0):
+        needs_scratch = bool(getattr(run, "global_scratch_size", 0))
+        if launch is None and needs_scratch:
 
             def launch(gx, gy, gz, stream, function, meta, *values, _run=run):
                 _with_torch_scratch(
