@@ -61,11 +61,12 @@ def empty(shape: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 
 def launch(
-    kernel: Any, grid: tuple, *args: Any, scratch_device: torch.device | None = None, **options: Any
+    kernel: Any, grid: tuple, *args: Any, scratch_device: Any = None, **options: Any
 ) -> None:
     """``kernel[grid](*args, **options)``, recorded during a bind. ``scratch_device``: for
     a kernel that asks for global scratch memory at launch (tensor descriptors made on the
-    device do), the device whose torch caching allocator serves it, here and on replay."""
+    device do), the `torch.device` whose caching allocator serves it, here and on replay
+    (typed ``Any`` so that callers' ``**options`` dicts type-check)."""
     if scratch_device is None:
         compiled = kernel[grid](*args, **options)
     else:
