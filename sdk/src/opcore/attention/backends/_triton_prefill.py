@@ -26,6 +26,12 @@ Key tiles (``BLOCK_N`` positions, aligned to ``BLOCK_N``) are read as whole runs
 - 2: ``BLOCK_N`` divides ``block_size``: one block id per tile, contiguous rows;
 - 0: any other page size: one block-table entry per key position.
 
+K is read key-major, like V, and transposed for the product; K and V share one walk of the
+block table when their strides agree. Where the page size is a multiple of ``BLOCK_N`` and
+the caller allows (``KV_TMA``: the platform's device copies tensor-descriptor tiles in
+hardware), each K and V tile is one copy through a descriptor over the kv head's
+``[blocks * block_size, head_size]`` rows instead.
+
 A query tile walks three ranges of key tiles: tiles cut by the sliding window's lower
 edge (masked), tiles every row of the tile sees whole (no mask: no ``where``, no masked
 loads), then the tiles on the causal diagonal (or past the context's end, or cut by a
@@ -57,7 +63,9 @@ LOG2E = 1.4426950408889634
 @dataclasses.dataclass(frozen=True)
 class PrefillLaunch:
     """Tile sizes and launch settings of `paged_prefill_kernel` (``page_mode``: None picks
-    `page_mode`; an int forces one, for sweeps: 0 works for every page size)."""
+    `page_mode`; an int forces one, for sweeps: 0 works for every page size; ``kv_tma``:
+    K and V tiles through tensor descriptors, for page sizes that are multiples of
+    ``block_n`` and caches `tma_ready` accepts)."""
 
     block_m: int
     block_n: int

@@ -79,6 +79,12 @@ class {{ cookiecutter.__class_prefix }}Platform({% if cookiecutter.device_type =
     #     import my_runtime  # noqa: F401  (registers torch.{{ cookiecutter.device_type }})
     #     return super().device_module()
 {% endif %}
+    # If your device copies the tiles of Triton's tensor descriptors in hardware (a bulk
+    # tile-copy engine), say so: TRITON_PAGED's prefill then reads key tiles through them.
+    #
+    # def tensor_descriptor_copies(self, index: int = 0) -> bool:
+    #     return True
+
     # ------------------------------------------------------------ hooks
     def import_kernels(self) -> None:
         """Layer replacements (register_oot), attention backends (register_backend) and any
