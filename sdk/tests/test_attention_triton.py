@@ -300,6 +300,5 @@ def test_triton_paged_prefill_reads_key_tiles_through_descriptors_in_the_interpr
     # Fewer than two 128-row programs per multiprocessor (a short chunk): 64-row tiles.
     assert (result["few_tiles_rows"], result["many_tiles_rows"]) == (64, 128)
     assert result["forced_error"].endswith(
-        "needs a page size that is a multiple of BLOCK_N (got 16) and caches `tma_ready` "
-        "accepts"
+        "needs a page size that is a multiple of BLOCK_N (got 16) and caches `tma_ready` accepts"
     )
