@@ -302,3 +302,13 @@ def test_triton_paged_prefill_reads_key_tiles_through_descriptors_in_the_interpr
     assert result["forced_error"].endswith(
         "needs a page size that is a multiple of BLOCK_N (got 16) and caches `tma_ready` accepts"
     )
+
+
+def test_prefill_kernel_does_not_specialise_on_the_cache_row_count():
+    # The cache's row count (read only by the descriptor path) changes with the cache's
+    # block count; specialised on, a cache of 5 or 6 blocks of 24 keys (120 or 144 rows,
+    # one divisible by 16) would compile the kernel twice.
+    from opcore.attention.backends import _triton_prefill as P
+
+    unspecialised = {p.name for p in P.paged_prefill_kernel.params if p.do_not_specialize}
+    assert {"cache_rows", "num_seqs", "block_size", "window"} <= unspecialised

@@ -369,7 +369,9 @@ def _walk(
     return m_i, l_i, acc
 
 
-@triton.jit(do_not_specialize=["num_seqs", "block_size", "window"])
+# Runtime sizes that vary between calls are not specialised on (no recompile when a cache's
+# row count changes parity, say); the strides are, as Triton's loads want.
+@triton.jit(do_not_specialize=["num_seqs", "block_size", "window", "cache_rows"])
 def paged_prefill_kernel(
     Q,
     K,
@@ -550,23 +552,24 @@ def launch_prefill(
     forces a configuration (sweeps)."""
     block_size = key_cache.shape[1]
     if launch is None:
-        kv_descriptors = kv_descriptors and tma_ready(key_cache, value_cache)
-        tiles = num_heads * -(-metadata.num_tokens // 128)
-        per_sm = tiles / _launch.multiprocessors(query.device.index) if kv_descriptors else 0.0
-        cfg = prefill_launch_config(
-            head_size, query.dtype, block_size, kv_descriptors, per_sm or float("inf")
-        )
+        ready = kv_descriptors and tma_ready(key_cache, value_cache)
+        per_sm = float("inf")
+        if ready:  # query heads x 128-row tiles per multiprocessor (the 64-row rule)
+            tiles = num_heads * -(-metadata.num_tokens // 128)
+            per_sm = tiles / _launch.multiprocessors(query.device.index)
+        cfg = prefill_launch_config(head_size, query.dtype, block_size, ready, per_sm)
     else:
         cfg = launch
+        if cfg.kv_tma and (block_size % cfg.block_n or not tma_ready(key_cache, value_cache)):
+            raise ValueError(
+                f"{cfg} reads key tiles through tensor descriptors, which needs a page size "
+                f"that is a multiple of BLOCK_N (got {block_size}) and caches `tma_ready` "
+                "accepts"
+            )
     mode = page_mode(block_size, cfg.block_n) if cfg.page_mode is None else cfg.page_mode
     head_pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     num_seqs = metadata.num_seqs
     grid = (num_heads, metadata.num_tokens // cfg.block_m + num_seqs)
-    if cfg.kv_tma and (block_size % cfg.block_n or not tma_ready(key_cache, value_cache)):
-        raise ValueError(
-            f"{cfg} reads key tiles through tensor descriptors, which needs a page size that "
-            f"is a multiple of BLOCK_N (got {block_size}) and caches `tma_ready` accepts"
-        )
     _bound.launch(
         paged_prefill_kernel,
         grid,
