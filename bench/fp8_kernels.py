@@ -360,18 +360,21 @@ SWEEP_OPS = (
 )
 
 
-# `silu_and_mul_fp8_quant`'s output tiles timed by ``--sweep`` (columns, rows, warps), at
-# intermediate 14336: the heuristic's (`_launch.elementwise_params`: 2048 x 2 on 8 warps),
-# the gated activation's tile (`_launch.gated_params`: 1024 x 2 on 8 warps) and neighbours.
+# `silu_and_mul_fp8_quant`'s output tiles timed by ``--sweep`` (columns, rows, warps,
+# columns first), at intermediate 14336: the heuristic's (`_launch.elementwise_params`:
+# 2048 x 2 on 8 warps, a 2-D grid), the gated activation's (`_launch.gated_params`: 1024 x 2
+# on 8 warps, columns first) and neighbours in both orders.
 SWEEP_GATED = (
-    (2048, 2, 8),
-    (1024, 2, 8),
-    (1024, 1, 4),
-    (2048, 1, 8),
-    (1024, 4, 8),
-    (2048, 1, 4),
-    (512, 4, 4),
-    (2048, 2, 16),
+    (2048, 2, 8, 0),
+    (1024, 2, 8, 1),
+    (1024, 2, 8, 0),
+    (2048, 1, 8, 1),
+    (2048, 2, 8, 1),
+    (1024, 1, 4, 1),
+    (2048, 1, 4, 1),
+    (1024, 4, 8, 1),
+    (512, 4, 4, 1),
+    (4096, 1, 8, 1),
 )
 
 
@@ -388,17 +391,18 @@ def sweep_gated(timer, tokens: int, inter: int, reps: int, copy_bw: float, devic
     fn = ops.silu_and_mul_fp8_quant.impls["triton"].functional
     base = _codes(_tensors(fn(x, s))[0])
     rows = []
-    for block_c, n_rows, warps in SWEEP_GATED:
+    for block_c, n_rows, warps, cols_first in SWEEP_GATED:
         row = {"case": "silu_and_mul_fp8_quant", "tokens": tokens, "block_c": block_c,
-               "rows": n_rows, "num_warps": warps}  # fmt: skip
+               "rows": n_rows, "num_warps": warps, "cols_first": cols_first}  # fmt: skip
         try:
-            with quant.static_launch(block_c, n_rows, warps):
+            with quant.static_launch(block_c, n_rows, warps, bool(cols_first)):
                 codes = _codes(_tensors(fn(x, s))[0])
                 t = timer(lambda: fn(x, s), reps)
         except Exception as exc:  # a configuration that fails to build: recorded
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             rows.append(row)
-            print(f"sweep silu_and_mul_fp8_quant {block_c}x{n_rows} warps={warps} {row['error']}")
+            print(f"sweep silu_and_mul_fp8_quant {block_c}x{n_rows} warps={warps} "
+                  f"cols_first={cols_first} {row['error']}")  # fmt: skip
             continue
         row.update(
             us=t * 1e6,
@@ -409,7 +413,7 @@ def sweep_gated(timer, tokens: int, inter: int, reps: int, copy_bw: float, devic
         rows.append(row)
         print(
             f"sweep silu_and_mul_fp8_quant {block_c:5d} x {n_rows} warps={warps:2d} "
-            f"{row['us']:8.1f} us ({row['pct_copy']:5.1f} % copy), {row['codes_off']} codes off"
+            f"cols_first={cols_first} {row['us']:8.1f} us ({row['pct_copy']:5.1f} % copy), {row['codes_off']} codes off"
         )
     return rows
 
@@ -626,13 +630,17 @@ def _markdown(result: dict) -> str:
         lines += [
             "",
             "Output tiles of `silu_and_mul_fp8_quant` (`quant.static_launch`; the heuristic: "
-            "2048 columns x 2 rows, 8 warps at intermediate 14336):",
+            "2048 columns x 2 rows, 8 warps, a 2-D grid at intermediate 14336; columns first: "
+            "the 1-D grid of the gated activations):",
             "",
-            "| tokens | columns | rows | warps | us | % copy | codes off (peak) |",
-            "|---|---|---|---|---|---|---|",
+            "| tokens | columns | rows | warps | columns first | us | % copy | codes off (peak) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in result["sweep_gated"]:
-            head = f"| {r['tokens']} | {r['block_c']} | {r['rows']} | {r['num_warps']} | "
+            head = (
+                f"| {r['tokens']} | {r['block_c']} | {r['rows']} | {r['num_warps']} | "
+                f"{r.get('cols_first', 0)} | "
+            )
             if "error" in r:
                 lines.append(head + f"{r['error']} | | |")
             else:

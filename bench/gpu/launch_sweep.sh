@@ -30,6 +30,7 @@ for t in (1, 16384):
     torch._dynamo.reset()
 PY
 echo "inductor rc=$? ($(wc -l < "$dir/inductor_code.log") lines)"
+fi
 echo "== sweep $(date -u +%T)"
 python3 bench/sweep_launch.py --out "$dir" --budget-s "${SWEEP_BUDGET:-170}" \
   ${SWEEP_ARGS:---ops rms_norm,silu_and_mul} > "$dir/sweep.log" 2>&1

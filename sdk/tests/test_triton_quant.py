@@ -422,15 +422,17 @@ else:
     def test_static_launch_changes_the_tiles_not_the_codes():
         """`quant.static_launch` (the bench's output-tile sweep) runs the elementwise kernels
         on other tiles: an elementwise kernel's codes are the same bits under any tile,
-        including tiles wider than the row and row blocks that end masked; bad settings are
-        refused by name."""
+        including tiles wider than the row, row blocks that end masked and tiles numbered
+        columns first; bad settings are refused by name."""
         g = torch.Generator().manual_seed(4)
         x = torch.randn(5, 2 * 96, generator=g).to(torch.bfloat16)
         s = torch.tensor([0.02])
         for name, args in [("silu_and_mul_fp8_quant", (x, s)), ("scaled_fp8_quant", (x, s))]:
             fn = getattr(quant, name)
             want = fn(*args).view(torch.uint8)
-            for tile in [(32, 4, 1), (256, 1, 2), (64, 2, 4)]:
+            # The last two number the tiles columns first (a 1-D grid); 3 column tiles of
+            # 32 and 2 row blocks make an order that a wrong row/column split would break.
+            for tile in [(32, 4, 1), (256, 1, 2), (64, 2, 4), (32, 4, 1, True), (64, 2, 2, True)]:
                 with quant.static_launch(*tile):
                     got = fn(*args).view(torch.uint8)
                 assert torch.equal(got, want), (name, tile)

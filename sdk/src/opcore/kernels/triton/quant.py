@@ -188,12 +188,23 @@ def _static_kernel(
     SATURATES: tl.constexpr,
     BLOCK_C: tl.constexpr,
     ROWS: tl.constexpr,
+    COLS_FIRST: tl.constexpr,
 ):
     """``q = round_fp8(y / scale)`` over a ``[ROWS, BLOCK_C]`` tile of the ``[rows, d]``
     output; ``y = x`` or, GATED, ``silu(x[:, :d]) * x[:, d:]`` in fp32 (not rounded to
-    ``x``'s dtype: `silu_and_mul_fp8_quant` rounds once)."""
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ``x``'s dtype: `silu_and_mul_fp8_quant` rounds once). Tiles are numbered on a 2-D grid
+    ``(row blocks, column tiles)``, or with ``COLS_FIRST`` on a 1-D grid that walks a row
+    block's columns first (as the gated activations' kernel may)."""
+    if COLS_FIRST:
+        col_tiles = tl.cdiv(d, BLOCK_C)
+        pid = tl.program_id(0).to(tl.int64)
+        row_block = pid // col_tiles
+        col_tile = pid % col_tiles
+    else:
+        row_block = tl.program_id(0).to(tl.int64)
+        col_tile = tl.program_id(1)
+    rows = row_block * ROWS + tl.arange(0, ROWS)
+    cols = col_tile * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (rows < n_rows)[:, None] & (cols < d)[None, :]
     x_rows = x_ptr + rows[:, None] * x_stride + cols[None, :]
     y = tl.load(x_rows, mask=mask, other=0.0).to(tl.float32)
@@ -258,8 +269,12 @@ def _static(x: torch.Tensor, scale: torch.Tensor, gated: bool, what: str) -> tor
     if n_rows == 0:
         return q
     stride = require_row_stride(x, what)
-    block_c, rows, warps = _static_launch[0] or _launch.elementwise_params(n_rows, d)
-    grid = (_launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c))
+    block_c, rows, warps, cols_first = _static_launch[0] or (
+        *_launch.elementwise_params(n_rows, d),
+        0,
+    )
+    row_blocks, col_tiles = _launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c)
+    grid = (row_blocks * col_tiles,) if cols_first else (row_blocks, col_tiles)
     _bound.launch(
         _static_kernel,
         grid,
@@ -274,28 +289,32 @@ def _static(x: torch.Tensor, scale: torch.Tensor, gated: bool, what: str) -> tor
         **_modes(q.dtype),
         BLOCK_C=block_c,
         ROWS=rows,
+        COLS_FIRST=bool(cols_first),
         num_warps=warps,
     )
     return q
 
 
-_static_launch: list[tuple[int, int, int] | None] = [None]  # static_launch's setting
+_static_launch: list[tuple[int, int, int, int] | None] = [None]  # static_launch's setting
 
 
 @contextlib.contextmanager
-def static_launch(block_c: int, rows: int, num_warps: int) -> Iterator[None]:
+def static_launch(
+    block_c: int, rows: int, num_warps: int, cols_first: bool = False
+) -> Iterator[None]:
     """Within the block, the elementwise kernels (`scaled_fp8_quant`,
-    `silu_and_mul_fp8_quant`) take ``[rows, block_c]`` output tiles on ``num_warps`` warps
-    instead of `_launch.elementwise_params`' choice: to measure launch configurations on a
-    device (``bench/fp8_kernels.py bench --sweep``). Each a power of two, ``block_c`` at
-    most 16384, ``rows`` and ``num_warps`` at most 32. Not thread-safe."""
+    `silu_and_mul_fp8_quant`) take ``[rows, block_c]`` output tiles on ``num_warps`` warps,
+    numbered columns first where ``cols_first``, instead of the launch model's choice: to
+    measure launch configurations on a device (``bench/fp8_kernels.py bench --sweep``).
+    Each a power of two, ``block_c`` at most 16384, ``rows`` and ``num_warps`` at most 32.
+    Not thread-safe."""
     for name, v, cap in (
         ("block_c", block_c, 16384),
         ("rows", rows, 32),
         ("num_warps", num_warps, 32),
     ):
         _check_pow2("static_launch", name, v, cap)
-    with _forcing(_static_launch, (block_c, rows, num_warps)):
+    with _forcing(_static_launch, (block_c, rows, num_warps, int(bool(cols_first)))):
         yield
 
 
