@@ -413,7 +413,8 @@ def sweep_gated(timer, tokens: int, inter: int, reps: int, copy_bw: float, devic
         rows.append(row)
         print(
             f"sweep silu_and_mul_fp8_quant {block_c:5d} x {n_rows} warps={warps:2d} "
-            f"cols_first={cols_first} {row['us']:8.1f} us ({row['pct_copy']:5.1f} % copy), {row['codes_off']} codes off"
+            f"cols_first={cols_first} {row['us']:8.1f} us ({row['pct_copy']:5.1f} % copy), "
+            f"{row['codes_off']} codes off"
         )
     return rows
 
