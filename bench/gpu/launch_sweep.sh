@@ -8,9 +8,12 @@
 #   SWEEP_ARGS    extra arguments of sweep_launch.py (say --ops rms_norm --dtypes float16;
 #                 --ops rotary_embedding,split_qkv_rmsnorm_rope for the head kernels' fit
 #                 data, which still size their grids by a fixed 256 programs)
+#   SWEEP_INDUCTOR=0  skip Inductor's generated code (a second sweep in the same call)
+#   SWEEP_DIR     the results folder's name under $OUT (default launch_sweep)
 # Results: $OUT/launch_sweep/: sweep.jsonl, sweep.log, inductor_code.log.
 set -u
-dir="$OUT/launch_sweep"; mkdir -p "$dir"
+dir="$OUT/${SWEEP_DIR:-launch_sweep}"; mkdir -p "$dir"
+if [ "${SWEEP_INDUCTOR:-1}" = 1 ]; then
 echo "== inductor code $(date -u +%T)"
 TORCH_LOGS=output_code timeout -k 5 60 python3 - > "$dir/inductor_code.log" 2>&1 <<'PY'
 import torch, torch.nn.functional as F

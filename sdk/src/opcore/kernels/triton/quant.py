@@ -269,10 +269,16 @@ def _static(x: torch.Tensor, scale: torch.Tensor, gated: bool, what: str) -> tor
     if n_rows == 0:
         return q
     stride = require_row_stride(x, what)
-    block_c, rows, warps, cols_first = _static_launch[0] or (
-        *_launch.elementwise_params(n_rows, d),
-        0,
-    )
+    if _static_launch[0] is not None:
+        block_c, rows, warps, cols_first = _static_launch[0]
+    elif gated:
+        # The gated activations' fitted launch (the same two-half reads): at 32k tokens x
+        # 14336 on an H100, 752 us against 810 us on elementwise tiles (2026-12-06).
+        sms = _launch.multiprocessors(x.device.index)
+        block_c, rows, warps, cols_first = _launch.gated_params(n_rows, d, sms)
+    else:
+        block_c, rows, warps = _launch.elementwise_params(n_rows, d)
+        cols_first = 0
     row_blocks, col_tiles = _launch.cdiv(n_rows, rows), _launch.cdiv(d, block_c)
     grid = (row_blocks * col_tiles,) if cols_first else (row_blocks, col_tiles)
     _bound.launch(
