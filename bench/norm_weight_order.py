@@ -6,13 +6,14 @@ A one-pass RMSNorm kernel with the weight load placed either way, one row per pr
 8 warps (the tuned launch of those rows), timed with ``triton.testing.do_bench`` (L2
 flushed between calls) next to Liger's ``LigerRMSNormFunction`` (when installed) and a
 ``copy_`` of the input; bf16. Prints one JSON line per shape (microseconds, percent of the
-copy's time). GPU only.
+copy's time), and opcore's ``ops.rms_norm`` as a user calls it. GPU only.
 
-Usage: python bench/norm_weight_order.py
+Usage: python bench/norm_weight_order.py [--shapes 2048x3584,16384x2560]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import torch
@@ -57,20 +58,26 @@ def _row(t: int, h: int, liger) -> dict:
         )
     if liger is not None:
         row["liger"] = _us(lambda: liger.apply(x, w, 1e-6, 0.0, "llama", False))
+    from opcore.ir import ops
+
+    row["opcore"] = _us(lambda: ops.rms_norm(x, w, 1e-6))
     row["copy"] = _us(lambda: cp.copy_(x))
-    for k in ("after", "before", "liger"):
+    for k in ("after", "before", "liger", "opcore"):
         if k in row:
             row[f"{k}_pct_copy"] = 100 * row["copy"] / row[k]
     return row
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=",".join(f"{t}x{h}" for t, h in SHAPES))
+    shapes = [tuple(map(int, s.split("x"))) for s in ap.parse_args().shapes.split(",")]
     try:
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction as liger
     except ImportError as exc:
         liger = None
         print(f"liger not timed: {exc}")
-    for t, h in SHAPES:
+    for t, h in shapes:
         print(json.dumps(_row(t, h, liger)), flush=True)
 
 
