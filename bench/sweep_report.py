@@ -57,13 +57,16 @@ def shape_of(rec: dict) -> tuple:
     return (rec["width"],)
 
 
-def regret(sweep: list[dict], noisy: float = NOISY) -> dict[str, Any]:
+def regret(sweep: list[dict], noisy: float = NOISY, defaults: dict | None = None) -> dict[str, Any]:
+    """The launch model's regret per sweep shape; ``defaults`` (op -> ``f(tokens, shape)``)
+    puts a candidate rule in place of an op's launch space default."""
     rows, untimed = [], []
     for rec in sweep:
         sp = spaces.SPACES.get(rec["op"])
         if sp is None:
             continue
-        model = dict(sp.default(rec["tokens"], shape_of(rec)))
+        default = (defaults or {}).get(rec["op"], sp.default)
+        model = dict(default(rec["tokens"], shape_of(rec)))
         timed = {config_key(c["config"]): c for c in rec["configs"] if c.get("ok")}
         mine = timed.get(config_key(model))
         if mine is None or not timed:

@@ -393,46 +393,36 @@ else:
         from opcore.kernels.triton import _launch
 
         thp = _launch.token_head_params
-        # as many tokens as multiprocessors or more: one program per token holding every q
-        # and k head, about 1024 elements of real heads per warp
-        assert thp(32768, 32, 8, 128, 132) == (1, 32, 8, 4)  # 5120 elements
-        assert thp(32768, 64, 8, 128, 132) == (1, 64, 8, 8)  # 9216
-        assert thp(32768, 32, 0, 128, 132) == (1, 32, 1, 4)  # key=None
-        assert thp(256, 32, 8, 128, 132) == (1, 32, 8, 4)
-        # fewer: heads split in proportion (one cos/sin load per program) until about one
-        # program per multiprocessor, about 128 elements of the padded tile per warp
-        assert thp(1, 32, 8, 128, 132) == (8, 4, 1, 4)  # 5 heads x 128
-        assert thp(2, 28, 4, 128, 132) == (4, 8, 1, 8)  # 9 padded heads x 128
-        # the threshold is the device's: 256 tokens on 1024 multiprocessors split 4 ways
-        assert thp(256, 32, 8, 128, 1024) == (4, 8, 2, 8)
+        # many tokens: one program per token holding every q and k head, 8 warps
+        assert thp(32768, 32, 8, 128) == (1, 32, 8, 8)
+        assert thp(32768, 64, 8, 128) == (1, 64, 8, 8)
+        assert thp(32768, 32, 0, 128) == (1, 32, 1, 8)  # key=None
+        # few tokens: heads split in proportion, one cos/sin load per program
+        assert thp(1, 32, 8, 128) == (8, 4, 1, 2)
+        assert thp(256, 32, 8, 128) == (4, 8, 2, 4)
+        assert thp(2, 28, 4, 128) == (4, 8, 1, 4)
         for args in [
-            (t, a, b, c, sms)
+            (t, a, b, c)
             for t in (1, 7, 300, 5000)
             for a in (1, 3, 28, 64)
             for b in (0, 1, 5, 8)
             for c in (16, 128, 256)
-            for sms in (8, 132)
         ]:
             programs, ba, bb, w = thp(*args)
-            t, a, b, _, _ = args
+            t, a, b, _ = args
             assert programs * ba >= a and programs * bb >= b, args  # every head covered
             assert w & (w - 1) == 0 and 1 <= w <= 8, args  # a power of two
 
-    def test_split_qkv_params_warps_per_regime():
+    def test_split_qkv_params_take_fewer_warps_for_one_program_per_token():
         from opcore.kernels.triton import _launch
 
         sqp = _launch.split_qkv_params
-        # heads split (fewer tokens than multiprocessors): one warp per program
-        assert sqp(1, 32, 8, 128, 132) == (8, 4, 1, 1)
-        assert sqp(16, 28, 4, 128, 132) == (4, 8, 1, 1)
-        # up to 4 tokens per multiprocessor: token_head_params' warps
-        for args in [(256, 32, 8, 128, 132), (528, 64, 8, 128, 132), (200, 8, 1, 128, 132)]:
+        assert sqp(32768, 32, 8, 128) == (1, 32, 8, 2)  # 5120 elements: 2 warps
+        assert sqp(32768, 64, 8, 128) == (1, 64, 8, 4)  # 9216 elements: 4 warps
+        assert sqp(32768, 8, 1, 128) == (1, 8, 1, 2)  # never below 2
+        # split heads (few tokens) and one-head groups at few tokens: the general rule
+        for args in [(1, 32, 8, 128), (256, 32, 8, 128), (1, 32, 1, 128), (8, 64, 8, 128)]:
             assert sqp(*args) == _launch.token_head_params(*args), args
-        # more: about 2048 padded elements per warp, never below 2
-        assert sqp(32768, 32, 8, 128, 132) == (1, 32, 8, 2)  # 5120 elements
-        assert sqp(32768, 64, 8, 128, 132) == (1, 64, 8, 4)  # 9216 elements
-        assert sqp(32768, 8, 1, 128, 132) == (1, 8, 1, 2)
-        assert sqp(529, 32, 8, 128, 132) == (1, 32, 8, 2)
 
     # ------------------------------------------------------------------ rotary
     @pytest.mark.parametrize("dtype", DTYPES)

@@ -17,9 +17,8 @@ memory-bound kernels, with the one device figure they depend on, the multiproces
 
 The constants were fitted to `bench/sweep_launch.py`'s timings of every configuration over
 hidden sizes 1024-5120 (rms_norm) and intermediates 4864-18432 (silu_and_mul) at 1-16384
-tokens on the H200 (``bench/results/2026-12-02-h200-session2/``), and over the head
-layouts of three model families at 1-16384 tokens on an H100 (rotary and the fused split,
-``bench/results/2026-12-06-h100-launch/``); docs/tuning.md says how a vendor refits them.
+tokens on the H200 (``bench/results/2026-12-02-h200-session2/``); docs/tuning.md says how a
+vendor refits them.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ logger = logging.getLogger(__name__)
 # multiprocessors); launchers pass their device's own count.
 PROGRAMS_PER_SM = 2
 REFERENCE_SMS = 132
-# The fixed count the kernels not yet fitted (quant's groups and its ungated tiles, MoE's
-# elementwise steps) still size their grids by.
+# The fixed count the kernels not yet fitted (rotary, the fused split, quant's groups and
+# tiles, MoE's elementwise steps) still size their grids by.
 MIN_PROGRAMS = 256
 # At most this many rows per multiprocessor is the latency-bound regime.
 LATENCY_ROWS_PER_SM = 4
@@ -194,40 +193,29 @@ def gated_params(n_rows: int, d: int, sms: int = REFERENCE_SMS) -> tuple[int, in
 
 @functools.lru_cache(maxsize=4096)
 def token_head_params(
-    n_tokens: int, n_a: int, n_b: int, head_cols: int, sms: int = REFERENCE_SMS
+    n_tokens: int, n_a: int, n_b: int, head_cols: int
 ) -> tuple[int, int, int, int]:
-    """``(PROGRAMS, BLOCK_A, BLOCK_B, num_warps)`` for kernels over the heads of one token,
-    on a device of ``sms`` multiprocessors.
+    """``(PROGRAMS, BLOCK_A, BLOCK_B, num_warps)`` for kernels over the heads of one token.
 
     A token's two head groups (q and k; ``n_b`` may be 0) are shared by ``PROGRAMS``
     programs (the grid's second dimension): program ``s`` takes heads ``[s * BLOCK_A,
     (s + 1) * BLOCK_A)`` of the first group and ``[s * BLOCK_B, (s + 1) * BLOCK_B)`` of the
-    second, so it loads the token's cos/sin row once for all of them. ``head_cols`` is the
-    padded number of columns per head.
-
-    - **Fewer tokens than multiprocessors:** the groups are split in powers of two (down to
-      one head of the smaller group per program) until there is about one program per
-      multiprocessor, on about 4 elements a thread of the program's tile (at most 8
-      warps): the call is one memory round trip.
-    - **Else:** one program per token, about 32 elements a thread of the token's heads
-      (at most 8 warps).
-
-    Fitted to ``bench/sweep_launch.py``'s head sweep on an H100 (132 multiprocessors;
-    ``bench/results/2026-12-06-h100-launch/``): at 1 and 16 tokens the most splits won on
-    4-8 warps, at 256 tokens and more one program per token on 2-4 warps. The previous
-    rule (split until 1024 programs, one warp per 256 elements) was 5-15 % behind each
-    shape's best configuration (geometric mean per token count).
+    second, so it loads the token's cos/sin row once for all of them. With enough tokens
+    (``4 * MIN_PROGRAMS``) that is one program per token; with fewer, the groups are split
+    in powers of two (down to one head of the smaller group per program) until there are
+    about that many programs. ``head_cols`` is the padded number of columns per head.
     """
     smaller = min(n_a, n_b) if n_b else n_a
     splits = 1
-    while n_tokens * splits < sms and 2 * splits <= smaller:
+    while n_tokens * splits < 4 * MIN_PROGRAMS and 2 * splits <= smaller:
         splits *= 2
     programs, block_a, block_b = head_split(n_a, n_b, splits)
-    if n_tokens < sms:
-        warps = warps_for((block_a + block_b) * head_cols, per_warp=128, cap=8)
-    else:
-        warps = warps_for((n_a + n_b) * head_cols, per_warp=1024, cap=8)
-    return programs, block_a, block_b, warps
+    return (
+        programs,
+        block_a,
+        block_b,
+        warps_for((block_a + block_b) * head_cols, per_warp=256, cap=8),
+    )
 
 
 def max_head_splits(n_a: int, n_b: int) -> int:
@@ -246,24 +234,15 @@ def head_split(n_a: int, n_b: int, splits: int) -> tuple[int, int, int]:
 
 @functools.lru_cache(maxsize=4096)
 def split_qkv_params(
-    n_tokens: int, n_q: int, n_kv: int, head_cols: int, sms: int = REFERENCE_SMS
+    n_tokens: int, n_q: int, n_kv: int, head_cols: int
 ) -> tuple[int, int, int, int]:
-    """`token_head_params`' split of a token's heads for the fused split kernel
-    (`opcore.kernels.triton.qk_norm_rope`), with its own warps: each head's RMS reduction
-    is cheapest within one warp.
-
-    - Fewer tokens than multiprocessors (heads split): one warp.
-    - Up to ``LATENCY_ROWS_PER_SM`` tokens per multiprocessor: `token_head_params`' warps.
-    - More: about 2048 elements per warp, at least 2 (at 32k bf16 tokens on an H200, 32/8
-      heads x 128 reach 90 % of copy bandwidth on 2 warps against 78.5 % on 8;
-      ``bench/results/2026-11-29-h200-split-sweep/``).
-
-    Fitted with `token_head_params` (its docstring names the sweep): one warp won at 1 and
-    16 tokens for every layout, 4 warps at 256 tokens, 2-4 from 4096 on.
-    """
-    programs, block_q, block_kv, warps = token_head_params(n_tokens, n_q, n_kv, head_cols, sms)
-    if n_tokens < sms:
-        warps = 1
-    elif n_tokens > LATENCY_ROWS_PER_SM * sms:
+    """`token_head_params` for the fused split kernel, with fewer warps once there is one
+    program per token: about 2048 elements per warp, at least 2. Measured on an H200 at
+    32k bf16 tokens (``bench/sweep_split_qkv.py``; results in
+    ``bench/results/2026-11-29-h200-split-sweep/``): 32/8 heads x 128 reach 90 % of copy
+    bandwidth on 2 warps against 78.5 % on 8; 64/8 reach 87.5 % on 4 against 82 % on 8.
+    With fewer tokens (split heads, latency-bound) the general rule stays."""
+    programs, block_q, block_kv, warps = token_head_params(n_tokens, n_q, n_kv, head_cols)
+    if programs == 1 and n_tokens >= 4 * MIN_PROGRAMS:
         warps = max(2, warps_for((block_q + block_kv) * head_cols, per_warp=2048, cap=8))
     return programs, block_q, block_kv, warps

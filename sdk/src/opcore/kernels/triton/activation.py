@@ -24,19 +24,6 @@ _OP_NAMES = {SILU: "silu_and_mul", GELU_ERF: "gelu_and_mul", GELU_TANH: "gelu_an
 
 
 @triton.jit
-def tile_index(d, BLOCK_C: tl.constexpr, COLS_FIRST: tl.constexpr):
-    """``(row block, column tile)`` of this program over a ``[rows, d]`` output: from the
-    2-D grid's two axes, or with ``COLS_FIRST`` from a 1-D grid numbered along a row block's
-    ``cdiv(d, BLOCK_C)`` column tiles first. The row block is int64 (it scales a row
-    stride)."""
-    if COLS_FIRST:
-        col_tiles = tl.cdiv(d, BLOCK_C)
-        pid = tl.program_id(0).to(tl.int64)
-        return pid // col_tiles, pid % col_tiles
-    return tl.program_id(0).to(tl.int64), tl.program_id(1)
-
-
-@triton.jit
 def _act_and_mul_kernel(
     x_ptr,
     x_stride,
@@ -49,7 +36,14 @@ def _act_and_mul_kernel(
     ROWS: tl.constexpr,
     COLS_FIRST: tl.constexpr,
 ):
-    row_block, col_tile = tile_index(d, BLOCK_C, COLS_FIRST)
+    if COLS_FIRST:
+        col_tiles = tl.cdiv(d, BLOCK_C)
+        pid = tl.program_id(0).to(tl.int64)
+        row_block = pid // col_tiles
+        col_tile = pid % col_tiles
+    else:
+        row_block = tl.program_id(0).to(tl.int64)
+        col_tile = tl.program_id(1)
     rows = row_block * ROWS + tl.arange(0, ROWS)
     cols = col_tile * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (rows < n_rows)[:, None] & (cols < d)[None, :]

@@ -41,7 +41,6 @@ from opcore.ir.quant import MIN_SCALE as _MIN_SCALE
 from opcore.ir.quant import fp8_dtype
 from opcore.kernels.triton import _bound, _launch
 from opcore.kernels.triton._support import require_row_stride
-from opcore.kernels.triton.activation import tile_index
 from opcore.platforms import get_current_platform
 
 # The smallest dynamic scale (`opcore.ir.quant.MIN_SCALE`), a plain float for constexpr.
@@ -196,7 +195,17 @@ def _static_kernel(
     ``x``'s dtype: `silu_and_mul_fp8_quant` rounds once). Tiles are numbered on a 2-D grid
     ``(row blocks, column tiles)``, or with ``COLS_FIRST`` on a 1-D grid that walks a row
     block's columns first (as the gated activations' kernel may)."""
-    row_block, col_tile = tile_index(d, BLOCK_C, COLS_FIRST)
+    # The gated activations' tile numbering (`opcore.kernels.triton.activation`), copied:
+    # moving it into a shared helper edits that module, which makes the shipped tuning
+    # tables' activation entries stale until a device searches them again.
+    if COLS_FIRST:
+        col_tiles = tl.cdiv(d, BLOCK_C)
+        pid = tl.program_id(0).to(tl.int64)
+        row_block = pid // col_tiles
+        col_tile = pid % col_tiles
+    else:
+        row_block = tl.program_id(0).to(tl.int64)
+        col_tile = tl.program_id(1)
     rows = row_block * ROWS + tl.arange(0, ROWS)
     cols = col_tile * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (rows < n_rows)[:, None] & (cols < d)[None, :]
