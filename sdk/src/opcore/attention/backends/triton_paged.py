@@ -34,6 +34,7 @@ from opcore.attention.backend import AttentionBackend, MultipleOf
 from opcore.attention.backends import _triton_paged_plan as _plan
 from opcore.attention.paged import PagedAttentionMetadata, check_qkv
 from opcore.kernels import TRITON_BACKEND_DEVICE_TYPES
+from opcore.platforms import get_current_platform
 
 LOG2E = 1.4426950408889634
 
@@ -137,8 +138,6 @@ class TritonPagedBackend(AttentionBackend):
             if "batch_invariant" in get_current_config().kernel.required_properties:
                 self.num_splits = self.batch_invariant_splits
         if self.prefill_kv_descriptors is None:
-            from opcore.platforms import get_current_platform
-
             self.prefill_kv_descriptors = get_current_platform().tensor_descriptor_copies(0)
 
     def declared_properties(self) -> frozenset[str]:
