@@ -47,7 +47,7 @@ GPU), to check the script runs; its timings mean nothing.
 ``--only field=value,...`` keeps the rows whose fields have those values.
 
 Usage: python bench/attention_prefill.py [--quick] [--out DIR] [--rep-ms 50] [--budget-s 200]
-       [--limit N] [--only block_size=128,heads=32] [--sweep [--sweep-set tma]]
+       [--limit N] [--only block_size=128,heads=32] [--sweep [--sweep-set tma|pack]]
 """
 
 from __future__ import annotations
@@ -440,6 +440,49 @@ TMA_PROBLEMS = (
     (256, 128, 1, 8192),
     (256, 128, 16, 1024),
 )
+# Packed query heads (a tile's rows as tokens x the kv head's query heads) and the vector
+# scan for a tile's sequence, against the shipped pointer and descriptor choices without
+# them. (BLOCK_M, BLOCK_N, warps, stages, page mode, kv_tma, pack_gqa, seq_scan);
+# descriptor settings are skipped on pages that do not hold whole key tiles.
+PACK_SWEEP = {
+    64: (
+        (128, 128, 4, 3, None, False, False, False),
+        (128, 128, 4, 3, None, False, False, True),
+        (128, 128, 4, 3, None, False, True, True),
+        (128, 64, 4, 3, None, False, True, True),
+        (128, 64, 4, 3, None, True, False, False),
+        (128, 64, 4, 3, None, True, True, True),
+    ),
+    128: (
+        (64, 64, 4, 2, None, False, False, False),
+        (64, 64, 4, 2, None, False, False, True),
+        (64, 64, 4, 2, None, False, True, True),
+        (128, 64, 4, 2, None, False, True, True),
+        (128, 64, 4, 3, None, False, True, True),
+        (128, 64, 4, 3, None, True, False, False),
+        (128, 64, 4, 3, None, True, False, True),
+        (128, 64, 4, 3, None, True, True, True),
+    ),
+    256: (
+        (128, 64, 8, 2, None, False, False, False),
+        (128, 64, 8, 2, None, False, False, True),
+        (128, 64, 8, 2, None, False, True, True),
+        (64, 64, 4, 2, None, False, True, True),
+        (128, 64, 8, 3, None, True, False, False),
+        (128, 64, 8, 3, None, True, True, True),
+    ),
+}
+PACK_PROBLEMS = (
+    (128, 16, 16, 1024),
+    (128, 128, 16, 1024),
+    (128, 16, 4, 4096),
+    (128, 128, 4, 4096),
+    (128, 16, 1, 8192),
+    (64, 16, 16, 1024),
+    (64, 128, 16, 1024),
+    (256, 16, 16, 1024),
+    (256, 128, 16, 1024),
+)
 # The problems `sweep` times each head size's settings on (32/8 heads, bf16): the issue's
 # worst rows (short sequences, head sizes 64 and 256) and one long one.
 SWEEP_PROBLEMS = (
@@ -468,9 +511,12 @@ def sweep(
     out = []
     start = time.monotonic()
     heads, kv = (4, 2) if quick else (32, 8)
-    table, problems = (TMA_SWEEP, TMA_PROBLEMS) if which == "tma" else (SWEEP, SWEEP_PROBLEMS)
+    table, problems = {
+        "tma": (TMA_SWEEP, TMA_PROBLEMS),
+        "pack": (PACK_SWEEP, PACK_PROBLEMS),
+    }.get(which, (SWEEP, SWEEP_PROBLEMS))
     if quick:
-        problems = ((128, 64, 1, 130),) if which == "tma" else ((64, 16, 1, 130),)
+        problems = ((128, 64, 1, 130),) if which in ("tma", "pack") else ((64, 16, 1, 130),)
     for hd, bs, b, n in problems:
         if time.monotonic() - start > budget_s:
             out.append(dict(head_size=hd, block_size=bs, batch=b, tokens=n, error="budget"))
@@ -494,6 +540,8 @@ def sweep(
             settings = (mine, *settings)
         for setting in settings:
             cfg = P.PrefillLaunch(*setting)
+            if cfg.kv_tma and bs % cfg.block_n:
+                continue
 
             def fn(cfg=cfg, p=p, hd=hd):
                 P.launch_prefill(
@@ -606,9 +654,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", action="store_true", help="only the launch-settings sweep")
     ap.add_argument(
         "--sweep-set",
-        choices=("launch", "tma"),
+        choices=("launch", "tma", "pack"),
         default="launch",
-        help="which settings --sweep times (tma: issue 29's descriptor candidates)",
+        help="which settings --sweep times (tma: issue 29's descriptor candidates; pack: "
+        "packed query heads and the sequence scan)",
     )
     args = ap.parse_args(argv)
     if args.quick and "TRITON_INTERPRET" not in os.environ:

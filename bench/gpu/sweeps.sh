@@ -11,7 +11,8 @@
 # Results: $OUT/sweeps/: attention_prefill_sweep.json, moe_sweep.json, prefill.log, moe.log.
 # SWEEP_ONLY=prefill or moe runs one of the two.
 # CPU plumbing test: SWEEP_DRY=1 bash bench/gpu/sweeps.sh (one tiny problem each, under
-# Triton's interpreter).
+# Triton's interpreter). SWEEP_SET picks the prefill settings (launch, tma or pack:
+# bench/attention_prefill.py --sweep-set); SWEEP_ONLY=prefill or moe runs one half.
 set -u
 OUT=${OUT:-/tmp/opcore-out}
 DIR="$OUT/sweeps"
@@ -26,7 +27,7 @@ ONLY=${SWEEP_ONLY:-}
 if [ "$ONLY" != moe ]; then
   echo "== sweeps: prefill attention $(date -u +%T)"
   timeout -k 5 $(( ${SWEEP_PREFILL_S:-150} + 60 )) python3 bench/attention_prefill.py --sweep $Q \
-    --budget-s "${SWEEP_PREFILL_S:-150}" --rep-ms "$REP" --out "$DIR" > "$DIR/prefill.log" 2>&1
+    --sweep-set "${SWEEP_SET:-launch}" --budget-s "${SWEEP_PREFILL_S:-150}" --rep-ms "$REP" --out "$DIR" > "$DIR/prefill.log" 2>&1
   echo "prefill sweep rc=$?"
   tail -n 5 "$DIR/prefill.log"
 fi

@@ -312,3 +312,95 @@ def test_prefill_kernel_does_not_specialise_on_the_cache_row_count():
 
     unspecialised = {p.name for p in P.paged_prefill_kernel.params if p.do_not_specialize}
     assert {"cache_rows", "num_seqs", "block_size", "window"} <= unspecialised
+
+
+PACKED_GQA = textwrap.dedent(
+    """
+    import json, torch
+    from opcore.attention import PagedAttentionMetadata
+    from opcore.attention.backends import _triton_prefill as P
+    from opcore.attention.backends.triton_paged import TritonPagedBackend as B
+
+    # A tile's rows as tokens x the query heads of one kv head (groups of 2, 3 and 8: the
+    # last row block of a group of 3 ends masked), against one query head per program with
+    # the same key tiles; prompts past a tile, a chunk over a prefix and a decode row in one
+    # batch, spare slots NaN, with and without a sliding window. Then the tile's sequence
+    # found by the vector scan against the binary search (more sequences than one scan
+    # holds take the search).
+    g = torch.Generator().manual_seed(11)
+    out = {"close": {}, "finite": {}, "scan_equal": {}}
+
+    def paged(ctx, page, kv, head):
+        pages = [(n + page - 1) // page for n in ctx]
+        cache = B.allocate_kv_cache(sum(pages) + 1, page, kv, head, torch.bfloat16, "cpu")
+        cache.fill_(float("nan"))
+        perm = torch.randperm(sum(pages) + 1, generator=g).to(torch.int32)
+        table = torch.zeros(len(ctx), max(pages), dtype=torch.int32)
+        used = 0
+        for i, (n, c) in enumerate(zip(pages, ctx)):
+            table[i, :n] = perm[used:used + n]
+            used += n
+            for j in range(c):
+                blk, slot = int(table[i, j // page]), j % page
+                cache[:, blk, slot] = torch.randn(2, kv, head, generator=g).to(torch.bfloat16)
+        return cache, table
+
+    def launch(q, cache, md, heads, kv, head, cfg, window=1 << 30):
+        o = torch.zeros_like(q)
+        P.launch_prefill(
+            query=q, key_cache=cache[0], value_cache=cache[1], out=o, metadata=md,
+            num_heads=heads, num_kv_heads=kv, head_size=head, qk_scale=head ** -0.5 * 1.4427,
+            window=window, softcap=0.0, causal=True, skip_decode_rows=True, interpret=True,
+            launch=cfg)
+        return o
+
+    # The last chunk starts at position 11: with groups of 3 (21 tokens a tile) the token
+    # just past the first tile sits on a key tile's first key (32), which a row past the
+    # group's last whole token would compute without.
+    ctx, q_lens = [130, 150, 70, 75], [130, 33, 1, 64]
+    starts = torch.tensor([0, 130, 163, 164, 228], dtype=torch.int32)
+    for heads, kv in ((4, 2), (6, 2), (8, 1)):
+        cache, table = paged(ctx, 16, kv, 64)
+        md = PagedAttentionMetadata.build(starts, torch.tensor(ctx, dtype=torch.int32), table)
+        q = torch.randn(228, heads, 64, generator=g).to(torch.bfloat16)
+        rows = torch.cat([torch.arange(0, 163), torch.arange(164, 228)])  # not the decode row
+        for window in (1 << 30, 45):
+            one = launch(q, cache, md, heads, kv, 64, P.PrefillLaunch(64, 32, 4, 2), window)
+            packed = launch(q, cache, md, heads, kv, 64,
+                            P.PrefillLaunch(64, 32, 4, 2, pack_gqa=True), window)
+            key = f"{heads}/{kv}-window{window}"
+            out["close"][key] = float((packed[rows].float() - one[rows].float()).abs().max())
+            out["finite"][key] = bool(packed[rows].isfinite().all())
+            out["decode_row_untouched"] = bool((packed[163] == 0).all())
+    # 70 one-token-and-more sequences: over SEQ_SCAN, so the binary search runs.
+    for n_seqs in (3, P.SEQ_SCAN + 6):
+        lens = [2 + (7 * i) % 19 for i in range(n_seqs)]
+        cache, table = paged(lens, 16, 2, 64)
+        st = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0).to(torch.int32)
+        md = PagedAttentionMetadata.build(st, torch.tensor(lens, dtype=torch.int32), table)
+        q = torch.randn(sum(lens), 4, 64, generator=g).to(torch.bfloat16)
+        scan = launch(q, cache, md, 4, 2, 64, P.PrefillLaunch(32, 32, 4, 2, pack_gqa=True))
+        search = launch(q, cache, md, 4, 2, 64,
+                        P.PrefillLaunch(32, 32, 4, 2, pack_gqa=True, seq_scan=False))
+        out["scan_equal"][n_seqs] = bool(torch.equal(scan, search))
+        out["scan_finite"] = bool(scan.isfinite().all())
+    print(json.dumps(out))
+    """
+)
+
+
+def test_triton_paged_prefill_packs_a_kv_heads_query_heads_into_one_tile_in_the_interpreter():
+    # Issue 29: rows of a tile are tokens x the query heads that share one kv head, so each
+    # K/V tile serves the whole group and the causal diagonal spans fewer tokens. Every
+    # row must compute what one query head per program computes with the same key tiles
+    # (up to the product's summation order), groups that do not divide the tile included;
+    # and the vector scan that finds a tile's sequence must agree with the binary search.
+    proc = run_python(PACKED_GQA, env={"TRITON_INTERPRET": "1"}, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(result["close"]) == 6
+    assert max(result["close"].values()) <= 1.6e-2, result["close"]
+    assert all(result["finite"].values()), result["finite"]
+    assert result["decode_row_untouched"] is True
+    assert result["scan_equal"] == {"3": True, str(64 + 6): True}
+    assert result["scan_finite"] is True

@@ -58,6 +58,10 @@ import triton.language as tl
 from opcore.kernels.triton import _bound, _launch
 
 LOG2E = 1.4426950408889634
+# Batches of at most this many sequences find a tile's sequence with one vector load of
+# `query_start_loc` (one constant: no recompile as the batch size changes); larger ones
+# binary-search it.
+SEQ_SCAN = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +69,10 @@ class PrefillLaunch:
     """Tile sizes and launch settings of `paged_prefill_kernel` (``page_mode``: None picks
     `page_mode`; an int forces one, for sweeps: 0 works for every page size; ``kv_tma``:
     K and V tiles through tensor descriptors, for page sizes that are multiples of
-    ``block_n`` and caches `tma_ready` accepts)."""
+    ``block_n`` and caches `tma_ready` accepts; ``pack_gqa``: a tile's rows are
+    ``block_m // group`` tokens x the query heads of one kv head, where a kv head serves
+    2 to ``block_m`` query heads (else ignored); ``seq_scan``: batches of at most
+    `SEQ_SCAN` sequences find a tile's sequence with one vector load)."""
 
     block_m: int
     block_n: int
@@ -73,6 +80,8 @@ class PrefillLaunch:
     num_stages: int
     page_mode: int | None = None
     kv_tma: bool = False
+    pack_gqa: bool = False
+    seq_scan: bool = True
 
 
 def prefill_launch_config(
@@ -409,43 +418,69 @@ def paged_prefill_kernel(
     INTERPRET: tl.constexpr,
     KV_TMA: tl.constexpr = False,
     SAME_STRIDES: tl.constexpr = False,
+    PACK_GQA: tl.constexpr = False,
+    BLOCK_Q: tl.constexpr = 0,
+    SEQ_SCAN: tl.constexpr = 0,
 ):
     """Paged prefill attention (the module docstring gives the formula): grid
-    ``(num_heads, num_tokens // BLOCK_M + num_seqs)``."""
-    head = tl.program_id(0)
+    ``(num_heads, num_tokens // BLOCK_Q + num_seqs)``, or ``(num_kv_heads, ...)`` with
+    ``PACK_GQA``: a tile's ``BLOCK_M`` rows are then ``BLOCK_Q`` tokens x the ``GROUP``
+    query heads of one kv head (row ``r``: token ``r // GROUP``, head ``r % GROUP``), so
+    each K/V tile serves the whole group and the causal diagonal spans ``BLOCK_Q`` tokens,
+    not ``BLOCK_M``. Without it ``BLOCK_Q`` is ``BLOCK_M``. ``SEQ_SCAN`` (a power of two
+    above ``num_seqs``, or 0): find the tile's sequence with one vector load of
+    ``query_start_loc`` instead of a binary search's chain of loads."""
     tile = tl.num_programs(1) - 1 - tl.program_id(1)  # last tiles first
-    # The sequence owning this tile: the last s with query_start_loc[s] // BLOCK_M + s <= tile.
-    lo = tl.full([], 0, tl.int32)
-    hi = tl.full([], 0, tl.int32) + num_seqs
-    while lo + 1 < hi:
-        mid = (lo + hi) // 2
-        below = tl.load(query_start_loc + mid) // BLOCK_M + mid <= tile
-        lo = tl.where(below, mid, lo)
-        hi = tl.where(below, hi, mid)
-    seq = lo
+    # The sequence owning this tile: the last s with query_start_loc[s] // BLOCK_Q + s <= tile
+    # (non-decreasing in s, so the count of such s, less one).
+    if SEQ_SCAN > 0:
+        s_idx = tl.arange(0, SEQ_SCAN)
+        starts = tl.load(query_start_loc + s_idx, mask=s_idx < num_seqs, other=0)
+        owns = (s_idx < num_seqs) & (starts // BLOCK_Q + s_idx <= tile)
+        seq = tl.sum(owns.to(tl.int32), 0) - 1
+    else:
+        lo = tl.full([], 0, tl.int32)
+        hi = tl.full([], 0, tl.int32) + num_seqs
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            below = tl.load(query_start_loc + mid) // BLOCK_Q + mid <= tile
+            lo = tl.where(below, mid, lo)
+            hi = tl.where(below, hi, mid)
+        seq = lo
     q_begin = tl.load(query_start_loc + seq)
     q_len = tl.load(query_start_loc + seq + 1) - q_begin
-    t0 = (tile - (q_begin // BLOCK_M + seq)) * BLOCK_M
+    t0 = (tile - (q_begin // BLOCK_Q + seq)) * BLOCK_Q
     if t0 >= q_len:
         return
     if SKIP_DECODE_ROWS:
         if q_len == 1:
             return
     ctx = tl.load(seq_lens + seq)
-    kv_head = head // GROUP
 
-    t = t0 + tl.arange(0, BLOCK_M)
-    row_ok = t < q_len
+    r = tl.arange(0, BLOCK_M)
+    if PACK_GQA:
+        kv_head = tl.program_id(0)
+        t = t0 + r // GROUP
+        q_head = kv_head * GROUP + r % GROUP
+        row_ok = (r < BLOCK_Q * GROUP) & (t < q_len)
+        head_off = q_head.to(tl.int64)[:, None] * stride_qh
+        out_head_off = q_head.to(tl.int64)[:, None] * stride_oh
+    else:
+        head = tl.program_id(0)
+        kv_head = head // GROUP
+        t = t0 + r
+        row_ok = t < q_len
+        head_off = head * stride_qh
+        out_head_off = head * stride_oh
     d = tl.arange(0, HEAD_PAD)
     io_mask = row_ok[:, None] & (d[None, :] < HEAD)
     q_tok = (q_begin + t).to(tl.int64)
-    q = tl.load(Q + q_tok[:, None] * stride_qt + head * stride_qh + d[None, :], mask=io_mask,
-                other=0.0)  # fmt: skip
+    q = tl.load(Q + q_tok[:, None] * stride_qt + head_off + d[None, :], mask=io_mask, other=0.0)
     if INTERPRET:
         q = q.to(tl.float32)
     q_pos = ctx - q_len + t
     p_first = ctx - q_len + t0
-    p_last = ctx - q_len + tl.minimum(t0 + BLOCK_M, q_len) - 1
+    p_last = ctx - q_len + tl.minimum(t0 + BLOCK_Q, q_len) - 1
 
     # Keys any row sees: [lo_key, hi_key).
     lo_key = tl.maximum(0, p_first - window + 1)
@@ -501,7 +536,7 @@ def paged_prefill_kernel(
     )  # fmt: skip
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
-    tl.store(Out + q_tok[:, None] * stride_ot + head * stride_oh + d[None, :],
+    tl.store(Out + q_tok[:, None] * stride_ot + out_head_off + d[None, :],
              out.to(Out.dtype.element_ty), mask=io_mask)  # fmt: skip
 
 
@@ -569,7 +604,10 @@ def launch_prefill(
     mode = page_mode(block_size, cfg.block_n) if cfg.page_mode is None else cfg.page_mode
     head_pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     num_seqs = metadata.num_seqs
-    grid = (num_heads, metadata.num_tokens // cfg.block_m + num_seqs)
+    group = num_heads // num_kv_heads
+    pack = cfg.pack_gqa and 1 < group <= cfg.block_m
+    block_q = cfg.block_m // group if pack else cfg.block_m
+    grid = (num_kv_heads if pack else num_heads, metadata.num_tokens // block_q + num_seqs)
     _bound.launch(
         paged_prefill_kernel,
         grid,
@@ -596,7 +634,7 @@ def launch_prefill(
         block_size,
         window,
         key_cache.shape[0] * block_size,
-        GROUP=num_heads // num_kv_heads,
+        GROUP=group,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         HEAD=head_size,
@@ -609,6 +647,9 @@ def launch_prefill(
         INTERPRET=interpret,
         KV_TMA=cfg.kv_tma,
         SAME_STRIDES=key_cache.stride() == value_cache.stride(),
+        PACK_GQA=pack,
+        BLOCK_Q=block_q,
+        SEQ_SCAN=SEQ_SCAN if cfg.seq_scan and num_seqs <= SEQ_SCAN else 0,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         scratch_device=query.device if cfg.kv_tma and not interpret else None,
