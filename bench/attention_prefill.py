@@ -301,7 +301,10 @@ def measure_row(row: dict, device: str, time_fn) -> dict:
 
     ready = P.tma_ready(p.cache[0], p.cache[1])
     rec["kv_descriptors"] = P.prefill_launch_config(
-        row["head_size"], p.q.dtype, row["block_size"], bool(p.new.prefill_kv_descriptors) and ready
+        row["head_size"],
+        p.q.dtype,
+        row["block_size"],
+        p.new.kv_descriptors_on(p.q.device) and ready,
     ).kv_tma
     rec["sdpa_path"] = p.sdpa_path
     rec["cudnn_form"] = p.cudnn_form

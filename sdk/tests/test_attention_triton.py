@@ -404,3 +404,28 @@ def test_triton_paged_prefill_packs_a_kv_heads_query_heads_into_one_tile_in_the_
     assert result["decode_row_untouched"] is True
     assert result["scan_equal"] == {"3": True, str(64 + 6): True}
     assert result["scan_finite"] is True
+
+
+class _TwoGenerationHostStandIn:
+    """Stands in for a host with two GPU generations (no machine here has one): device 1
+    copies tensor-descriptor tiles in hardware, device 0 does not."""
+
+    def tensor_descriptor_copies(self, index: int = 0) -> bool:
+        return index == 1
+
+
+def test_prefill_descriptors_are_decided_per_device_not_from_device_0(monkeypatch):
+    # A backend serving device 1 took device 0's answer when the choice was made once on
+    # construction (the review of 2026-12-06). It must ask about the query's device.
+    import torch
+
+    from opcore.attention.backends import triton_paged
+
+    monkeypatch.setattr(triton_paged, "get_current_platform", _TwoGenerationHostStandIn)
+    impl = triton_paged.TritonPagedBackend(4, 64, 2, 0.125)
+    assert impl.prefill_kv_descriptors is None  # nothing decided before a device is seen
+    assert impl.kv_descriptors_on(torch.device("cuda", 1)) is True
+    assert impl.kv_descriptors_on(torch.device("cuda", 0)) is False
+    assert impl.kv_descriptors_on(torch.device("cpu")) is False  # no index: device 0's
+    impl.prefill_kv_descriptors = True  # forced: every device
+    assert impl.kv_descriptors_on(torch.device("cuda", 0)) is True

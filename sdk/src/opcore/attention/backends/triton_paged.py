@@ -79,6 +79,12 @@ def _multiprocessors(device_type: str, index: int) -> int:
     )
 
 
+@functools.cache
+def _descriptor_copies(platform, index: int) -> bool:
+    """``platform.tensor_descriptor_copies(index)``, asked once per platform and device."""
+    return bool(platform.tensor_descriptor_copies(index))
+
+
 class TritonPagedBackend(AttentionBackend):
     name = "TRITON_PAGED"
     supported_dtypes = (torch.float16, torch.bfloat16)
@@ -109,8 +115,8 @@ class TritonPagedBackend(AttentionBackend):
     # "legacy": the earlier mixed kernel above (prefill_block_*), kept for the benchmark.
     prefill_path = "paged_prefill"
     # Read prefill key tiles through tensor descriptors where a page holds whole tiles
-    # (`_triton_prefill.prefill_launch_config`): None asks the platform
-    # (`Platform.tensor_descriptor_copies`, device 0) on construction; a bool forces it.
+    # (`_triton_prefill.prefill_launch_config`): None asks the platform for the query's
+    # device (`kv_descriptors_on`); a bool forces it.
     prefill_kv_descriptors: bool | None = None
     # None: choose from the device's multiprocessor count; an int forces it.
     num_splits: int | None = None
@@ -137,8 +143,15 @@ class TritonPagedBackend(AttentionBackend):
             # fixed split count, decided once here rather than per forward.
             if "batch_invariant" in get_current_config().kernel.required_properties:
                 self.num_splits = self.batch_invariant_splits
-        if self.prefill_kv_descriptors is None:
-            self.prefill_kv_descriptors = get_current_platform().tensor_descriptor_copies(0)
+
+    def kv_descriptors_on(self, device: torch.device) -> bool:
+        """Whether prefill reads key tiles through tensor descriptors on ``device``: the
+        forced `prefill_kv_descriptors`, else what the platform says of that device
+        (`Platform.tensor_descriptor_copies`, asked once per device: a host may mix GPU
+        generations)."""
+        if self.prefill_kv_descriptors is not None:
+            return bool(self.prefill_kv_descriptors)
+        return _descriptor_copies(get_current_platform(), device.index or 0)
 
     def declared_properties(self) -> frozenset[str]:
         if self.num_splits is not None:
@@ -447,7 +460,7 @@ class TritonPagedBackend(AttentionBackend):
                 causal=self.causal,
                 skip_decode_rows=mixed,
                 interpret=common["INTERPRET"],
-                kv_descriptors=bool(self.prefill_kv_descriptors),
+                kv_descriptors=self.kv_descriptors_on(query.device),
             )
             return out
         group_pad = _pow2(group)
