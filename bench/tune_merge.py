@@ -22,6 +22,17 @@ record's ``updates`` list says which ops were dropped and why (``--why``):
 
     python bench/tune_merge.py BASE.json --drop rotary_embedding,split_qkv_rmsnorm_rope \\
         --why "the rotary kernel changed; not re-searched on this device yet"
+
+Where an edit to a file every provider's identity covers (``_launch.py``, ``spaces.py``)
+changed only functions that some ops never call, ``--restamp`` records this process's
+identity of those ops' providers in place of the old one, keeping their entries; ``--why``
+must name what changed and why those ops' configurations still mean what was measured
+(the update keeps both hashes). Run it with the providers importable (on a CPU:
+``TRITON_INTERPRET=1 OPCORE_PLATFORM=cpu``). It is a reviewed claim, not a measurement:
+where the edit could touch what an op's configuration means, search again instead.
+
+    TRITON_INTERPRET=1 OPCORE_PLATFORM=cpu python bench/tune_merge.py BASE.json \\
+        --restamp rms_norm,fused_add_rms_norm --why "_launch.py: only token_head_params changed"
 """
 
 from __future__ import annotations
@@ -94,6 +105,56 @@ def drop(base: dict[str, Any], ops: list[str], why: str) -> dict[str, Any]:
     return _with(base, entries, providers, {"dropped_ops": ops, "why": why})
 
 
+def restamp(
+    base: dict[str, Any], ops: list[str], why: str, current: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """``base`` with the provider identities of ``ops`` replaced by ``current`` (op ->
+    provider -> this process's identity hash), entries kept, the change and ``why``
+    recorded in ``search.updates``. Each op must have entries and recorded identities, and
+    ``current`` must cover every provider recorded for it."""
+    _each_once(ops, "--restamp")
+    if not why.strip():
+        raise MergeError("--restamp needs --why: the table must say why the entries still hold")
+    providers = {k: dict(v) for k, v in base.get("providers", {}).items()}
+    changed = {}
+    for op in ops:
+        if not any(e["op"] == op for e in base["entries"]):
+            raise MergeError(f"the base table has no entry for {op!r}")
+        if op not in providers:
+            raise MergeError(f"the base table records no provider identity for {op!r}")
+        for prov, old in providers[op].items():
+            new = current.get(op, {}).get(prov)
+            if new is None:
+                raise MergeError(f"{op!r} has no provider {prov!r} in this process to restamp")
+            if new != old:
+                changed[f"{op}/{prov}"] = {"from": old, "to": new}
+                providers[op][prov] = new
+    if not changed:
+        raise MergeError(f"the identities of {ops} already match this process: nothing to do")
+    return _with(base, base["entries"], providers, {"restamped": changed, "why": why})
+
+
+def current_identities(ops: list[str], providers: dict[str, dict]) -> dict[str, dict[str, str]]:
+    """This process's identity hash of each provider ``providers`` records for ``ops``
+    (those it has), with the first-party kernels registered."""
+    import importlib
+
+    from opcore.ir import ops as ir_ops
+
+    for mod in ("opcore.kernels.triton",):
+        try:
+            importlib.import_module(mod)
+        except ImportError:  # no Triton here: its providers are missing, and named below
+            pass
+    out: dict[str, dict[str, str]] = {}
+    for op in ops:
+        ir_op = getattr(ir_ops, op, None)
+        if ir_op is None:
+            continue
+        out[op] = {p: ir_op.identity_hash(p) for p in providers.get(op, {}) if p in ir_op.impls}
+    return out
+
+
 def _read(path: str) -> dict[str, Any]:
     tt.load(path)  # a malformed table stops here, named
     with open(path) as f:
@@ -106,14 +167,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("new", nargs="?", help="the fresh search's table (not with --drop)")
     p.add_argument("--ops", help="comma-separated ops to take from NEW")
     p.add_argument("--drop", help="comma-separated ops whose entries to remove (no NEW)")
-    p.add_argument("--why", default="", help="with --drop: the reason, kept in the table")
+    p.add_argument("--restamp", help="comma-separated ops whose identities to renew (no NEW)")
+    p.add_argument(
+        "--why", default="", help="with --drop or --restamp: the reason, kept in the table"
+    )
     p.add_argument("--out", help="where to write (default: BASE, in place)")
     a = p.parse_args(argv)
-    if (a.new is None) == (a.drop is None) or (a.new is not None) != (a.ops is not None):
-        p.error("give NEW with --ops, or --drop (with --why) alone")
+    alone = [x for x in (a.drop, a.restamp) if x is not None]
+    if (a.new is None) != (len(alone) == 1) or (a.new is not None) != (a.ops is not None):
+        p.error("give NEW with --ops, or --drop or --restamp (with --why) alone")
     base = _read(a.base)
     try:
-        if a.drop is not None:
+        if a.restamp is not None:
+            ops = [o for o in a.restamp.split(",") if o]
+            current = current_identities(ops, base.get("providers", {}))
+            doc, what = restamp(base, ops, a.why, current), "kept under this code's identity"
+        elif a.drop is not None:
             ops = [o for o in a.drop.split(",") if o]
             doc, what = drop(base, ops, a.why), "dropped"
         else:

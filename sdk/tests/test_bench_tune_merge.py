@@ -110,3 +110,44 @@ def test_drop_removes_the_named_ops_and_says_why(tables, capsys, tmp_path):
     with pytest.raises(SystemExit):
         tm.main([str(base_path), str(base_path), "--ops", "rms_norm", "--drop", "rms_norm"])
     assert not (tmp_path / "no.json").exists()
+
+
+def test_restamp_renews_the_named_ops_identities_keeps_their_entries_and_says_why(
+    tables, capsys, tmp_path
+):
+    tm = load_script()
+    base_path, _ = tables
+    base = json.loads(base_path.read_text())
+    # As if a file every provider's identity covers had changed since the search.
+    aged = json.loads(base_path.read_text())
+    for op in aged["providers"]:
+        aged["providers"][op] = {p: "0" * 64 for p in aged["providers"][op]}
+    aged_path = tmp_path / "aged.json"
+    aged_path.write_text(json.dumps(aged))
+    out = tmp_path / "restamped.json"
+    why = "_launch.py: only the head kernels' rule changed; rms_norm never calls it"
+    assert tm.main([str(aged_path), "--restamp", "rms_norm", "--why", why,
+                    "--out", str(out)]) == 0  # fmt: skip
+    done = json.loads(out.read_text())
+    tt.load(out)
+    assert done["providers"]["rms_norm"] == base["providers"]["rms_norm"]  # this code's hash
+    assert done["providers"]["rotary_embedding"] == aged["providers"]["rotary_embedding"]
+    assert done["entries"] == aged["entries"]
+    (update,) = done["search"]["updates"]
+    assert update["why"] == why
+    assert update["restamped"] == {
+        "rms_norm/native": {"from": "0" * 64, "to": base["providers"]["rms_norm"]["native"]}
+    }
+    for argv, msg in [
+        ([str(aged_path), "--restamp", "rms_norm"], "needs --why"),
+        (
+            [str(aged_path), "--restamp", "gelu_and_mul", "--why", "x"],
+            "no entry for 'gelu_and_mul'",
+        ),
+        ([str(base_path), "--restamp", "rms_norm", "--why", "x"], "already match"),
+    ]:
+        assert tm.main([*argv, "--out", str(tmp_path / "no.json")]) == 2
+        assert msg in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tm.main([str(aged_path), "--restamp", "rms_norm", "--drop", "rms_norm", "--why", "x"])
+    assert not (tmp_path / "no.json").exists()
