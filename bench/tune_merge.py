@@ -141,7 +141,7 @@ def current_identities(ops: list[str], providers: dict[str, dict]) -> dict[str, 
 
     from opcore.ir import ops as ir_ops
 
-    for mod in ("opcore.kernels.triton",):
+    for mod in ("opcore.kernels.triton", "opcore.kernels.triton.batch_invariant"):
         try:
             importlib.import_module(mod)
         except ImportError:  # no Triton here: its providers are missing, and named below

@@ -389,39 +389,50 @@ else:
             ref = torch.nn.functional.gelu(g, approximate=approx) * u
             check(activation.gelu_and_mul(x, approx), ref, torch.bfloat16)
 
-    def test_token_head_params():
+    def test_token_head_params_split_until_one_program_per_multiprocessor():
         from opcore.kernels.triton import _launch
 
         thp = _launch.token_head_params
-        # many tokens: one program per token holding every q and k head, 8 warps
-        assert thp(32768, 32, 8, 128) == (1, 32, 8, 8)
-        assert thp(32768, 64, 8, 128) == (1, 64, 8, 8)
-        assert thp(32768, 32, 0, 128) == (1, 32, 1, 8)  # key=None
-        # few tokens: heads split in proportion, one cos/sin load per program
-        assert thp(1, 32, 8, 128) == (8, 4, 1, 2)
-        assert thp(256, 32, 8, 128) == (4, 8, 2, 4)
-        assert thp(2, 28, 4, 128) == (4, 8, 1, 4)
+        # as many tokens as multiprocessors: one program per token, ~1024 real elements a warp
+        assert thp(32768, 32, 8, 128, 132) == (1, 32, 8, 4)
+        assert thp(32768, 64, 8, 128, 132) == (1, 64, 8, 8)
+        assert thp(32768, 32, 0, 128, 132) == (1, 32, 1, 4)  # key=None
+        assert thp(256, 32, 8, 128, 132) == (1, 32, 8, 4)
+        # fewer: heads split in proportion (one cos/sin load per program), ~128 elements of
+        # the padded tile a warp
+        assert thp(1, 32, 8, 128, 132) == (8, 4, 1, 4)
+        assert thp(2, 28, 4, 128, 132) == (4, 8, 1, 8)
+        # the threshold is the device's multiprocessor count, REFERENCE_SMS by default
+        assert thp(256, 32, 8, 128, 1024) == (4, 8, 2, 8)
+        assert (
+            thp(100, 32, 8, 128)
+            == thp(100, 32, 8, 128, _launch.REFERENCE_SMS)
+            != thp(100, 32, 8, 128, 16)
+        )
         for args in [
-            (t, a, b, c)
+            (t, a, b, c, sms)
             for t in (1, 7, 300, 5000)
             for a in (1, 3, 28, 64)
             for b in (0, 1, 5, 8)
             for c in (16, 128, 256)
+            for sms in (8, 132)
         ]:
             programs, ba, bb, w = thp(*args)
-            t, a, b, _ = args
+            t, a, b, _, _ = args
             assert programs * ba >= a and programs * bb >= b, args  # every head covered
             assert w & (w - 1) == 0 and 1 <= w <= 8, args  # a power of two
 
-    def test_split_qkv_params_take_fewer_warps_for_one_program_per_token():
+    def test_split_qkv_params_one_warp_when_split_fewer_per_token_past_latency_rows():
         from opcore.kernels.triton import _launch
 
         sqp = _launch.split_qkv_params
-        assert sqp(32768, 32, 8, 128) == (1, 32, 8, 2)  # 5120 elements: 2 warps
-        assert sqp(32768, 64, 8, 128) == (1, 64, 8, 4)  # 9216 elements: 4 warps
-        assert sqp(32768, 8, 1, 128) == (1, 8, 1, 2)  # never below 2
-        # split heads (few tokens) and one-head groups at few tokens: the general rule
-        for args in [(1, 32, 8, 128), (256, 32, 8, 128), (1, 32, 1, 128), (8, 64, 8, 128)]:
+        assert sqp(1, 32, 8, 128, 132) == (8, 4, 1, 1)  # split: one warp
+        assert sqp(32768, 32, 8, 128, 132) == (1, 32, 8, 2)  # 5120 elements: 2 warps
+        assert sqp(32768, 64, 8, 128, 132) == (1, 64, 8, 4)  # 9216 elements: 4 warps
+        assert sqp(32768, 8, 1, 128, 132) == (1, 8, 1, 2)  # never below 2
+        assert sqp(529, 32, 8, 128, 132) == (1, 32, 8, 2)  # past 4 tokens per multiprocessor
+        # one program per token up to 4 per multiprocessor: token_head_params' warps
+        for args in [(256, 32, 8, 128, 132), (528, 64, 8, 128, 132), (200, 32, 1, 128, 132)]:
             assert sqp(*args) == _launch.token_head_params(*args), args
 
     # ------------------------------------------------------------------ rotary

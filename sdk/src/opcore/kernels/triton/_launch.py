@@ -193,29 +193,37 @@ def gated_params(n_rows: int, d: int, sms: int = REFERENCE_SMS) -> tuple[int, in
 
 @functools.lru_cache(maxsize=4096)
 def token_head_params(
-    n_tokens: int, n_a: int, n_b: int, head_cols: int
+    n_tokens: int, n_a: int, n_b: int, head_cols: int, sms: int = REFERENCE_SMS
 ) -> tuple[int, int, int, int]:
     """``(PROGRAMS, BLOCK_A, BLOCK_B, num_warps)`` for kernels over the heads of one token.
 
     A token's two head groups (q and k; ``n_b`` may be 0) are shared by ``PROGRAMS``
     programs (the grid's second dimension): program ``s`` takes heads ``[s * BLOCK_A,
     (s + 1) * BLOCK_A)`` of the first group and ``[s * BLOCK_B, (s + 1) * BLOCK_B)`` of the
-    second, so it loads the token's cos/sin row once for all of them. With enough tokens
-    (``4 * MIN_PROGRAMS``) that is one program per token; with fewer, the groups are split
-    in powers of two (down to one head of the smaller group per program) until there are
-    about that many programs. ``head_cols`` is the padded number of columns per head.
+    second, so it loads the token's cos/sin row once for all of them. ``head_cols`` is the
+    padded number of columns per head; ``sms`` the device's multiprocessor count.
+
+    - **Fewer tokens than multiprocessors** (latency-bound): the groups are split in powers
+      of two (down to one head of the smaller group per program) until tokens x splits
+      reach ``sms``, about 128 elements of the program's tile per warp.
+    - **Else** one program per token, about 1024 elements of the token's real heads per
+      warp (at most 8).
+
+    Fitted on an H100 sweep of every power-of-two split x 1-8 warps (32/8, 28/4, 40/8 x 128
+    heads, 1-16384 tokens; ``bench/results/2026-12-06-h100-launch/head-sweep-fit.jsonl``):
+    1.00-1.04x each shape's best (geometric mean per token count, worst 1.11x), where the
+    earlier rule (about 1024 programs, 256 elements a warp) was 1.04-1.23x.
     """
     smaller = min(n_a, n_b) if n_b else n_a
     splits = 1
-    while n_tokens * splits < 4 * MIN_PROGRAMS and 2 * splits <= smaller:
+    while n_tokens * splits < sms and 2 * splits <= smaller:
         splits *= 2
     programs, block_a, block_b = head_split(n_a, n_b, splits)
-    return (
-        programs,
-        block_a,
-        block_b,
-        warps_for((block_a + block_b) * head_cols, per_warp=256, cap=8),
-    )
+    if n_tokens < sms:
+        warps = warps_for((block_a + block_b) * head_cols, per_warp=128, cap=8)
+    else:
+        warps = warps_for((n_a + n_b) * head_cols, per_warp=1024, cap=8)
+    return programs, block_a, block_b, warps
 
 
 def max_head_splits(n_a: int, n_b: int) -> int:
@@ -234,15 +242,17 @@ def head_split(n_a: int, n_b: int, splits: int) -> tuple[int, int, int]:
 
 @functools.lru_cache(maxsize=4096)
 def split_qkv_params(
-    n_tokens: int, n_q: int, n_kv: int, head_cols: int
+    n_tokens: int, n_q: int, n_kv: int, head_cols: int, sms: int = REFERENCE_SMS
 ) -> tuple[int, int, int, int]:
-    """`token_head_params` for the fused split kernel, with fewer warps once there is one
-    program per token: about 2048 elements per warp, at least 2. Measured on an H200 at
-    32k bf16 tokens (``bench/sweep_split_qkv.py``; results in
-    ``bench/results/2026-11-29-h200-split-sweep/``): 32/8 heads x 128 reach 90 % of copy
-    bandwidth on 2 warps against 78.5 % on 8; 64/8 reach 87.5 % on 4 against 82 % on 8.
-    With fewer tokens (split heads, latency-bound) the general rule stays."""
-    programs, block_q, block_kv, warps = token_head_params(n_tokens, n_q, n_kv, head_cols)
-    if programs == 1 and n_tokens >= 4 * MIN_PROGRAMS:
+    """`token_head_params` for the fused split kernel: one warp while the heads are split
+    (each head's RMS reduction stays within a warp), and about 2048 padded elements per
+    warp, at least 2, past ``LATENCY_ROWS_PER_SM`` tokens per multiprocessor. The same H100
+    fit as `token_head_params`; at 32k bf16 tokens on an H200 (``bench/sweep_split_qkv.py``,
+    ``bench/results/2026-11-29-h200-split-sweep/``) 32/8 heads x 128 reach 90 % of copy
+    bandwidth on 2 warps against 78.5 % on 8."""
+    programs, block_q, block_kv, warps = token_head_params(n_tokens, n_q, n_kv, head_cols, sms)
+    if n_tokens < sms:
+        warps = 1
+    elif n_tokens > LATENCY_ROWS_PER_SM * sms:
         warps = max(2, warps_for((block_q + block_kv) * head_cols, per_warp=2048, cap=8))
     return programs, block_q, block_kv, warps

@@ -184,7 +184,11 @@ def split_qkv_rmsnorm_rope(
     )
     if cfg is None:
         n_splits, block_q, block_kv, warps = _launch.split_qkv_params(
-            n_tokens, num_heads, num_kv_heads, 2 * half_pad
+            n_tokens,
+            num_heads,
+            num_kv_heads,
+            2 * half_pad,
+            _launch.multiprocessors(qkv.device.index),
         )
     else:
         n_splits, block_q, block_kv = _launch.head_split(num_heads, num_kv_heads, cfg["SPLITS"])

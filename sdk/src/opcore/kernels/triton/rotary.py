@@ -217,7 +217,7 @@ def _rotary(positions, query, key, head_size, cos_sin_cache, is_neox, q_out, k_o
     )
     if cfg is None:
         n_splits, block_q, block_k, warps = _launch.token_head_params(
-            n_tokens, n_q, n_k, 2 * half_pad
+            n_tokens, n_q, n_k, 2 * half_pad, _launch.multiprocessors(query.device.index)
         )
     else:
         n_splits, block_q, block_k = _launch.head_split(n_q, n_k, cfg["SPLITS"])

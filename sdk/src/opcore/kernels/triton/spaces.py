@@ -153,7 +153,7 @@ def _head_cols(shape: tuple) -> int:
 def head_default(tokens: int, shape: tuple) -> Config:
     n_a, n_b, _ = shape
     programs, block_a, _, warps = _launch.token_head_params(
-        max(tokens, 1), n_a, n_b, _head_cols(shape)
+        max(tokens, 1), n_a, n_b, _head_cols(shape), _launch.multiprocessors()
     )
     splits = _launch.next_pow2(_launch.cdiv(n_a, block_a))
     return {"SPLITS": min(splits, _launch.max_head_splits(n_a, n_b)), "num_warps": warps}
@@ -162,7 +162,7 @@ def head_default(tokens: int, shape: tuple) -> Config:
 def split_default(tokens: int, shape: tuple) -> Config:
     n_a, n_b, _ = shape
     programs, block_a, _, warps = _launch.split_qkv_params(
-        max(tokens, 1), n_a, n_b, _head_cols(shape)
+        max(tokens, 1), n_a, n_b, _head_cols(shape), _launch.multiprocessors()
     )
     splits = _launch.next_pow2(_launch.cdiv(n_a, block_a))
     return {"SPLITS": min(splits, _launch.max_head_splits(n_a, n_b)), "num_warps": warps}
