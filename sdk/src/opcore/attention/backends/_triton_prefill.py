@@ -58,9 +58,9 @@ import triton.language as tl
 from opcore.kernels.triton import _bound, _launch
 
 LOG2E = 1.4426950408889634
-# Batches of at most this many sequences find a tile's sequence with one vector load of
+# Batches of 2 to this many sequences find a tile's sequence with one vector load of
 # `query_start_loc` (one constant: no recompile as the batch size changes); larger ones
-# binary-search it.
+# binary-search it, and one sequence needs neither (the search ends before its first load).
 SEQ_SCAN = 64
 
 
@@ -649,7 +649,7 @@ def launch_prefill(
         SAME_STRIDES=key_cache.stride() == value_cache.stride(),
         PACK_GQA=pack,
         BLOCK_Q=block_q,
-        SEQ_SCAN=SEQ_SCAN if cfg.seq_scan and num_seqs <= SEQ_SCAN else 0,
+        SEQ_SCAN=SEQ_SCAN if cfg.seq_scan and 1 < num_seqs <= SEQ_SCAN else 0,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         scratch_device=query.device if cfg.kv_tma and not interpret else None,
