@@ -203,7 +203,32 @@ def test_triton_paged_mixed_batches_keep_each_sequences_bits_in_the_interpreter(
     assert result["mismatched"] == []
 
 
-KV_DESCRIPTORS = textwrap.dedent(
+# A paged cache whose spare slots hold NaN (only each context's slots hold numbers), with
+# a shuffled block table: shared by the child scripts below.
+NAN_PAGED = textwrap.dedent(
+    """
+    import torch
+    from opcore.attention.backends.triton_paged import TritonPagedBackend as B
+
+
+    def nan_paged(ctx, page, kv, head, g):
+        pages = [(n + page - 1) // page for n in ctx]
+        cache = B.allocate_kv_cache(sum(pages) + 1, page, kv, head, torch.bfloat16, "cpu")
+        cache.fill_(float("nan"))
+        perm = torch.randperm(sum(pages) + 1, generator=g).to(torch.int32)
+        table = torch.zeros(len(ctx), max(pages), dtype=torch.int32)
+        used = 0
+        for i, (n, c) in enumerate(zip(pages, ctx)):
+            table[i, :n] = perm[used:used + n]
+            used += n
+            for j in range(c):
+                blk, slot = int(table[i, j // page]), j % page
+                cache[:, blk, slot] = torch.randn(2, kv, head, generator=g).to(torch.bfloat16)
+        return cache, table
+    """
+)
+
+KV_DESCRIPTORS = NAN_PAGED + textwrap.dedent(
     """
     import json, torch
     from opcore.attention import PagedAttentionMetadata
@@ -218,18 +243,7 @@ KV_DESCRIPTORS = textwrap.dedent(
     out = {"equal": {}, "finite": {}, "auto": {}, "backend_equal": {}}
     for page, head in ((64, 64), (128, 96), (64, 128)):
         ctx, q_lens = [130, 150, 70], [130, 33, 1]
-        pages = [(n + page - 1) // page for n in ctx]
-        cache = B.allocate_kv_cache(sum(pages) + 1, page, 2, head, torch.bfloat16, "cpu")
-        cache.fill_(float("nan"))
-        perm = torch.randperm(sum(pages) + 1, generator=g).to(torch.int32)
-        table = torch.zeros(len(ctx), max(pages), dtype=torch.int32)
-        used = 0
-        for i, (n, c) in enumerate(zip(pages, ctx)):
-            table[i, :n] = perm[used:used + n]
-            used += n
-            for j in range(c):  # only the context's slots hold numbers
-                blk, slot = int(table[i, j // page]), j % page
-                cache[:, blk, slot] = torch.randn(2, 2, head, generator=g).to(torch.bfloat16)
+        cache, table = nan_paged(ctx, page, 2, head, g)
         q = torch.randn(sum(q_lens), 4, head, generator=g).to(torch.bfloat16)
         starts = torch.tensor([0, 130, 163, 164], dtype=torch.int32)
         md = PagedAttentionMetadata.build(starts, torch.tensor(ctx, dtype=torch.int32), table)
@@ -314,7 +328,7 @@ def test_prefill_kernel_does_not_specialise_on_the_cache_row_count():
     assert {"cache_rows", "num_seqs", "block_size", "window"} <= unspecialised
 
 
-PACKED_GQA = textwrap.dedent(
+PACKED_GQA = NAN_PAGED + textwrap.dedent(
     """
     import json, torch
     from opcore.attention import PagedAttentionMetadata
@@ -329,21 +343,6 @@ PACKED_GQA = textwrap.dedent(
     # holds take the search).
     g = torch.Generator().manual_seed(11)
     out = {"close": {}, "finite": {}, "scan_equal": {}}
-
-    def paged(ctx, page, kv, head):
-        pages = [(n + page - 1) // page for n in ctx]
-        cache = B.allocate_kv_cache(sum(pages) + 1, page, kv, head, torch.bfloat16, "cpu")
-        cache.fill_(float("nan"))
-        perm = torch.randperm(sum(pages) + 1, generator=g).to(torch.int32)
-        table = torch.zeros(len(ctx), max(pages), dtype=torch.int32)
-        used = 0
-        for i, (n, c) in enumerate(zip(pages, ctx)):
-            table[i, :n] = perm[used:used + n]
-            used += n
-            for j in range(c):
-                blk, slot = int(table[i, j // page]), j % page
-                cache[:, blk, slot] = torch.randn(2, kv, head, generator=g).to(torch.bfloat16)
-        return cache, table
 
     def launch(q, cache, md, heads, kv, head, cfg, window=1 << 30):
         o = torch.zeros_like(q)
@@ -360,7 +359,7 @@ PACKED_GQA = textwrap.dedent(
     ctx, q_lens = [130, 150, 70, 75], [130, 33, 1, 64]
     starts = torch.tensor([0, 130, 163, 164, 228], dtype=torch.int32)
     for heads, kv in ((4, 2), (6, 2), (8, 1)):
-        cache, table = paged(ctx, 16, kv, 64)
+        cache, table = nan_paged(ctx, 16, kv, 64, g)
         md = PagedAttentionMetadata.build(starts, torch.tensor(ctx, dtype=torch.int32), table)
         q = torch.randn(228, heads, 64, generator=g).to(torch.bfloat16)
         rows = torch.cat([torch.arange(0, 163), torch.arange(164, 228)])  # not the decode row
@@ -375,7 +374,7 @@ PACKED_GQA = textwrap.dedent(
     # 70 one-token-and-more sequences: over SEQ_SCAN, so the binary search runs.
     for n_seqs in (3, P.SEQ_SCAN + 6):
         lens = [2 + (7 * i) % 19 for i in range(n_seqs)]
-        cache, table = paged(lens, 16, 2, 64)
+        cache, table = nan_paged(lens, 16, 2, 64, g)
         st = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0).to(torch.int32)
         md = PagedAttentionMetadata.build(st, torch.tensor(lens, dtype=torch.int32), table)
         q = torch.randn(sum(lens), 4, 64, generator=g).to(torch.bfloat16)
