@@ -428,3 +428,22 @@ def test_prefill_descriptors_are_decided_per_device_not_from_device_0(monkeypatc
     assert impl.kv_descriptors_on(torch.device("cpu")) is False  # no index: device 0's
     impl.prefill_kv_descriptors = True  # forced: every device
     assert impl.kv_descriptors_on(torch.device("cuda", 0)) is True
+
+
+def test_prefill_launch_packs_query_heads_where_the_pack_sweep_chose_it():
+    # bench/results/2026-12-06-h100-prefill-pack: packed on every descriptor launch and the
+    # pointer launches above head size 64; head size 64's 128 x 128 pointer tiles not.
+    import torch
+
+    from opcore.attention.backends import _triton_prefill as P
+
+    cfg = P.prefill_launch_config
+    assert (
+        cfg(128, torch.bfloat16, 128, True).pack_gqa and cfg(128, torch.bfloat16, 128, True).kv_tma
+    )
+    assert cfg(128, torch.bfloat16, 128, True, 1.0).pack_gqa  # the 64-row descriptor tiles
+    assert cfg(256, torch.float16, 64, True).pack_gqa
+    assert cfg(128, torch.bfloat16, 16, True) == P.PrefillLaunch(64, 64, 4, 2, pack_gqa=True)
+    assert cfg(256, torch.bfloat16, 16) == P.PrefillLaunch(128, 64, 8, 2, pack_gqa=True)
+    assert cfg(64, torch.bfloat16, 16) == P.PrefillLaunch(128, 128, 4, 3)
+    assert all(cfg(h, torch.bfloat16, 16).seq_scan for h in (64, 128, 256))

@@ -143,18 +143,27 @@ def prefill_launch_config(
     ``TRITON_PAGED`` supports today) would halve ``BLOCK_N``. docs/attention.md; the
     sweep re-recorded on 2026-12-04 (``bench/results/2026-12-04-h200/``) finds these tiles
     best or within 2.5 % at every point it timed.
+
+    **Packed query heads** (``pack_gqa``, where a kv head serves several query heads) on
+    every descriptor launch and on the pointer launches of head sizes above 64. From the
+    H100 sweep of 2026-12-06 (``--sweep-set pack``, 32/8 heads, bf16;
+    ``bench/results/2026-12-06-h100-prefill-pack/``), the same tiles packed against not:
+    descriptors 281 against 258 TFLOP/s at 16 x 1024 and 427 against 420 at 4 x 4096
+    (head size 128), 318 against 289 (256); pointers, pages of 16, 257 against 255 at
+    16 x 1024, 347 against 341 at 4 x 4096 (128), 312 against 302 (256). Head size 64's
+    128 x 128 pointer tiles stay unpacked (packed: 205 against 210 at 16 x 1024).
     """
     pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     if kv_descriptors and block_size % 64 == 0 and dtype != torch.float32:
         if row_tiles_per_sm < 2:
-            return PrefillLaunch(64, 64, 4, 3, kv_tma=True)
-        return PrefillLaunch(128, 64, 4 if pad <= 128 else 8, 3, kv_tma=True)
+            return PrefillLaunch(64, 64, 4, 3, kv_tma=True, pack_gqa=True)
+        return PrefillLaunch(128, 64, 4 if pad <= 128 else 8, 3, kv_tma=True, pack_gqa=True)
     if pad <= 64:
         cfg = PrefillLaunch(128, 128, 4, 3)
     elif pad <= 128:
-        cfg = PrefillLaunch(64, 64, 4, 2)
+        cfg = PrefillLaunch(64, 64, 4, 2, pack_gqa=True)
     else:
-        cfg = PrefillLaunch(128, 64, 8, 2)
+        cfg = PrefillLaunch(128, 64, 8, 2, pack_gqa=True)
     if dtype == torch.float32:
         cfg = dataclasses.replace(cfg, block_n=cfg.block_n // 2)
     return cfg
