@@ -39,11 +39,13 @@ non-causal window's upper edge), masked. Tiles no row sees are never visited. A 
 reads zeros (``other=0``) and masked scores are ``-inf``, so NaN in unused cache slots never
 reaches the result.
 
-Varlen batches: the flat grid axis 1 has ``num_tokens // BLOCK_M + num_seqs`` tiles;
-sequence ``s`` owns tiles ``query_start_loc[s] // BLOCK_M + s`` onwards (at least
-``cdiv(q_len, BLOCK_M)`` of them), and a program finds its sequence by a binary search
-over ``query_start_loc``: no host copy of the lengths is needed. Tiles are visited last
-first (the longest causal tiles start first). ``SKIP_DECODE_ROWS`` leaves sequences with
+Varlen batches: a tile holds ``BLOCK_Q`` new tokens (``BLOCK_M``, or ``BLOCK_M // GROUP``
+with packed query heads: `paged_prefill_kernel`); the flat grid axis 1 has ``num_tokens //
+BLOCK_Q + num_seqs`` tiles; sequence ``s`` owns tiles ``query_start_loc[s] // BLOCK_Q + s``
+onwards (at least ``cdiv(q_len, BLOCK_Q)`` of them), and a program finds its sequence from
+``query_start_loc`` on the device (one vector load for up to `SEQ_SCAN` sequences, else a
+binary search): no host copy of the lengths is needed. Tiles are visited last first (the
+longest causal tiles start first). ``SKIP_DECODE_ROWS`` leaves sequences with
 one new token to the decode kernel (mixed batches, see `triton_paged`).
 """
 
@@ -71,8 +73,8 @@ class PrefillLaunch:
     K and V tiles through tensor descriptors, for page sizes that are multiples of
     ``block_n`` and caches `tma_ready` accepts; ``pack_gqa``: a tile's rows are
     ``block_m // group`` tokens x the query heads of one kv head, where a kv head serves
-    2 to ``block_m`` query heads (else ignored); ``seq_scan``: batches of at most
-    `SEQ_SCAN` sequences find a tile's sequence with one vector load)."""
+    2 to ``block_m`` query heads (else ignored); ``seq_scan``: batches of 2 to `SEQ_SCAN`
+    sequences find a tile's sequence with one vector load)."""
 
     block_m: int
     block_n: int
@@ -437,7 +439,7 @@ def paged_prefill_kernel(
     query heads of one kv head (row ``r``: token ``r // GROUP``, head ``r % GROUP``), so
     each K/V tile serves the whole group and the causal diagonal spans ``BLOCK_Q`` tokens,
     not ``BLOCK_M``. Without it ``BLOCK_Q`` is ``BLOCK_M``. ``SEQ_SCAN`` (a power of two
-    above ``num_seqs``, or 0): find the tile's sequence with one vector load of
+    of at least ``num_seqs``, or 0): find the tile's sequence with one vector load of
     ``query_start_loc`` instead of a binary search's chain of loads."""
     tile = tl.num_programs(1) - 1 - tl.program_id(1)  # last tiles first
     # The sequence owning this tile: the last s with query_start_loc[s] // BLOCK_Q + s <= tile
