@@ -15,8 +15,9 @@ prompt sees the cached prefix, and its own earlier tokens)::
 
 It is evaluated with an online softmax in base 2 (``exp2``, the scale folded into
 ``qk_scale = scale * log2(e)`` and applied in the exponent's multiply-add), fp32
-accumulation, one program per (query head, tile of ``BLOCK_M`` new tokens of one sequence;
-`prefill_launch_config` picks the tiles).
+accumulation, one program per (query head, tile of ``BLOCK_M`` new tokens of one sequence),
+or per (kv head, tile of ``BLOCK_M // GROUP`` tokens x its ``GROUP`` query heads) with
+packed query heads; `prefill_launch_config` picks the tiles.
 
 Key tiles (``BLOCK_N`` positions, aligned to ``BLOCK_N``) are read as whole runs of pages
 (``PAGE_MODE``):
