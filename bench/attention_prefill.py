@@ -642,6 +642,21 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_results(result: dict, out: str, pending: list | tuple = ()) -> str:
+    """Write ``attention_prefill.json`` and ``.md`` for ``result``; rows in ``pending``
+    (not started yet, in a run still going) are listed as not measured. Returns the
+    markdown."""
+    doc = dict(result, not_measured=[*result["not_measured"], *pending])
+    with open(os.path.join(out, "attention_prefill.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    text = markdown(doc)
+    if not doc.get("complete"):
+        text += "\nThe run did not finish: the rows above are those measured before it stopped.\n"
+    with open(os.path.join(out, "attention_prefill.md"), "w") as f:
+        f.write(text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny shapes (the CPU interpreter)")
@@ -692,14 +707,16 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if str(r.get(field.strip())) == value.strip()]
     if args.limit:
         rows = rows[: args.limit]
-    result = {"env": env_line(device), "rows": [], "not_measured": []}
+    result = {"env": env_line(device), "rows": [], "not_measured": [], "complete": False}
     print(result["env"], flush=True)
-    for row in rows:
+    for i, row in enumerate(rows):
         if time.monotonic() - start > args.budget_s:
             result["not_measured"].append(row)
             continue
         rec = measure_row(row, device, time_fn)
         result["rows"].append(rec)
+        # Written after every row: a run stopped from outside keeps what it measured.
+        write_results(result, args.out, rows[i + 1 :])
         print(
             f"{row['batch']}x{row['q_len']}/{row['ctx']} h{row['heads']}/{row['kv_heads']} "
             f"d{row['head_size']} {row['dtype']} bs{row['block_size']}: "
@@ -710,12 +727,8 @@ def main(argv: list[str] | None = None) -> int:
     if time.monotonic() - start <= args.budget_s + 30 or args.quick:
         result["mixed"] = measure_mixed(device, time_fn, args.quick)
     result["elapsed_s"] = time.monotonic() - start
-    with open(os.path.join(args.out, "attention_prefill.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    text = markdown(result)
-    with open(os.path.join(args.out, "attention_prefill.md"), "w") as f:
-        f.write(text)
-    print(text)
+    result["complete"] = True
+    print(write_results(result, args.out))
     worst = max((r["paged_prefill_max_abs_err"] for r in result["rows"]), default=0.0)
     # A wrong result fails the run (bf16 outputs of unit-variance inputs: well under 0.1).
     return 0 if math.isfinite(worst) and worst < 0.1 else 1

@@ -6,6 +6,9 @@ batch and its two parts are timed. Timings themselves are not checked."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +50,7 @@ def test_prefill_bench_quick_runs_on_the_cpu(tmp_path):
         assert r["paged_pointers_max_abs_err"] < tol, r
         assert r["sdpa_default_max_abs_err"] == 0.0, r  # the reference is the same call
     assert result["mixed"]["decode_rows"] == 3 and result["mixed"]["mixed"]["ms"] > 0
+    assert result["complete"] is True
     md = (tmp_path / "attention_prefill.md").read_text()
     assert "| 1x64 / 200 | 4/2 | 64 | float16 | 16 |" in md
     assert "cuDNN form: not timed" in md
@@ -59,3 +63,25 @@ def test_prefill_sweep_quick_times_todays_choice(tmp_path):
     assert sum(r["chosen"] for r in recs) == 1
     for r in recs:
         assert r["tflops"] > 0 and r["err"] < 3e-2, r
+
+
+def test_a_stopped_prefill_bench_keeps_the_rows_it_measured(tmp_path):
+    # A device call's limit stopped the bench after 61 rows on 2026-12-06 and it left no
+    # results file: the rows are now written as they are measured.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPCORE_")}
+    env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        for line in proc.stdout:
+            if "; ratio " in line:  # the first row, printed after it was written
+                break
+        proc.kill()
+    finally:
+        proc.wait(timeout=60)
+    result = json.loads((tmp_path / "attention_prefill.json").read_text())
+    assert len(result["rows"]) == 1 and result["complete"] is False
+    assert len(result["not_measured"]) == 2  # the rows not started yet
+    assert "The run did not finish" in (tmp_path / "attention_prefill.md").read_text()
