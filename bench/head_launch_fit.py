@@ -35,13 +35,12 @@ import sweep_report  # noqa: E402  (a sibling script)
 def earlier_token_head_params(
     n_tokens: int, n_a: int, n_b: int, head_cols: int, sms: int
 ) -> tuple[int, int, int, int]:
-    """The rule `_launch.token_head_params` replaced: about ``4 * MIN_PROGRAMS`` programs
-    whatever the device, one warp per 256 padded elements (``sms`` unused)."""
-    smaller = min(n_a, n_b) if n_b else n_a
-    splits = 1
-    while n_tokens * splits < 4 * _launch.MIN_PROGRAMS and 2 * splits <= smaller:
-        splits *= 2
-    programs, block_a, block_b = _launch.head_split(n_a, n_b, splits)
+    """The rule `_launch.token_head_params` replaced: heads split until about ``4 *
+    MIN_PROGRAMS`` programs whatever the device (today's split with that many
+    "multiprocessors"; ``sms`` unused), one warp per 256 padded elements."""
+    programs, block_a, block_b, _ = _launch.token_head_params(
+        n_tokens, n_a, n_b, head_cols, 4 * _launch.MIN_PROGRAMS
+    )
     return programs, block_a, block_b, _launch.warps_for((block_a + block_b) * head_cols, 256, 8)
 
 

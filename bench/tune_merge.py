@@ -141,11 +141,10 @@ def current_identities(ops: list[str], providers: dict[str, dict]) -> dict[str, 
 
     from opcore.ir import ops as ir_ops
 
-    for mod in ("opcore.kernels.triton", "opcore.kernels.triton.batch_invariant"):
-        try:
-            importlib.import_module(mod)
-        except ImportError:  # no Triton here: its providers are missing, and named below
-            pass
+    try:  # registers the triton providers (the package's) and the batch-invariant ones
+        importlib.import_module("opcore.kernels.triton.batch_invariant")
+    except ImportError:  # no Triton here: its providers are missing, and named below
+        pass
     out: dict[str, dict[str, str]] = {}
     for op in ops:
         ir_op = getattr(ir_ops, op, None)

@@ -333,7 +333,6 @@ PACKED_GQA = NAN_PAGED + textwrap.dedent(
     import json, torch
     from opcore.attention import PagedAttentionMetadata
     from opcore.attention.backends import _triton_prefill as P
-    from opcore.attention.backends.triton_paged import TritonPagedBackend as B
 
     # A tile's rows as tokens x the query heads of one kv head (groups of 2, 3 and 8: the
     # last row block of a group of 3 ends masked), against one query head per program with

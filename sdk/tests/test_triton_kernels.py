@@ -389,21 +389,23 @@ else:
             ref = torch.nn.functional.gelu(g, approximate=approx) * u
             check(activation.gelu_and_mul(x, approx), ref, torch.bfloat16)
 
-    def test_token_head_params_split_until_one_program_per_multiprocessor():
+    def test_token_head_params():
         from opcore.kernels.triton import _launch
 
         thp = _launch.token_head_params
-        # as many tokens as multiprocessors: one program per token, ~1024 real elements a warp
-        assert thp(32768, 32, 8, 128, 132) == (1, 32, 8, 4)
-        assert thp(32768, 64, 8, 128, 132) == (1, 64, 8, 8)
+        # as many tokens as multiprocessors or more: one program per token holding every q
+        # and k head, about 1024 elements of real heads per warp
+        assert thp(32768, 32, 8, 128, 132) == (1, 32, 8, 4)  # 5120 elements
+        assert thp(32768, 64, 8, 128, 132) == (1, 64, 8, 8)  # 9216
         assert thp(32768, 32, 0, 128, 132) == (1, 32, 1, 4)  # key=None
         assert thp(256, 32, 8, 128, 132) == (1, 32, 8, 4)
-        # fewer: heads split in proportion (one cos/sin load per program), ~128 elements of
-        # the padded tile a warp
-        assert thp(1, 32, 8, 128, 132) == (8, 4, 1, 4)
-        assert thp(2, 28, 4, 128, 132) == (4, 8, 1, 8)
-        # the threshold is the device's multiprocessor count, REFERENCE_SMS by default
+        # fewer: heads split in proportion (one cos/sin load per program) until about one
+        # program per multiprocessor, about 128 elements of the padded tile per warp
+        assert thp(1, 32, 8, 128, 132) == (8, 4, 1, 4)  # 5 heads x 128
+        assert thp(2, 28, 4, 128, 132) == (4, 8, 1, 8)  # 9 padded heads x 128
+        # the threshold is the device's: 256 tokens on 1024 multiprocessors split 4 ways
         assert thp(256, 32, 8, 128, 1024) == (4, 8, 2, 8)
+        # the count defaults to REFERENCE_SMS
         assert (
             thp(100, 32, 8, 128)
             == thp(100, 32, 8, 128, _launch.REFERENCE_SMS)
@@ -422,18 +424,21 @@ else:
             assert programs * ba >= a and programs * bb >= b, args  # every head covered
             assert w & (w - 1) == 0 and 1 <= w <= 8, args  # a power of two
 
-    def test_split_qkv_params_one_warp_when_split_fewer_per_token_past_latency_rows():
+    def test_split_qkv_params_warps_per_regime():
         from opcore.kernels.triton import _launch
 
         sqp = _launch.split_qkv_params
-        assert sqp(1, 32, 8, 128, 132) == (8, 4, 1, 1)  # split: one warp
-        assert sqp(32768, 32, 8, 128, 132) == (1, 32, 8, 2)  # 5120 elements: 2 warps
-        assert sqp(32768, 64, 8, 128, 132) == (1, 64, 8, 4)  # 9216 elements: 4 warps
-        assert sqp(32768, 8, 1, 128, 132) == (1, 8, 1, 2)  # never below 2
-        assert sqp(529, 32, 8, 128, 132) == (1, 32, 8, 2)  # past 4 tokens per multiprocessor
-        # one program per token up to 4 per multiprocessor: token_head_params' warps
-        for args in [(256, 32, 8, 128, 132), (528, 64, 8, 128, 132), (200, 32, 1, 128, 132)]:
+        # heads split (fewer tokens than multiprocessors): one warp per program
+        assert sqp(1, 32, 8, 128, 132) == (8, 4, 1, 1)
+        assert sqp(16, 28, 4, 128, 132) == (4, 8, 1, 1)
+        # up to 4 tokens per multiprocessor: token_head_params' warps
+        for args in [(256, 32, 8, 128, 132), (528, 64, 8, 128, 132), (200, 8, 1, 128, 132)]:
             assert sqp(*args) == _launch.token_head_params(*args), args
+        # more: about 2048 padded elements per warp, never below 2
+        assert sqp(32768, 32, 8, 128, 132) == (1, 32, 8, 2)  # 5120 elements
+        assert sqp(32768, 64, 8, 128, 132) == (1, 64, 8, 4)  # 9216 elements
+        assert sqp(32768, 8, 1, 128, 132) == (1, 8, 1, 2)
+        assert sqp(529, 32, 8, 128, 132) == (1, 32, 8, 2)
 
     # ------------------------------------------------------------------ rotary
     @pytest.mark.parametrize("dtype", DTYPES)

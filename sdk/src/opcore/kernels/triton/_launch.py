@@ -17,8 +17,9 @@ memory-bound kernels, with the one device figure they depend on, the multiproces
 
 The constants were fitted to `bench/sweep_launch.py`'s timings of every configuration over
 hidden sizes 1024-5120 (rms_norm) and intermediates 4864-18432 (silu_and_mul) at 1-16384
-tokens on the H200 (``bench/results/2026-12-02-h200-session2/``); docs/tuning.md says how a
-vendor refits them.
+tokens on the H200 (``bench/results/2026-12-02-h200-session2/``), and over the head
+layouts of three model families at 1-16384 tokens on an H100 (rotary and the fused split,
+``bench/results/2026-12-06-h100-launch/``); docs/tuning.md says how a vendor refits them.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ logger = logging.getLogger(__name__)
 # multiprocessors); launchers pass their device's own count.
 PROGRAMS_PER_SM = 2
 REFERENCE_SMS = 132
-# The fixed count the kernels not yet fitted (rotary, the fused split, quant's groups and
-# tiles, MoE's elementwise steps) still size their grids by.
+# The fixed count the kernels not yet fitted (quant's groups and its ungated tiles, MoE's
+# elementwise steps) still size their grids by.
 MIN_PROGRAMS = 256
 # At most this many rows per multiprocessor is the latency-bound regime.
 LATENCY_ROWS_PER_SM = 4

@@ -183,12 +183,9 @@ def split_qkv_rmsnorm_rope(
         (int(num_heads), int(num_kv_heads), int(head_size)),
     )
     if cfg is None:
+        sms = _launch.multiprocessors(qkv.device.index)
         n_splits, block_q, block_kv, warps = _launch.split_qkv_params(
-            n_tokens,
-            num_heads,
-            num_kv_heads,
-            2 * half_pad,
-            _launch.multiprocessors(qkv.device.index),
+            n_tokens, num_heads, num_kv_heads, 2 * half_pad, sms
         )
     else:
         n_splits, block_q, block_kv = _launch.head_split(num_heads, num_kv_heads, cfg["SPLITS"])
