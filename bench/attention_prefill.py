@@ -34,7 +34,12 @@ TFLOP/s counts the causal part only: ``4 * heads * head_size * sum_i visible(i)`
 ``paged_prefill`` and ``legacy`` against ``sdpa_flash`` is recorded too.
 
 ``mixed`` rows time one mixed batch (a chunk plus decode rows) against its decode part and
-its prefill part run alone.
+its prefill part run alone (``--mixed-only``: that row alone).
+
+``--rounds N`` times a row's providers in turn N times, the order rotated each round, and
+reports the median and quartiles of the round medians: a drift of the clock during a row
+(two identical launches of one 16 x 1024 row differed by 15 % on an H100, timed one after
+the other) then spreads over every provider instead of favouring the first.
 
 Grid (issue 29): batch x tokens 1x2048, 1x8192, 4x4096, 16x1024; heads 32/8, 64/8, 28/4;
 head size 128; bf16 and fp16; block sizes 16 and 128; head sizes 64 and 256 (32/8, bf16,
@@ -47,7 +52,8 @@ GPU), to check the script runs; its timings mean nothing.
 ``--only field=value,...`` keeps the rows whose fields have those values.
 
 Usage: python bench/attention_prefill.py [--quick] [--out DIR] [--rep-ms 50] [--budget-s 200]
-       [--limit N] [--only block_size=128,heads=32] [--sweep [--sweep-set tma|pack]]
+       [--limit N] [--only block_size=128,heads=32] [--rounds 3] [--mixed-only]
+       [--sweep [--sweep-set tma|pack|group]]
 """
 
 from __future__ import annotations
@@ -146,6 +152,29 @@ def timer(device: str, rep_ms: int):
         return statistics.median(samples), q[0], q[2]
 
     return time_host
+
+
+def time_rounds(fns: dict, time_fn, rounds: int = 1) -> dict:
+    """``{name: (median, q25, q75, round medians)}`` for callables timed in turn: each of
+    ``rounds`` rounds times every callable once (``time_fn``), the order rotated by one per
+    round, so a clock or temperature drift during the row spreads over all of them instead
+    of favouring the first. With several rounds the median and quartiles are those of the
+    round medians."""
+    names = list(fns)
+    per = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            per[n].append(time_fn(fns[n]))
+    out = {}
+    for n, samples in per.items():
+        if len(samples) == 1:
+            med, q25, q75 = samples[0]
+        else:
+            meds = [m for m, _, _ in samples]
+            q25, _, q75 = statistics.quantiles(meds, n=4, method="inclusive")
+            med = statistics.median(meds)
+        out[n] = (med, q25, q75, [m for m, _, _ in samples])
+    return out
 
 
 class Problem:
@@ -266,13 +295,14 @@ class Problem:
         return restricted
 
 
-def measure_row(row: dict, device: str, time_fn) -> dict:
+def measure_row(row: dict, device: str, time_fn, rounds: int = 1) -> dict:
     import torch
 
     p = Problem(row, device)
     flops = causal_flops(row["batch"], row["q_len"], row["ctx"], row["heads"], row["head_size"])
-    rec = dict(row, flops=flops, providers={})
+    rec = dict(row, flops=flops, providers={}, rounds=rounds)
     ref = p.sdpa(False)().transpose(1, 2).reshape(p.q.shape).float()
+    fns = {}
     for name in PROVIDERS:
         if name in ("paged_prefill", "paged_pointers", "legacy"):
             fn = p.paged({"paged_prefill": p.new, "paged_pointers": p.ptr, "legacy": p.old}[name])
@@ -287,11 +317,13 @@ def measure_row(row: dict, device: str, time_fn) -> dict:
             if name != "sdpa_gather":
                 got = fn().transpose(1, 2).reshape(p.q.shape).float()
                 rec[f"{name}_max_abs_err"] = float((got - ref).abs().max())
-        med, q25, q75 = time_fn(fn)
+        fns[name] = fn
+    for name, (med, q25, q75, meds) in time_rounds(fns, time_fn, rounds).items():
         rec["providers"][name] = {
             "ms": med,
             "ms_q25": q25,
             "ms_q75": q75,
+            "ms_rounds": meds,
             # TFLOP/s at the median and at the quartiles of time (fast quartile first).
             "tflops": flops / (med * 1e-3) / 1e12,
             "tflops_q75": flops / (q25 * 1e-3) / 1e12,
@@ -321,9 +353,9 @@ def measure_row(row: dict, device: str, time_fn) -> dict:
     return rec
 
 
-def measure_mixed(device: str, time_fn, quick: bool) -> dict:
+def measure_mixed(device: str, time_fn, quick: bool, rounds: int = 1) -> dict:
     """One mixed batch (a chunk plus decode rows) against its decode part and its prefill
-    part alone, all three through ``TRITON_PAGED.forward``."""
+    part alone, all three through ``TRITON_PAGED.forward`` (timed in turn, `time_rounds`)."""
     import torch
 
     from opcore.attention import PagedAttentionMetadata
@@ -354,14 +386,16 @@ def measure_mixed(device: str, time_fn, quick: bool) -> dict:
         return m, q
 
     out = {"chunk": chunk, "prefix": prefix, "decode_rows": decodes, "decode_ctx": dctx, **row}
+    fns = {}
     for name, idx in (
         ("mixed", range(decodes + 1)),
         ("decode_part", range(1, decodes + 1)),
         ("prefill_part", range(1)),
     ):
         m, q = md(idx)
-        med, q25, q75 = time_fn(lambda m=m, q=q: p.new.forward(q, p.cache, m))
-        out[name] = {"ms": med, "ms_q25": q25, "ms_q75": q75}
+        fns[name] = lambda m=m, q=q: p.new.forward(q, p.cache, m)
+    for name, (med, q25, q75, meds) in time_rounds(fns, time_fn, rounds).items():
+        out[name] = {"ms": med, "ms_q25": q25, "ms_q75": q75, "ms_rounds": meds}
     parts = out["decode_part"]["ms"] + out["prefill_part"]["ms"]
     out["mixed_over_parts"] = out["mixed"]["ms"] / parts
     return out
@@ -486,6 +520,27 @@ PACK_PROBLEMS = (
     (256, 16, 16, 1024),
     (256, 128, 16, 1024),
 )
+# Groups that do not divide a tile (28/4 heads: 7 query heads a kv head): packed tiles of
+# BLOCK_M // 7 tokens (18 in 128 rows) against a power of two of tokens (16: 112 rows), whose
+# tiles start on key-tile edges like a group of 4's; pointer and descriptor tiles.
+GROUP_SWEEP = {
+    128: (
+        (128, 64, 4, 3, None, True, True, True),
+        (128, 64, 4, 3, None, True, True, True, True),
+        (64, 64, 4, 3, None, True, True, True),
+        (64, 64, 4, 3, None, True, True, True, True),
+        (64, 64, 4, 2, None, False, True, True),
+        (64, 64, 4, 2, None, False, True, True, True),
+        (128, 64, 4, 3, None, True, False, True),
+    ),
+}
+# (head size, block size, batch, tokens, heads, kv heads)
+GROUP_PROBLEMS = (
+    (128, 128, 16, 1024, 28, 4),
+    (128, 16, 16, 1024, 28, 4),
+    (128, 128, 4, 4096, 28, 4),
+    (128, 128, 16, 1024, 32, 8),
+)
 # The problems `sweep` times each head size's settings on (32/8 heads, bf16): the issue's
 # worst rows (short sequences, head sizes 64 and 256) and one long one.
 SWEEP_PROBLEMS = (
@@ -513,16 +568,20 @@ def sweep(
 
     out = []
     start = time.monotonic()
-    heads, kv = (4, 2) if quick else (32, 8)
     table, problems = {
         "tma": (TMA_SWEEP, TMA_PROBLEMS),
         "pack": (PACK_SWEEP, PACK_PROBLEMS),
+        "group": (GROUP_SWEEP, GROUP_PROBLEMS),
     }.get(which, (SWEEP, SWEEP_PROBLEMS))
     if quick:
-        problems = ((128, 64, 1, 130),) if which in ("tma", "pack") else ((64, 16, 1, 130),)
-    for hd, bs, b, n in problems:
+        problems = ((128, 64, 1, 130),) if which != "launch" else ((64, 16, 1, 130),)
+        if which == "group":
+            problems = ((128, 64, 1, 130, 6, 2),)
+    for hd, bs, b, n, *hk in problems:
+        heads, kv = hk or ((4, 2) if quick else (32, 8))
         if time.monotonic() - start > budget_s:
-            out.append(dict(head_size=hd, block_size=bs, batch=b, tokens=n, error="budget"))
+            out.append(dict(head_size=hd, block_size=bs, batch=b, tokens=n, heads=heads,
+                            kv_heads=kv, error="budget"))  # fmt: skip
             continue
         row = dict(batch=b, q_len=n, ctx=n, heads=heads, kv_heads=kv, head_size=hd,
                    dtype="bfloat16", block_size=bs)  # fmt: skip
@@ -533,7 +592,7 @@ def sweep(
         f_med = time_fn(flash)[0] if flash is not None else float("nan")
         d_med = time_fn(p.sdpa(gather=False, backend="default"))[0]
         chosen = P.prefill_launch_config(hd, p.q.dtype)
-        base = dict(head_size=hd, block_size=bs, batch=b, tokens=n,
+        base = dict(head_size=hd, block_size=bs, batch=b, tokens=n, heads=heads, kv_heads=kv,
                     sdpa_flash_tflops=flops / (f_med * 1e-3) / 1e12,
                     sdpa_default_tflops=flops / (d_med * 1e-3) / 1e12)  # fmt: skip
         settings = table[max(64, 1 << (hd - 1).bit_length())]
@@ -546,7 +605,7 @@ def sweep(
             if cfg.kv_tma and bs % cfg.block_n:
                 continue
 
-            def fn(cfg=cfg, p=p, hd=hd):
+            def fn(cfg=cfg, p=p, hd=hd, heads=heads, kv=kv):
                 P.launch_prefill(
                     query=p.q, key_cache=p.cache[0], value_cache=p.cache[1], out=p.out,
                     metadata=p.metadata, num_heads=heads, num_kv_heads=kv, head_size=hd,
@@ -566,7 +625,8 @@ def sweep(
             tf = flops / (med * 1e-3) / 1e12
             out.append(dict(rec, tflops=tf, ms=med, err=err,
                             ratio_vs_flash=tf / base["sdpa_flash_tflops"]))  # fmt: skip
-            print(f"d{hd} bs{bs} {b}x{n} {cfg}{' (chosen)' if rec['chosen'] else ''}: "
+            print(f"h{heads}/{kv} d{hd} bs{bs} {b}x{n} {cfg}"
+                  f"{' (chosen)' if rec['chosen'] else ''}: "
                   f"{tf:.0f} TFLOP/s [{flops / (q75 * 1e-3) / 1e12:.0f}-"
                   f"{flops / (q25 * 1e-3) / 1e12:.0f}] flash {base['sdpa_flash_tflops']:.0f} "
                   f"default {base['sdpa_default_tflops']:.0f} "
@@ -605,7 +665,13 @@ def markdown(result: dict) -> str:
         "",
         "TFLOP/s (causal part), median [quartiles]; ratio = paged_prefill / sdpa_flash; "
         "vs best = paged_prefill / the fastest dense SDPA form (flash, flash over expanded "
-        "K/V, cuDNN, default selection; which one in the best column).",
+        "K/V, cuDNN, default selection; which one in the best column)."
+        + (
+            f" Each row's providers timed in turn {result['rounds']} times, the order "
+            "rotated each round: median and quartiles of the round medians."
+            if result.get("rounds", 1) > 1
+            else ""
+        ),
         "",
         "| batch x q_len / ctx | heads | d | dtype | block | paged_prefill | K/V tiles | "
         "pointers | legacy | sdpa_flash | sdpa_flash_mha | sdpa_gather | sdpa_cudnn | "
@@ -669,13 +735,21 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="rows whose fields have these values, e.g. block_size=128,heads=32",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time a row's providers in turn this many times (order rotated each round; "
+        "median of the round medians): a drift during the row spreads over all of them",
+    )
+    ap.add_argument("--mixed-only", action="store_true", help="only the mixed-batch row")
     ap.add_argument("--sweep", action="store_true", help="only the launch-settings sweep")
     ap.add_argument(
         "--sweep-set",
-        choices=("launch", "tma", "pack"),
+        choices=("launch", "tma", "pack", "group"),
         default="launch",
         help="which settings --sweep times (tma: issue 29's descriptor candidates; pack: "
-        "packed query heads and the sequence scan)",
+        "packed query heads and the sequence scan; group: packed tiles of a group of 7)",
     )
     args = ap.parse_args(argv)
     if args.quick and "TRITON_INTERPRET" not in os.environ:
@@ -707,13 +781,21 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if str(r.get(field.strip())) == value.strip()]
     if args.limit:
         rows = rows[: args.limit]
-    result = {"env": env_line(device), "rows": [], "not_measured": [], "complete": False}
+    if args.mixed_only:
+        rows = []
+    result = {
+        "env": env_line(device),
+        "rounds": args.rounds,
+        "rows": [],
+        "not_measured": [],
+        "complete": False,
+    }
     print(result["env"], flush=True)
     for i, row in enumerate(rows):
         if time.monotonic() - start > args.budget_s:
             result["not_measured"].append(row)
             continue
-        rec = measure_row(row, device, time_fn)
+        rec = measure_row(row, device, time_fn, args.rounds)
         result["rows"].append(rec)
         # Written after every row: a run stopped from outside keeps what it measured.
         write_results(result, args.out, rows[i + 1 :])
@@ -725,7 +807,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if time.monotonic() - start <= args.budget_s + 30 or args.quick:
-        result["mixed"] = measure_mixed(device, time_fn, args.quick)
+        result["mixed"] = measure_mixed(device, time_fn, args.quick, args.rounds)
+        print(f"mixed: {json.dumps(result['mixed'])}", flush=True)
     result["elapsed_s"] = time.monotonic() - start
     result["complete"] = True
     print(write_results(result, args.out))

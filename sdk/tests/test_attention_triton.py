@@ -335,11 +335,11 @@ PACKED_GQA = NAN_PAGED + textwrap.dedent(
     from opcore.attention.backends import _triton_prefill as P
 
     # A tile's rows as tokens x the query heads of one kv head (groups of 2, 3 and 8: the
-    # last row block of a group of 3 ends masked), against one query head per program with
-    # the same key tiles; prompts past a tile, a chunk over a prefix and a decode row in one
-    # batch, spare slots NaN, with and without a sliding window. Then the tile's sequence
-    # found by the vector scan against the binary search (more sequences than one scan
-    # holds take the search).
+    # last row block of a group of 3 ends masked; a group of 3 also in 16-token tiles),
+    # against one query head per program with the same key tiles; prompts past a tile, a
+    # chunk over a prefix and a decode row in one batch, spare slots NaN, with and without
+    # a sliding window. Then the tile's sequence found by the vector scan against the
+    # binary search (more sequences than one scan holds take the search).
     g = torch.Generator().manual_seed(11)
     out = {"close": {}, "finite": {}, "scan_equal": {}}
 
@@ -370,6 +370,14 @@ PACKED_GQA = NAN_PAGED + textwrap.dedent(
             out["close"][key] = float((packed[rows].float() - one[rows].float()).abs().max())
             out["finite"][key] = bool(packed[rows].isfinite().all())
             out["decode_row_untouched"] = bool((packed[163] == 0).all())
+            if heads == 6:  # a group of 3 in 16-token tiles (48 of 64 rows) instead of 21
+                pow2 = launch(q, cache, md, heads, kv, 64,
+                              P.PrefillLaunch(64, 32, 4, 2, pack_gqa=True, pow2_tokens=True),
+                              window)
+                out["close"][key + "-pow2"] = float(
+                    (pow2[rows].float() - one[rows].float()).abs().max())
+                out["finite"][key + "-pow2"] = bool(pow2[rows].isfinite().all())
+                out["pow2_decode_row_untouched"] = bool((pow2[163] == 0).all())
     # 70 one-token-and-more sequences: over SEQ_SCAN, so the binary search runs.
     for n_seqs in (3, P.SEQ_SCAN + 6):
         lens = [2 + (7 * i) % 19 for i in range(n_seqs)]
@@ -396,10 +404,11 @@ def test_triton_paged_prefill_packs_a_kv_heads_query_heads_into_one_tile_in_the_
     proc = run_python(PACKED_GQA, env={"TRITON_INTERPRET": "1"}, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(result["close"]) == 6
+    assert len(result["close"]) == 8
     assert max(result["close"].values()) <= 1.6e-2, result["close"]
     assert all(result["finite"].values()), result["finite"]
     assert result["decode_row_untouched"] is True
+    assert result["pow2_decode_row_untouched"] is True
     assert result["scan_equal"] == {"3": True, str(64 + 6): True}
     assert result["scan_finite"] is True
 

@@ -74,8 +74,11 @@ class PrefillLaunch:
     K and V tiles through tensor descriptors, for page sizes that are multiples of
     ``block_n`` and caches `tma_ready` accepts; ``pack_gqa``: a tile's rows are
     ``block_m // group`` tokens x the query heads of one kv head, where a kv head serves
-    2 to ``block_m`` query heads (else ignored); ``seq_scan``: batches of 2 to `SEQ_SCAN`
-    sequences find a tile's sequence with one vector load)."""
+    2 to ``block_m`` query heads (else ignored); ``pow2_tokens``: a packed tile holds the
+    largest power of two of tokens that fits (``block_m // group`` rounded down), so tiles
+    of a group that does not divide ``block_m`` start on key-tile edges like the others;
+    ``seq_scan``: batches of 2 to `SEQ_SCAN` sequences find a tile's sequence with one
+    vector load)."""
 
     block_m: int
     block_n: int
@@ -85,6 +88,7 @@ class PrefillLaunch:
     kv_tma: bool = False
     pack_gqa: bool = False
     seq_scan: bool = True
+    pow2_tokens: bool = False
 
 
 def prefill_launch_config(
@@ -619,6 +623,8 @@ def launch_prefill(
     group = num_heads // num_kv_heads
     pack = cfg.pack_gqa and 1 < group <= cfg.block_m
     block_q = cfg.block_m // group if pack else cfg.block_m
+    if pack and cfg.pow2_tokens:
+        block_q = 1 << (block_q.bit_length() - 1)
     grid = (num_kv_heads if pack else num_heads, metadata.num_tokens // block_q + num_seqs)
     _bound.launch(
         paged_prefill_kernel,
