@@ -85,3 +85,54 @@ def test_a_stopped_prefill_bench_keeps_the_rows_it_measured(tmp_path):
     assert len(result["rows"]) == 1 and result["complete"] is False
     assert len(result["not_measured"]) == 2  # the rows not started yet
     assert "The run did not finish" in (tmp_path / "attention_prefill.md").read_text()
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("attention_prefill_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rounds_time_every_provider_in_a_rotated_order():
+    # Timed one after the other, the first provider of a row got the clock the others did
+    # not (identical launches differed by 15 % on an H100): with rounds, each provider is
+    # timed once a round, each round starting one later, and the medians are the rounds'.
+    bench = _bench_module()
+    order, clock = [], iter(range(100))
+    fns = {name: name for name in ("a", "b", "c")}
+
+    def time_fn(fn):
+        order.append(fn)
+        t = float(next(clock))
+        return t, t - 0.5, t + 0.5
+
+    got = bench.time_rounds(fns, time_fn, rounds=3)
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert got["a"][3] == [0.0, 5.0, 7.0] and got["a"][0] == 5.0
+    assert got["a"][1] == 2.5 and got["a"][2] == 6.0  # quartiles of the round medians
+    one = bench.time_rounds(fns, time_fn, rounds=1)  # one round: time_fn's own quartiles
+    assert one["a"][:3] == (9.0, 8.5, 9.5)
+
+
+def test_prefill_bench_mixed_only_times_only_the_mixed_batch(tmp_path):
+    run_script_under_triton_interpreter(
+        str(SCRIPT), "--quick", "--mixed-only", "--rounds", "2", "--out", str(tmp_path)
+    )
+    result = json.loads((tmp_path / "attention_prefill.json").read_text())
+    assert result["rows"] == [] and result["complete"] is True and result["rounds"] == 2
+    for part in ("mixed", "decode_part", "prefill_part"):
+        assert len(result["mixed"][part]["ms_rounds"]) == 2
+
+
+def test_prefill_group_sweep_quick_times_power_of_two_token_tiles(tmp_path):
+    run_script_under_triton_interpreter(
+        str(SCRIPT), "--quick", "--sweep", "--sweep-set", "group", "--out", str(tmp_path)
+    )
+    recs = json.loads((tmp_path / "attention_prefill_sweep.json").read_text())["sweep"]
+    assert {(r["heads"], r["kv_heads"]) for r in recs} == {(6, 2)}  # a group of 3
+    assert any("pow2_tokens=True" in r["launch"] for r in recs)
+    for r in recs:
+        assert r["err"] < 3e-2, r
