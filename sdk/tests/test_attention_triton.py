@@ -335,7 +335,8 @@ PACKED_GQA = NAN_PAGED + textwrap.dedent(
     from opcore.attention.backends import _triton_prefill as P
 
     # A tile's rows as tokens x the query heads of one kv head (groups of 2, 3 and 8: the
-    # last row block of a group of 3 ends masked; a group of 3 also in 16-token tiles),
+    # last row block of a group of 3 ends masked; a group of 3 also in 16-token tiles and
+    # padded to 4 rows a token; each with the output's rows worked out after the key loop),
     # against one query head per program with the same key tiles; prompts past a tile, a
     # chunk over a prefix and a decode row in one batch, spare slots NaN, with and without
     # a sliding window. Then the tile's sequence found by the vector scan against the
@@ -370,14 +371,22 @@ PACKED_GQA = NAN_PAGED + textwrap.dedent(
             out["close"][key] = float((packed[rows].float() - one[rows].float()).abs().max())
             out["finite"][key] = bool(packed[rows].isfinite().all())
             out["decode_row_untouched"] = bool((packed[163] == 0).all())
-            if heads == 6:  # a group of 3 in 16-token tiles (48 of 64 rows) instead of 21
-                pow2 = launch(q, cache, md, heads, kv, 64,
-                              P.PrefillLaunch(64, 32, 4, 2, pack_gqa=True, pow2_tokens=True),
-                              window)
-                out["close"][key + "-pow2"] = float(
-                    (pow2[rows].float() - one[rows].float()).abs().max())
-                out["finite"][key + "-pow2"] = bool(pow2[rows].isfinite().all())
-                out["pow2_decode_row_untouched"] = bool((pow2[163] == 0).all())
+            # The packed rows' layouts: a group of 3 in 16-token tiles (48 of 64 rows)
+            # instead of 21, or padded to 4 rows a token; the output rows worked out again
+            # after the key loop (packed or not).
+            variants = {"late": dict(pack_gqa=True, late_rows=True)}
+            if heads == 6:
+                variants["pow2"] = dict(pack_gqa=True, pow2_tokens=True)
+                variants["pad"] = dict(pack_gqa=True, pad_group=True, late_rows=True)
+                variants["late-unpacked"] = dict(late_rows=True)
+            for name, kw in variants.items():
+                got = launch(q, cache, md, heads, kv, 64, P.PrefillLaunch(64, 32, 4, 2, **kw),
+                             window)
+                out["close"][f"{key}-{name}"] = float(
+                    (got[rows].float() - one[rows].float()).abs().max())
+                out["finite"][f"{key}-{name}"] = bool(got[rows].isfinite().all())
+                out["variants_leave_the_decode_row"] = out.get(
+                    "variants_leave_the_decode_row", True) and bool((got[163] == 0).all())
     # 70 one-token-and-more sequences: over SEQ_SCAN, so the binary search runs.
     for n_seqs in (3, P.SEQ_SCAN + 6):
         lens = [2 + (7 * i) % 19 for i in range(n_seqs)]
@@ -404,11 +413,13 @@ def test_triton_paged_prefill_packs_a_kv_heads_query_heads_into_one_tile_in_the_
     proc = run_python(PACKED_GQA, env={"TRITON_INTERPRET": "1"}, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(result["close"]) == 8
+    assert len(result["close"]) == 6 + 6 + 6  # + late for each, + 3 more for a group of 3
     assert max(result["close"].values()) <= 1.6e-2, result["close"]
     assert all(result["finite"].values()), result["finite"]
     assert result["decode_row_untouched"] is True
-    assert result["pow2_decode_row_untouched"] is True
+    assert result["variants_leave_the_decode_row"] is True
+    # The same tiles and rows, only the store's offsets recomputed: the same bits.
+    assert all(v == 0.0 for k, v in result["close"].items() if k.endswith("late-unpacked"))
     assert result["scan_equal"] == {"3": True, str(64 + 6): True}
     assert result["scan_finite"] is True
 

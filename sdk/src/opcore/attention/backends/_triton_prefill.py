@@ -78,7 +78,10 @@ class PrefillLaunch:
     largest power of two of tokens that fits (``block_m // group`` rounded down), so tiles
     of a group that does not divide ``block_m`` start on key-tile edges like the others;
     ``seq_scan``: batches of 2 to `SEQ_SCAN` sequences find a tile's sequence with one
-    vector load)."""
+    vector load; ``pad_group``: a packed tile gives each token the power of two of rows
+    at or above the group (the padding rows masked), so a row's token and head are a
+    shift and a mask; ``late_rows``: the output's row offsets are worked out again after
+    the key loop instead of kept in registers through it)."""
 
     block_m: int
     block_n: int
@@ -89,6 +92,8 @@ class PrefillLaunch:
     pack_gqa: bool = False
     seq_scan: bool = True
     pow2_tokens: bool = False
+    pad_group: bool = False
+    late_rows: bool = False
 
 
 def prefill_launch_config(
@@ -437,6 +442,8 @@ def paged_prefill_kernel(
     PACK_GQA: tl.constexpr = False,
     BLOCK_Q: tl.constexpr = 0,
     SEQ_SCAN: tl.constexpr = 0,
+    GROUP_ROWS: tl.constexpr = 0,
+    LATE_ROWS: tl.constexpr = False,
 ):
     """Paged prefill attention (the module docstring gives the formula): grid
     ``(num_heads, num_tokens // BLOCK_Q + num_seqs)``, or ``(num_kv_heads, ...)`` with
@@ -476,9 +483,15 @@ def paged_prefill_kernel(
     r = tl.arange(0, BLOCK_M)
     if PACK_GQA:
         kv_head = tl.program_id(0)
-        t = t0 + r // GROUP
-        q_head = kv_head * GROUP + r % GROUP
-        row_ok = (r < BLOCK_Q * GROUP) & (t < q_len)
+        # GROUP_ROWS rows a token: the group, or its power-of-two pad (the padding rows
+        # masked), whose row -> (token, head) split is a shift and a mask instead of a
+        # division the compiler keeps live across the key loop.
+        t = t0 + r // GROUP_ROWS
+        slot = r % GROUP_ROWS
+        q_head = kv_head * GROUP + slot
+        row_ok = (r < BLOCK_Q * GROUP_ROWS) & (t < q_len)
+        if GROUP_ROWS != GROUP:
+            row_ok = row_ok & (slot < GROUP)
         head_off = q_head.to(tl.int64)[:, None] * stride_qh
         out_head_off = q_head.to(tl.int64)[:, None] * stride_oh
     else:
@@ -552,6 +565,21 @@ def paged_prefill_kernel(
     )  # fmt: skip
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
+    if LATE_ROWS:
+        # The store's rows worked out again from a value the compiler cannot fold (t0 >= 0),
+        # so the load's row offsets and mask are not held in registers across the key loop
+        # (on sm_90 the 128-row descriptor tiles spill 392 bytes with them, 256 without).
+        r = tl.arange(0, BLOCK_M) + tl.minimum(t0, 0)
+        if PACK_GQA:
+            t = t0 + r // GROUP_ROWS
+            slot = r % GROUP_ROWS
+            row_ok = (r < BLOCK_Q * GROUP_ROWS) & (t < q_len) & (slot < GROUP)
+            out_head_off = (kv_head * GROUP + slot).to(tl.int64)[:, None] * stride_oh
+        else:
+            t = t0 + r
+            row_ok = t < q_len
+        q_tok = (q_begin + t).to(tl.int64)
+        io_mask = row_ok[:, None] & (d[None, :] < HEAD)
     tl.store(Out + q_tok[:, None] * stride_ot + out_head_off + d[None, :],
              out.to(Out.dtype.element_ty), mask=io_mask)  # fmt: skip
 
@@ -622,7 +650,8 @@ def launch_prefill(
     num_seqs = metadata.num_seqs
     group = num_heads // num_kv_heads
     pack = cfg.pack_gqa and 1 < group <= cfg.block_m
-    block_q = cfg.block_m // group if pack else cfg.block_m
+    group_rows = 1 << (group - 1).bit_length() if pack and cfg.pad_group else group
+    block_q = cfg.block_m // group_rows if pack else cfg.block_m
     if pack and cfg.pow2_tokens:
         block_q = 1 << (block_q.bit_length() - 1)
     grid = (num_kv_heads if pack else num_heads, metadata.num_tokens // block_q + num_seqs)
@@ -667,6 +696,8 @@ def launch_prefill(
         SAME_STRIDES=key_cache.stride() == value_cache.stride(),
         PACK_GQA=pack,
         BLOCK_Q=block_q,
+        GROUP_ROWS=group_rows,
+        LATE_ROWS=cfg.late_rows,
         SEQ_SCAN=SEQ_SCAN if cfg.seq_scan and 1 < num_seqs <= SEQ_SCAN else 0,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
