@@ -127,12 +127,12 @@ def test_prefill_bench_mixed_only_times_only_the_mixed_batch(tmp_path):
         assert len(result["mixed"][part]["ms_rounds"]) == 2
 
 
-def test_prefill_group_sweep_quick_times_power_of_two_token_tiles(tmp_path):
+def test_prefill_rows_sweep_quick_times_the_late_rows(tmp_path):
     run_script_under_triton_interpreter(
-        str(SCRIPT), "--quick", "--sweep", "--sweep-set", "group", "--out", str(tmp_path)
+        str(SCRIPT), "--quick", "--sweep", "--sweep-set", "rows", "--out", str(tmp_path)
     )
     recs = json.loads((tmp_path / "attention_prefill_sweep.json").read_text())["sweep"]
     assert {(r["heads"], r["kv_heads"]) for r in recs} == {(6, 2)}  # a group of 3
-    assert any("pow2_tokens=True" in r["launch"] for r in recs)
+    assert any("late_rows=True" in r["launch"] for r in recs)
     for r in recs:
         assert r["err"] < 3e-2, r

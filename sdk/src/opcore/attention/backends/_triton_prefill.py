@@ -74,14 +74,10 @@ class PrefillLaunch:
     K and V tiles through tensor descriptors, for page sizes that are multiples of
     ``block_n`` and caches `tma_ready` accepts; ``pack_gqa``: a tile's rows are
     ``block_m // group`` tokens x the query heads of one kv head, where a kv head serves
-    2 to ``block_m`` query heads (else ignored); ``pow2_tokens``: a packed tile holds the
-    largest power of two of tokens that fits (``block_m // group`` rounded down), so tiles
-    of a group that does not divide ``block_m`` start on key-tile edges like the others;
-    ``seq_scan``: batches of 2 to `SEQ_SCAN` sequences find a tile's sequence with one
-    vector load; ``pad_group``: a packed tile gives each token the power of two of rows
-    at or above the group (the padding rows masked), so a row's token and head are a
-    shift and a mask; ``late_rows``: the output's row offsets are worked out again after
-    the key loop instead of kept in registers through it)."""
+    2 to ``block_m`` query heads (else ignored); ``seq_scan``: batches of 2 to `SEQ_SCAN`
+    sequences find a tile's sequence with one vector load; ``late_rows``: the output's row
+    offsets are worked out again after the key loop instead of held in registers through
+    it)."""
 
     block_m: int
     block_n: int
@@ -91,8 +87,6 @@ class PrefillLaunch:
     kv_tma: bool = False
     pack_gqa: bool = False
     seq_scan: bool = True
-    pow2_tokens: bool = False
-    pad_group: bool = False
     late_rows: bool = False
 
 
@@ -164,16 +158,31 @@ def prefill_launch_config(
     (head size 128), 318 against 289 (256); pointers, pages of 16, 257 against 255 at
     16 x 1024, 347 against 341 at 4 x 4096 (128), 312 against 302 (256). Head size 64's
     128 x 128 pointer tiles stay unpacked (packed: 205 against 210 at 16 x 1024).
+
+    **The output's rows worked out after the key loop** (``late_rows``) on the descriptor
+    launches above head size 64 and the pointer launch of head size 128. Held through the
+    loop, the rows' offsets and mask cost registers the tile needs: compiled for sm_90, the
+    128-row descriptor tile at head size 128 spills 392 bytes with them and 256 without.
+    From the H100 sweep of the same day (``--sweep-set group``, bf16, TFLOP/s, late rows
+    against not): descriptors 451 against 388 at 4 x 4096 and 295 against 284 at 16 x 1024
+    (32/8 heads), 279 against 248 at 16 x 1024 with 28/4 heads (groups of 7, which spilled
+    700 bytes), 333 against 304 at head size 256; pointers at head size 128 267 against
+    257 (pages of 16, 32/8) and 260 against 245 (28/4), 369 both at 4 x 4096. Head size
+    256's pointer tiles keep their rows (324 against 332 with late rows); head size 64 was
+    not swept. Two other layouts for a group of 7 lost in the same sweep: 16 tokens a
+    128-row tile (239) and each token padded to 8 rows (252; 264 with late rows).
     """
     pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     if kv_descriptors and block_size % 64 == 0 and dtype != torch.float32:
         if row_tiles_per_sm < 2:
             return PrefillLaunch(64, 64, 4, 3, kv_tma=True, pack_gqa=True)
-        return PrefillLaunch(128, 64, 4 if pad <= 128 else 8, 3, kv_tma=True, pack_gqa=True)
+        return PrefillLaunch(
+            128, 64, 4 if pad <= 128 else 8, 3, kv_tma=True, pack_gqa=True, late_rows=pad > 64
+        )
     if pad <= 64:
         cfg = PrefillLaunch(128, 128, 4, 3)
     elif pad <= 128:
-        cfg = PrefillLaunch(64, 64, 4, 2, pack_gqa=True)
+        cfg = PrefillLaunch(64, 64, 4, 2, pack_gqa=True, late_rows=True)
     else:
         cfg = PrefillLaunch(128, 64, 8, 2, pack_gqa=True)
     if dtype == torch.float32:
@@ -442,7 +451,6 @@ def paged_prefill_kernel(
     PACK_GQA: tl.constexpr = False,
     BLOCK_Q: tl.constexpr = 0,
     SEQ_SCAN: tl.constexpr = 0,
-    GROUP_ROWS: tl.constexpr = 0,
     LATE_ROWS: tl.constexpr = False,
 ):
     """Paged prefill attention (the module docstring gives the formula): grid
@@ -483,15 +491,9 @@ def paged_prefill_kernel(
     r = tl.arange(0, BLOCK_M)
     if PACK_GQA:
         kv_head = tl.program_id(0)
-        # GROUP_ROWS rows a token: the group, or its power-of-two pad (the padding rows
-        # masked), whose row -> (token, head) split is a shift and a mask instead of a
-        # division the compiler keeps live across the key loop.
-        t = t0 + r // GROUP_ROWS
-        slot = r % GROUP_ROWS
-        q_head = kv_head * GROUP + slot
-        row_ok = (r < BLOCK_Q * GROUP_ROWS) & (t < q_len)
-        if GROUP_ROWS != GROUP:
-            row_ok = row_ok & (slot < GROUP)
+        t = t0 + r // GROUP
+        q_head = kv_head * GROUP + r % GROUP
+        row_ok = (r < BLOCK_Q * GROUP) & (t < q_len)
         head_off = q_head.to(tl.int64)[:, None] * stride_qh
         out_head_off = q_head.to(tl.int64)[:, None] * stride_oh
     else:
@@ -571,10 +573,9 @@ def paged_prefill_kernel(
         # (on sm_90 the 128-row descriptor tiles spill 392 bytes with them, 256 without).
         r = tl.arange(0, BLOCK_M) + tl.minimum(t0, 0)
         if PACK_GQA:
-            t = t0 + r // GROUP_ROWS
-            slot = r % GROUP_ROWS
-            row_ok = (r < BLOCK_Q * GROUP_ROWS) & (t < q_len) & (slot < GROUP)
-            out_head_off = (kv_head * GROUP + slot).to(tl.int64)[:, None] * stride_oh
+            t = t0 + r // GROUP
+            row_ok = (r < BLOCK_Q * GROUP) & (t < q_len)
+            out_head_off = (kv_head * GROUP + r % GROUP).to(tl.int64)[:, None] * stride_oh
         else:
             t = t0 + r
             row_ok = t < q_len
@@ -650,10 +651,7 @@ def launch_prefill(
     num_seqs = metadata.num_seqs
     group = num_heads // num_kv_heads
     pack = cfg.pack_gqa and 1 < group <= cfg.block_m
-    group_rows = 1 << (group - 1).bit_length() if pack and cfg.pad_group else group
-    block_q = cfg.block_m // group_rows if pack else cfg.block_m
-    if pack and cfg.pow2_tokens:
-        block_q = 1 << (block_q.bit_length() - 1)
+    block_q = cfg.block_m // group if pack else cfg.block_m
     grid = (num_kv_heads if pack else num_heads, metadata.num_tokens // block_q + num_seqs)
     _bound.launch(
         paged_prefill_kernel,
@@ -696,7 +694,6 @@ def launch_prefill(
         SAME_STRIDES=key_cache.stride() == value_cache.stride(),
         PACK_GQA=pack,
         BLOCK_Q=block_q,
-        GROUP_ROWS=group_rows,
         LATE_ROWS=cfg.late_rows,
         SEQ_SCAN=SEQ_SCAN if cfg.seq_scan and 1 < num_seqs <= SEQ_SCAN else 0,
         num_warps=cfg.num_warps,
