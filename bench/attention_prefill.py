@@ -49,7 +49,8 @@ in that order until ``--budget-s`` is spent (the rest are listed as not measured
 ``--quick``: tiny shapes on the CPU under Triton's interpreter (set here when there is no
 GPU), to check the script runs; its timings mean nothing.
 
-``--only field=value,...`` keeps the rows whose fields have those values.
+``--only field=value,...`` keeps the rows (with ``--sweep``, the problems) whose fields have
+those values.
 
 Usage: python bench/attention_prefill.py [--quick] [--out DIR] [--rep-ms 50] [--budget-s 200]
        [--limit N] [--only block_size=128,heads=32] [--rounds 3] [--mixed-only]
@@ -522,12 +523,19 @@ PACK_PROBLEMS = (
 )
 # The output's rows worked out again after the key loop (``late_rows``; on sm_90 the
 # 128-row descriptor tile at head size 128 spills 392 bytes without it, 256 with, and
-# 700 with a group of 7) against the shipped launches, on the group of 7 (28/4 heads) the
-# issue's grid missed and on 32/8 heads. (BLOCK_M, BLOCK_N, warps, stages, page mode,
+# 700 with a group of 7; head size 64's 128 x 128 pointer tile 336 held, 8 late:
+# `bench/prefill_registers.py`) against the shipped launches, on the group of 7 (28/4
+# heads) the issue's grid missed and on 32/8 heads. (BLOCK_M, BLOCK_N, warps, stages, page mode,
 # kv_tma, pack_gqa, seq_scan, late_rows). The run that adopted it (2026-12-06) also timed
 # two layouts for a group of 7 since removed: 16 tokens a 128-row tile, and each token
 # padded to 8 rows (``bench/results/2026-12-06-h100-late-rows``).
 ROWS_SWEEP = {
+    64: (
+        (128, 128, 4, 3, None, False, False, True, False),
+        (128, 128, 4, 3, None, False, False, True, True),
+        (128, 64, 4, 3, None, True, True, True, False),
+        (128, 64, 4, 3, None, True, True, True, True),
+    ),
     128: (
         (128, 64, 4, 3, None, True, True, True, False),
         (128, 64, 4, 3, None, True, True, True, True),
@@ -549,6 +557,9 @@ ROWS_PROBLEMS = (
     (128, 16, 16, 1024, 32, 8),
     (128, 128, 4, 4096, 32, 8),
     (256, 128, 16, 1024, 32, 8),
+    (64, 16, 1, 8192, 32, 8),
+    (64, 16, 16, 1024, 32, 8),
+    (64, 128, 16, 1024, 32, 8),
 )
 # The problems `sweep` times each head size's settings on (32/8 heads, bf16): the issue's
 # worst rows (short sequences, head sizes 64 and 256) and one long one.
@@ -566,12 +577,19 @@ SWEEP_PROBLEMS = (
 
 
 def sweep(
-    device: str, time_fn, budget_s: float = 1e9, quick: bool = False, which: str = "launch"
+    device: str,
+    time_fn,
+    budget_s: float = 1e9,
+    quick: bool = False,
+    which: str = "launch",
+    only: dict | None = None,
 ) -> list[dict]:
     """The prefill kernel alone under each head size's `SWEEP` settings on `SWEEP_PROBLEMS`
     (head size, block size, batch, tokens), with SDPA flash's time on the same problem and
     the setting `prefill_launch_config` picks today marked. Stops starting problems after
-    ``budget_s`` seconds. ``quick``: one tiny problem and two settings (the interpreter)."""
+    ``budget_s`` seconds. ``quick``: one tiny problem and two settings (the interpreter).
+    ``only``: the problems whose fields (``head_size``, ``block_size``, ``batch``,
+    ``tokens``, ``heads``) have these values (strings)."""
     from opcore.attention.backends import _triton_prefill as P
     from opcore.attention.backends.triton_paged import LOG2E
 
@@ -588,6 +606,9 @@ def sweep(
             problems = ((128, 64, 1, 130, 6, 2),)
     for hd, bs, b, n, *hk in problems:
         heads, kv = hk or ((4, 2) if quick else (32, 8))
+        fields = dict(head_size=hd, block_size=bs, batch=b, tokens=n, heads=heads)
+        if any(str(fields.get(k)) != v for k, v in (only or {}).items()):
+            continue
         if time.monotonic() - start > budget_s:
             out.append(dict(head_size=hd, block_size=bs, batch=b, tokens=n, heads=heads,
                             kv_heads=kv, error="budget"))  # fmt: skip
@@ -773,12 +794,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.makedirs(args.out, exist_ok=True)
     time_fn = timer(device, args.rep_ms)
+    only = {}
+    for pair in filter(None, args.only.split(",")):
+        field, _, value = pair.partition("=")
+        only[field.strip()] = value.strip()
     if args.sweep:
         with open(os.path.join(args.out, "attention_prefill_sweep.json"), "w") as f:
             json.dump(
                 {
                     "env": env_line(device),
-                    "sweep": sweep(device, time_fn, args.budget_s, args.quick, args.sweep_set),
+                    "sweep": sweep(
+                        device, time_fn, args.budget_s, args.quick, args.sweep_set, only
+                    ),
                 },
                 f,
                 indent=1,
@@ -786,9 +813,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.monotonic()
     rows = grid(args.quick)
-    for pair in filter(None, args.only.split(",")):
-        field, _, value = pair.partition("=")
-        rows = [r for r in rows if str(r.get(field.strip())) == value.strip()]
+    for field, value in only.items():
+        rows = [r for r in rows if str(r.get(field)) == value]
     if args.limit:
         rows = rows[: args.limit]
     if args.mixed_only:

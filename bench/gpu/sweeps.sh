@@ -12,7 +12,8 @@
 # SWEEP_ONLY=prefill or moe runs one of the two.
 # CPU plumbing test: SWEEP_DRY=1 bash bench/gpu/sweeps.sh (one tiny problem each, under
 # Triton's interpreter). SWEEP_SET picks the prefill settings (launch, tma, pack or rows:
-# bench/attention_prefill.py --sweep-set).
+# bench/attention_prefill.py --sweep-set); SWEEP_PREFILL_ARGS adds its options (say
+# "--only head_size=64").
 set -u
 OUT=${OUT:-/tmp/opcore-out}
 DIR="$OUT/sweeps"
@@ -28,7 +29,7 @@ if [ "$ONLY" != moe ]; then
   echo "== sweeps: prefill attention $(date -u +%T)"
   timeout -k 5 $(( ${SWEEP_PREFILL_S:-150} + 60 )) python3 bench/attention_prefill.py --sweep $Q \
     --sweep-set "${SWEEP_SET:-launch}" --budget-s "${SWEEP_PREFILL_S:-150}" --rep-ms "$REP" \
-    --out "$DIR" > "$DIR/prefill.log" 2>&1
+    --out "$DIR" ${SWEEP_PREFILL_ARGS:-} > "$DIR/prefill.log" 2>&1
   echo "prefill sweep rc=$?"
   tail -n 5 "$DIR/prefill.log"
 fi

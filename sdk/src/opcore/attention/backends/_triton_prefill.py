@@ -604,6 +604,46 @@ def tma_ready(key_cache: torch.Tensor, value_cache: torch.Tensor) -> bool:
     return True
 
 
+def kernel_constants(
+    cfg: PrefillLaunch,
+    *,
+    group: int,
+    head_size: int,
+    block_size: int,
+    num_seqs: int,
+    causal: bool,
+    softcap: float,
+    skip_decode_rows: bool,
+    interpret: bool,
+    same_strides: bool,
+) -> dict:
+    """`paged_prefill_kernel`'s compile-time arguments for a launch configuration and a
+    problem (``group``: query heads per kv head; ``same_strides``: K and V caches with the
+    same strides), as `launch_prefill` passes them; `bench/prefill_registers.py` compiles
+    the kernel with them for a device it need not have."""
+    mode = page_mode(block_size, cfg.block_n) if cfg.page_mode is None else cfg.page_mode
+    pack = cfg.pack_gqa and 1 < group <= cfg.block_m
+    return dict(
+        GROUP=group,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        HEAD=head_size,
+        HEAD_PAD=max(16, 1 << max(0, (head_size - 1).bit_length())),
+        PAGE_MODE=mode,
+        PAGE=block_size if mode else 1,
+        CAUSAL=causal,
+        SOFTCAP=softcap,
+        SKIP_DECODE_ROWS=skip_decode_rows,
+        INTERPRET=interpret,
+        KV_TMA=cfg.kv_tma,
+        SAME_STRIDES=same_strides,
+        PACK_GQA=pack,
+        BLOCK_Q=cfg.block_m // group if pack else cfg.block_m,
+        SEQ_SCAN=SEQ_SCAN if cfg.seq_scan and 1 < num_seqs <= SEQ_SCAN else 0,
+        LATE_ROWS=cfg.late_rows,
+    )
+
+
 def launch_prefill(
     *,
     query: torch.Tensor,
@@ -646,13 +686,15 @@ def launch_prefill(
                 f"that is a multiple of BLOCK_N (got {block_size}) and caches `tma_ready` "
                 "accepts"
             )
-    mode = page_mode(block_size, cfg.block_n) if cfg.page_mode is None else cfg.page_mode
-    head_pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     num_seqs = metadata.num_seqs
     group = num_heads // num_kv_heads
-    pack = cfg.pack_gqa and 1 < group <= cfg.block_m
-    block_q = cfg.block_m // group if pack else cfg.block_m
-    grid = (num_kv_heads if pack else num_heads, metadata.num_tokens // block_q + num_seqs)
+    constants = kernel_constants(
+        cfg, group=group, head_size=head_size, block_size=block_size, num_seqs=num_seqs,
+        causal=causal, softcap=softcap, skip_decode_rows=skip_decode_rows,
+        interpret=interpret, same_strides=key_cache.stride() == value_cache.stride(),
+    )  # fmt: skip
+    rows = num_kv_heads if constants["PACK_GQA"] else num_heads
+    grid = (rows, metadata.num_tokens // constants["BLOCK_Q"] + num_seqs)
     _bound.launch(
         paged_prefill_kernel,
         grid,
@@ -679,23 +721,7 @@ def launch_prefill(
         block_size,
         window,
         key_cache.shape[0] * block_size,
-        GROUP=group,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        HEAD=head_size,
-        HEAD_PAD=head_pad,
-        PAGE_MODE=mode,
-        PAGE=block_size if mode else 1,
-        CAUSAL=causal,
-        SOFTCAP=softcap,
-        SKIP_DECODE_ROWS=skip_decode_rows,
-        INTERPRET=interpret,
-        KV_TMA=cfg.kv_tma,
-        SAME_STRIDES=key_cache.stride() == value_cache.stride(),
-        PACK_GQA=pack,
-        BLOCK_Q=block_q,
-        LATE_ROWS=cfg.late_rows,
-        SEQ_SCAN=SEQ_SCAN if cfg.seq_scan and 1 < num_seqs <= SEQ_SCAN else 0,
+        **constants,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         scratch_device=query.device if cfg.kv_tma and not interpret else None,

@@ -1,0 +1,148 @@
+"""Registers and spills of the paged prefill kernel per launch configuration, compiled for a
+GPU this machine need not have (issue 29: the launch choices' register leads).
+
+Each configuration of `CONFIGS` (or the shipped choice per head size and page size) is
+compiled by Triton for ``--arch`` (default sm_90, an H100 or H200) with the compile-time
+arguments `_triton_prefill.kernel_constants` gives a real launch, and with the alignment a
+real launch is specialised on (16-byte tensors, strides that are multiples of 16); Triton's
+own ``ptxas -v`` then reports the registers per thread, spill stores and loads, and the
+shared memory. No GPU and no timing: the figures explain sweep results, they do not rank.
+
+Usage: python bench/prefill_registers.py [--arch 90] [--out FILE.md] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# (label, head size, page size, heads, kv heads, PrefillLaunch keyword arguments or None for
+# the shipped choice on a device that copies descriptor tiles).
+CONFIGS = (
+    ("d128 pages 128 shipped", 128, 128, 32, 8, None),
+    ("d128 descriptors 128x64 w4, rows held", 128, 128, 32, 8,
+     dict(block_m=128, block_n=64, num_warps=4, num_stages=3, kv_tma=True, pack_gqa=True)),
+    ("d128 groups of 7, descriptors, rows held", 128, 128, 28, 4,
+     dict(block_m=128, block_n=64, num_warps=4, num_stages=3, kv_tma=True, pack_gqa=True)),
+    ("d128 groups of 7, descriptors, late rows", 128, 128, 28, 4,
+     dict(block_m=128, block_n=64, num_warps=4, num_stages=3, kv_tma=True, pack_gqa=True,
+          late_rows=True)),
+    ("d128 pages 16 shipped", 128, 16, 32, 8, None),
+    ("d128 pointers 64x64, rows held", 128, 16, 32, 8,
+     dict(block_m=64, block_n=64, num_warps=4, num_stages=2, pack_gqa=True)),
+    ("d128 pointers 128x64 w4", 128, 16, 32, 8,
+     dict(block_m=128, block_n=64, num_warps=4, num_stages=2, pack_gqa=True)),
+    ("d64 pages 16 shipped", 64, 16, 32, 8, None),
+    ("d64 pointers 128x128, late rows", 64, 16, 32, 8,
+     dict(block_m=128, block_n=128, num_warps=4, num_stages=3, late_rows=True)),
+    ("d256 pages 128 shipped", 256, 128, 32, 8, None),
+    ("d256 pages 16 shipped", 256, 16, 32, 8, None),
+)  # fmt: skip
+
+
+def compile_stats(cfg, head: int, page: int, heads: int, kv: int, arch: int) -> dict:
+    """``{"registers", "spill_stores", "spill_loads", "shared"}`` of the kernel compiled for
+    ``sm_<arch>`` under ``cfg`` (a `PrefillLaunch`)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from opcore.attention.backends import _triton_prefill as P
+
+    kernel = P.paged_prefill_kernel
+    constants = P.kernel_constants(
+        cfg, group=heads // kv, head_size=head, block_size=page, num_seqs=16, causal=True,
+        softcap=0.0, skip_decode_rows=False, interpret=False, same_strides=True,
+    )  # fmt: skip
+    pointers = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
+                "query_start_loc": "*i32", "seq_lens": "*i32", "block_table": "*i32"}  # fmt: skip
+    unspecialised = {p.name for p in kernel.params if p.do_not_specialize}
+    signature, aligned = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in constants:
+            signature[name] = "constexpr"
+        elif name in pointers:
+            signature[name], aligned[(i,)] = pointers[name], [["tt.divisibility", 16]]
+        elif name == "qk_scale":
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if name not in unspecialised:  # the strides: multiples of 16 in a real cache
+                aligned[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(
+        fn=kernel,
+        signature=signature,
+        constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()},
+        attrs=aligned,
+    )
+    target = GPUTarget("cuda", arch, 32)
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    compiled = triton.compile(src, target=target, options=options)
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    suffix = "a" if arch == 90 else ""
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "k.ptx")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        report = subprocess.run(
+            [ptxas, "-v", f"--gpu-name=sm_{arch}{suffix}", ptx, "-o", os.path.join(tmp, "k.o")],
+            capture_output=True, text=True, timeout=300, check=True,
+        ).stderr  # fmt: skip
+
+    def number(pattern: str) -> int:
+        m = re.search(pattern, report)
+        return int(m.group(1)) if m else 0
+
+    return {
+        "registers": number(r"Used (\d+) registers"),
+        "spill_stores": number(r"(\d+) bytes spill stores"),
+        "spill_loads": number(r"(\d+) bytes spill loads"),
+        "shared": int(compiled.metadata.shared),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", type=int, default=90, help="compute capability x 10")
+    ap.add_argument("--out", help="also write the markdown table here")
+    ap.add_argument("--quick", action="store_true", help="the first two configurations only")
+    args = ap.parse_args(argv)
+    import torch
+
+    from opcore.attention.backends import _triton_prefill as P
+
+    lines = [
+        f"# Paged prefill kernel: registers per thread and spills, sm_{args.arch}",
+        "",
+        "| configuration | launch | registers | spill stores (B) | spill loads (B) | shared (B) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for label, head, page, heads, kv, kw in CONFIGS[:2] if args.quick else CONFIGS:
+        if kw is None:
+            cfg = P.prefill_launch_config(head, torch.bfloat16, page, True)
+        else:
+            cfg = P.PrefillLaunch(**kw)
+        s = compile_stats(cfg, head, page, heads, kv, args.arch)
+        launch = (
+            f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
+            f"{' descriptors' if cfg.kv_tma else ''}{' packed' if cfg.pack_gqa else ''}"
+            f"{' late rows' if cfg.late_rows else ''}"
+        )
+        lines.append(
+            f"| {label} ({heads}/{kv}) | {launch} | {s['registers']} | {s['spill_stores']} "
+            f"| {s['spill_loads']} | {s['shared']} |"
+        )
+        print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
