@@ -159,28 +159,31 @@ def prefill_launch_config(
     16 x 1024, 347 against 341 at 4 x 4096 (128), 312 against 302 (256). Head size 64's
     128 x 128 pointer tiles stay unpacked (packed: 205 against 210 at 16 x 1024).
 
-    **The output's rows worked out after the key loop** (``late_rows``) on the descriptor
-    launches above head size 64 and the pointer launch of head size 128. Held through the
-    loop, the rows' offsets and mask cost registers the tile needs: compiled for sm_90, the
-    128-row descriptor tile at head size 128 spills 392 bytes with them and 256 without.
-    From the H100 sweep of the same day (``--sweep-set group``, bf16, TFLOP/s, late rows
-    against not): descriptors 451 against 388 at 4 x 4096 and 295 against 284 at 16 x 1024
-    (32/8 heads), 279 against 248 at 16 x 1024 with 28/4 heads (groups of 7, which spilled
-    700 bytes), 333 against 304 at head size 256; pointers at head size 128 267 against
-    257 (pages of 16, 32/8) and 260 against 245 (28/4), 369 both at 4 x 4096. Head size
-    256's pointer tiles keep their rows (324 against 332 with late rows); head size 64 was
-    not swept. Two other layouts for a group of 7 lost in the same sweep: 16 tokens a
-    128-row tile (239) and each token padded to 8 rows (252; 264 with late rows).
+    **The output's rows worked out after the key loop** (``late_rows``) on the 128-row
+    descriptor tiles and the pointer tiles of head sizes 64 and 128. Held through the loop,
+    the rows' offsets and mask cost registers the tile needs: compiled for sm_90
+    (`bench/prefill_registers.py`), the 128-row descriptor tile at head size 128 spills
+    392 bytes with them and 256 without, head size 64's 128 x 128 pointer tile 336 and 8.
+    From H100 sweeps of 2026-12-06 (``--sweep-set rows``, bf16, TFLOP/s, late rows against
+    not; ``bench/results/2026-12-06-h100-late-rows/``): descriptors 451 against 388 at 4 x
+    4096 and 295 against 284 at 16 x 1024 (32/8 heads), 279 against 248 at 16 x 1024 with
+    28/4 heads (groups of 7, which spilled 700 bytes), 333 against 304 at head size 256,
+    230 against 228 at 64; pointers at head size 128 267 against 257 (pages of 16, 32/8)
+    and 260 against 245 (28/4), 369 both at 4 x 4096; at head size 64 380 against 353
+    (1 x 8192) and 238 against 207 (16 x 1024). Head size 256's pointer tiles keep their
+    rows (324 against 332 with late rows), as do the 64-row descriptor tiles (not swept).
+    Two other layouts for a group of 7 lost in the same sweep: 16 tokens a 128-row tile
+    (239) and each token padded to 8 rows (252; 264 with late rows).
     """
     pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
     if kv_descriptors and block_size % 64 == 0 and dtype != torch.float32:
         if row_tiles_per_sm < 2:
             return PrefillLaunch(64, 64, 4, 3, kv_tma=True, pack_gqa=True)
         return PrefillLaunch(
-            128, 64, 4 if pad <= 128 else 8, 3, kv_tma=True, pack_gqa=True, late_rows=pad > 64
+            128, 64, 4 if pad <= 128 else 8, 3, kv_tma=True, pack_gqa=True, late_rows=True
         )
     if pad <= 64:
-        cfg = PrefillLaunch(128, 128, 4, 3)
+        cfg = PrefillLaunch(128, 128, 4, 3, late_rows=True)
     elif pad <= 128:
         cfg = PrefillLaunch(64, 64, 4, 2, pack_gqa=True, late_rows=True)
     else:
