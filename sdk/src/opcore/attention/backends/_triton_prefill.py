@@ -47,7 +47,9 @@ onwards (at least ``cdiv(q_len, BLOCK_Q)`` of them), and a program finds its seq
 ``query_start_loc`` on the device (one vector load for up to `SEQ_SCAN` sequences, else a
 binary search): no host copy of the lengths is needed. Tiles are visited last first (the
 longest causal tiles start first). ``SKIP_DECODE_ROWS`` leaves sequences with
-one new token to the decode kernel (mixed batches, see `triton_paged`).
+one new token to the decode kernel (mixed batches, see `triton_paged`). With ``LATE_ROWS``
+the output's row offsets and mask are worked out again after the key loop: held through
+it, they take registers the tile needs.
 """
 
 from __future__ import annotations
