@@ -627,11 +627,10 @@ def sweep(
                     sdpa_default_tflops=flops / (d_med * 1e-3) / 1e12)  # fmt: skip
         settings = table[max(64, 1 << (hd - 1).bit_length())]
         settings = settings[:2] if quick else settings
-        mine = (chosen.block_m, chosen.block_n, chosen.num_warps, chosen.num_stages, None)
-        if mine not in [t[:5] for t in settings]:  # today's choice is always timed
-            settings = (mine, *settings)
-        for setting in settings:
-            cfg = P.PrefillLaunch(*setting)
+        cfgs = [P.PrefillLaunch(*setting) for setting in settings]
+        if chosen not in cfgs:  # today's choice is always timed
+            cfgs.insert(0, chosen)
+        for cfg in cfgs:
             if cfg.kv_tma and bs % cfg.block_n:
                 continue
 
