@@ -177,7 +177,7 @@ def prefill_launch_config(
     Two other layouts for a group of 7 lost in the same sweep: 16 tokens a 128-row tile
     (239) and each token padded to 8 rows (252; 264 with late rows).
     """
-    pad = max(16, 1 << max(0, (head_size - 1).bit_length()))
+    pad = head_pad(head_size)
     if kv_descriptors and block_size % 64 == 0 and dtype != torch.float32:
         if row_tiles_per_sm < 2:
             return PrefillLaunch(64, 64, 4, 3, kv_tma=True, pack_gqa=True)
@@ -193,6 +193,12 @@ def prefill_launch_config(
     if dtype == torch.float32:
         cfg = dataclasses.replace(cfg, block_n=cfg.block_n // 2)
     return cfg
+
+
+def head_pad(head_size: int) -> int:
+    """The kernel's head columns: ``head_size`` rounded up to a power of two, at least 16
+    (``tl.dot``'s smallest K)."""
+    return max(16, 1 << max(0, (head_size - 1).bit_length()))
 
 
 def page_mode(block_size: int, block_n: int) -> int:
@@ -413,6 +419,33 @@ def _walk(
     return m_i, l_i, acc
 
 
+@triton.jit
+def _tile_rows(r, t0, q_len, head, GROUP: tl.constexpr, BLOCK_Q: tl.constexpr,
+               PACK_GQA: tl.constexpr):  # fmt: skip
+    """For a tile's rows ``r`` (from ``t0``, the tile's first new token): each row's new
+    token in its sequence, its query head (with ``PACK_GQA`` row ``r`` is token
+    ``r // GROUP`` of kv head ``head``'s query head ``r % GROUP``; else every row is the
+    program's ``head``) and whether the row holds a token."""
+    if PACK_GQA:
+        t = t0 + r // GROUP
+        q_head = head * GROUP + r % GROUP
+        row_ok = (r < BLOCK_Q * GROUP) & (t < q_len)
+    else:
+        t = t0 + r
+        q_head = head
+        row_ok = t < q_len
+    return t, q_head, row_ok
+
+
+@triton.jit
+def _head_offset(q_head, stride, PACK_GQA: tl.constexpr):
+    """Element offset of the rows' query heads (a column with packed heads)."""
+    if PACK_GQA:
+        return q_head.to(tl.int64)[:, None] * stride
+    else:
+        return q_head * stride
+
+
 # Runtime sizes that vary between calls are not specialised on (no recompile when a cache's
 # row count changes parity, say); the strides are, as Triton's loads want.
 @triton.jit(do_not_specialize=["num_seqs", "block_size", "window", "cache_rows"])
@@ -493,21 +526,12 @@ def paged_prefill_kernel(
             return
     ctx = tl.load(seq_lens + seq)
 
-    r = tl.arange(0, BLOCK_M)
-    if PACK_GQA:
-        kv_head = tl.program_id(0)
-        t = t0 + r // GROUP
-        q_head = kv_head * GROUP + r % GROUP
-        row_ok = (r < BLOCK_Q * GROUP) & (t < q_len)
-        head_off = q_head.to(tl.int64)[:, None] * stride_qh
-        out_head_off = q_head.to(tl.int64)[:, None] * stride_oh
-    else:
-        head = tl.program_id(0)
-        kv_head = head // GROUP
-        t = t0 + r
-        row_ok = t < q_len
-        head_off = head * stride_qh
-        out_head_off = head * stride_oh
+    head = tl.program_id(0)  # a kv head with PACK_GQA
+    kv_head = head if PACK_GQA else head // GROUP
+    t, q_head, row_ok = _tile_rows(tl.arange(0, BLOCK_M), t0, q_len, head, GROUP, BLOCK_Q,
+                                   PACK_GQA)  # fmt: skip
+    head_off = _head_offset(q_head, stride_qh, PACK_GQA)
+    out_head_off = _head_offset(q_head, stride_oh, PACK_GQA)
     d = tl.arange(0, HEAD_PAD)
     io_mask = row_ok[:, None] & (d[None, :] < HEAD)
     q_tok = (q_begin + t).to(tl.int64)
@@ -577,13 +601,9 @@ def paged_prefill_kernel(
         # so the load's row offsets and mask are not held in registers across the key loop
         # (on sm_90 the 128-row descriptor tiles spill 392 bytes with them, 256 without).
         r = tl.arange(0, BLOCK_M) + tl.minimum(t0, 0)
-        if PACK_GQA:
-            t = t0 + r // GROUP
-            row_ok = (r < BLOCK_Q * GROUP) & (t < q_len)
-            out_head_off = (kv_head * GROUP + r % GROUP).to(tl.int64)[:, None] * stride_oh
-        else:
-            t = t0 + r
-            row_ok = t < q_len
+        t, q_head, row_ok = _tile_rows(r, t0, q_len, head, GROUP, BLOCK_Q, PACK_GQA)
+        if PACK_GQA:  # one head per program keeps its scalar offset
+            out_head_off = _head_offset(q_head, stride_oh, PACK_GQA)
         q_tok = (q_begin + t).to(tl.int64)
         io_mask = row_ok[:, None] & (d[None, :] < HEAD)
     tl.store(Out + q_tok[:, None] * stride_ot + out_head_off + d[None, :],
@@ -633,7 +653,7 @@ def kernel_constants(
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         HEAD=head_size,
-        HEAD_PAD=max(16, 1 << max(0, (head_size - 1).bit_length())),
+        HEAD_PAD=head_pad(head_size),
         PAGE_MODE=mode,
         PAGE=block_size if mode else 1,
         CAUSAL=causal,
