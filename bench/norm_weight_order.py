@@ -4,7 +4,7 @@ before the row's reduction (beside the row, as Liger's kernel does) beat loading
 
 A one-pass RMSNorm kernel with the weight load placed either way (and each with eviction
 hints: the row evicted first), one row per program on 8 warps (the tuned launch of those
-rows), and opcore's own kernel under the launch model's choice launched directly, timed
+rows), and opcore's triton provider called directly (no op dispatch), timed
 with ``triton.testing.do_bench`` (L2 flushed between calls) next to Liger's
 ``LigerRMSNormFunction`` (when installed), ``F.rms_norm`` and a ``copy_`` of the input;
 bf16. Prints one JSON line per shape (microseconds, percent of the copy's time), and
@@ -86,36 +86,13 @@ def _row(t: int, h: int, liger) -> dict:
                 num_warps=8,
             )  # fmt: skip
         )
-    # opcore's own kernel under the launch model's choice, launched directly (no dispatch):
-    # separates the kernel's time from what a call adds around it.
+    # opcore's triton provider called directly (its launch: the tuning table's or the launch
+    # model's; no op dispatch): separates the kernel's time from what a call adds around it.
     from opcore.kernels.triton import _launch, norm
 
-    block_n, rows, single, warps = _launch.row_params(t, h, _launch.multiprocessors(0))
+    block_n, rows, _single, warps = _launch.row_params(t, h, _launch.multiprocessors(0))
     row["model"] = dict(BLOCK_N=block_n, ROWS=rows, num_warps=warps)
-    row["opcore_kernel"] = _us(
-        lambda: norm._rms_norm_kernel[(_launch.cdiv(t, rows),)](
-            x,
-            h,
-            x,
-            0,
-            w,
-            out,
-            h,
-            out,
-            0,
-            t,
-            h,
-            h,
-            1e-6,
-            HAS_RESIDUAL=False,
-            HAS_WEIGHT=True,
-            BLOCK_N=block_n,
-            ROWS=rows,
-            SINGLE_PASS=single,
-            N_CHUNKS=1,
-            num_warps=warps,
-        )  # fmt: skip
-    )
+    row["opcore_kernel"] = _us(lambda: norm.rms_norm(x, w, 1e-6))
     row["F.rms_norm"] = _us(lambda: torch.nn.functional.rms_norm(x, (h,), w, 1e-6))
     if liger is not None:
         row["liger"] = _us(lambda: liger.apply(x, w, 1e-6, 0.0, "llama", False))

@@ -95,7 +95,9 @@ def compile_stats(cfg, head: int, page: int, heads: int, kv: int, arch: int) -> 
 
     def number(pattern: str) -> int:
         m = re.search(pattern, report)
-        return int(m.group(1)) if m else 0
+        if m is None:  # a report this parser does not know: no figure rather than a 0
+            raise RuntimeError(f"ptxas -v printed no {pattern!r}:\n{report}")
+        return int(m.group(1))
 
     return {
         "registers": number(r"Used (\d+) registers"),
