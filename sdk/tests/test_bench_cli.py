@@ -390,3 +390,71 @@ def test_bench_refuses_a_rep_ms_that_is_not_a_positive_integer(tmp_path, value):
         f"opcore bench: error: argument --rep-ms: expected a positive integer, got {value!r}"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_rounds_rotate_the_order_and_pool_the_samples():
+    """With ``rounds`` each provider of a case is timed once per round, the order shifted
+    by one each round (every provider timed first once with as many rounds as
+    providers); its record pools the rounds' samples and keeps each round's median."""
+    from opcore.bench import runner
+    from opcore.platforms import get_current_platform
+
+    platform = get_current_platform()
+    case = cases.build("rms_norm", 2, 256, torch.float32, torch.device("cpu"), quick=True)
+    order: list[str] = []
+
+    def provider(name):
+        def fn():
+            if not order or order[-1] != name:
+                order.append(name)
+            return case.args[0] * 2
+
+        return fn
+
+    fns = {name: provider(name) for name in ("a", "b", "c")}
+    opts = runner.Options(rounds=3, rep_ms=1)
+    env = {"provider_identity": {}, "copy_gbs": None}
+    recs = runner.time_case(case, fns, env, platform, "host", opts, on_platform=False)
+    assert order == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [r["provider"] for r in recs] == ["a", "b", "c"]
+    for r in recs:
+        assert r["rounds"] == 3 and len(r["cpu_round_us"]) == 3
+        s = r["cpu_spread"]
+        assert s["min_us"] <= r["cpu_us"] == s["median_us"]
+        assert s["reps"] >= 3 * 3  # every round's samples, pooled
+    assert runner.rotated(["a", "b"], 3) == ["b", "a"] and runner.rotated([], 2) == []
+
+
+def test_a_provider_that_raises_is_recorded_once_and_not_timed_again():
+    from opcore.bench import runner
+    from opcore.platforms import get_current_platform
+
+    case = cases.build("rms_norm", 2, 256, torch.float32, torch.device("cpu"), quick=True)
+    calls = {"bad": 0, "good": 0}
+
+    def bad():
+        calls["bad"] += 1
+        raise RuntimeError("no kernel for this\n shape")
+
+    def good():
+        calls["good"] += 1
+
+    opts = runner.Options(rounds=2, rep_ms=1)
+    env = {"provider_identity": {}, "copy_gbs": None}
+    fns = {"bad": bad, "good": good}
+    recs = runner.time_case(case, fns, env, get_current_platform(), "host", opts, False)
+    assert calls["bad"] == 1 and calls["good"] > 2
+    assert recs[0]["error"] == "RuntimeError: no kernel for this shape"
+    assert "cpu_us" not in recs[0] and recs[1]["rounds"] == 2
+
+
+def test_bench_rounds_on_the_cli(tmp_path):
+    rc = main(["bench", "--quick", "--device", "cpu", "--ops", "rms_norm", "--tokens", "2",
+               "--providers", "native,F.rms_norm", "--rounds", "2",
+               "--out", str(tmp_path)])  # fmt: skip
+    assert rc == 0
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["environment"]["rounds"] == 2
+    assert all(r["rounds"] == 2 and len(r["cpu_round_us"]) == 2 for r in result["records"])
+    proc = _bench_cli(["--quick", "--rounds", "0", "--out", str(tmp_path / "out")])
+    assert proc.returncode == 2 and "argument --rounds: expected a positive integer" in proc.stderr

@@ -23,6 +23,7 @@ class Options:
     device: str | None = None  # None: the current platform's device
     quick: bool = False
     rep_ms: int = 60
+    rounds: int = 1  # each case's providers timed this many times, the order rotated
     jsonl: str | None = None  # append each record as it is measured
     copy_bytes: int = 1 << 31  # the copy whose rate GB/s are compared with
     threads: int | None = None  # torch threads; None: the default on the host CPU only
@@ -166,19 +167,34 @@ class UnknownNameError(ValueError):
         )
 
 
-def _time(fn, platform: Any, timers: str, rep_ms: int) -> dict[str, Any]:
-    """``{"<timer>_us": median, "<timer>_spread": Spread.as_dict()}`` per timer that ran."""
-    out: dict[str, Any] = {}
+def _samples(fn, platform: Any, timers: str, rep_ms: int) -> dict[str, list[float]]:
+    """``{timer: samples_us}`` of each timer that ran for ``fn``."""
+    return {
+        t: list(s) for t, s in timing.bench_samples_us(fn, platform, timers, rep_ms=rep_ms).items()
+    }
 
-    def put(timer: str, samples: list[float]) -> timing.Spread:
-        sp = timing.spread(samples)
+
+def _summary(rounds: list[dict[str, list[float]]]) -> dict[str, Any]:
+    """``{"<timer>_us": median, "<timer>_spread": Spread.as_dict()}`` per timer, over the
+    samples of every round pooled; with more than one round also ``"<timer>_round_us"``,
+    each round's median in the order timed."""
+    out: dict[str, Any] = {}
+    for timer in rounds[0]:
+        pooled = [x for r in rounds for x in r.get(timer, ())]
+        sp = timing.spread(pooled)
         out[f"{timer}_us"] = sp.median_us
         out[f"{timer}_spread"] = sp.as_dict()
-        return sp
-
-    for timer, samples in timing.bench_samples_us(fn, platform, timers, rep_ms=rep_ms).items():
-        put(timer, samples)
+        if len(rounds) > 1:
+            out[f"{timer}_round_us"] = [timing.spread(r[timer]).median_us for r in rounds]
     return out
+
+
+def rotated(names: list[str], round_index: int) -> list[str]:
+    """The order ``names`` are timed in round ``round_index`` (0-based): shifted left by
+    the round, so that with as many rounds as names each is timed first once (a device's
+    clocks and caches favour one position; rotating spreads that over the providers)."""
+    k = round_index % len(names) if names else 0
+    return names[k:] + names[:k]
 
 
 def _threads(opts: Options, device: torch.device) -> tuple[int | None, str]:
@@ -228,6 +244,7 @@ def _run(opts: Options, log, platform: Any, threads_why: str) -> dict[str, Any]:
     env["torch_threads"] = torch.get_num_threads()
     env["threads_pinned"] = threads_why
     env["provider_identity"] = metadata.provider_identities(opts.ops)
+    env["rounds"] = opts.rounds
     env["spread_warn"] = timing.SPREAD_WARN
     env["spread_unusable"] = timing.SPREAD_UNUSABLE
     if timers == "device":
@@ -264,18 +281,7 @@ def _run(opts: Options, log, platform: Any, threads_why: str) -> dict[str, Any]:
                         if sink:  # a run cut short still says why a peer is missing
                             sink.write(json.dumps(rec) + "\n")
                             sink.flush()
-                    for name, fn in fns.items():
-                        try:
-                            with torch.inference_mode():
-                                fn()  # compile / JIT outside the timed region
-                                if on_platform:
-                                    platform.synchronize()
-                                t = _time(fn, platform, timers, opts.rep_ms)
-                            rec = _record(case, name, env, t)
-                        except Exception as exc:
-                            # one line: the Markdown table and the log show it whole
-                            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-                            rec = _record(case, name, env, None, error=why)
+                    for rec in time_case(case, fns, env, platform, timers, opts, on_platform):
                         records.append(rec)
                         if sink:
                             sink.write(json.dumps(rec) + "\n")
@@ -291,6 +297,37 @@ def _run(opts: Options, log, platform: Any, threads_why: str) -> dict[str, Any]:
     _speedups(records)
     warnings = load_warnings(env) + spread_warnings(records)
     return {"environment": env, "records": records, "warnings": warnings}
+
+
+def time_case(case, fns, env, platform, timers, opts: Options, on_platform: bool):
+    """The records of one case's providers, in ``fns``'s order: each timed
+    ``opts.rounds`` times in `rotated` order, its samples pooled. A provider that raises
+    is a record with ``error`` and is not timed again; the others go on."""
+    samples: dict[str, list[dict[str, list[float]]]] = {name: [] for name in fns}
+    errors: dict[str, str] = {}
+    for r in range(opts.rounds):
+        for name in rotated([n for n in fns if n not in errors], r):
+            fn = fns[name]
+            try:
+                with torch.inference_mode():
+                    if r == 0:
+                        fn()  # compile / JIT outside the timed region
+                        if on_platform:
+                            platform.synchronize()
+                    samples[name].append(_samples(fn, platform, timers, opts.rep_ms))
+            except Exception as exc:
+                # one line: the Markdown table and the log show it whole
+                errors[name] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    out = []
+    for name in fns:
+        if name in errors:
+            out.append(_record(case, name, env, None, error=errors[name]))
+        else:
+            rec = _record(case, name, env, _summary(samples[name]))
+            if opts.rounds > 1:
+                rec["rounds"] = opts.rounds
+            out.append(rec)
+    return out
 
 
 def load_warnings(env: dict[str, Any]) -> list[str]:

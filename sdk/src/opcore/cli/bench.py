@@ -83,6 +83,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="milliseconds per timer per case (device timers; a positive integer)",
     )
     p.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=1,
+        help="time each case's providers this many times, the order rotated each round, "
+        "and pool the samples (a device favours whichever runs first; default 1)",
+    )
+    p.add_argument(
         "--threads",
         type=positive_int,
         default=None,
@@ -164,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         device=str(device),
         quick=args.quick,
         rep_ms=args.rep_ms,
+        rounds=args.rounds,
         jsonl=args.jsonl,
         threads=args.threads,
     )
