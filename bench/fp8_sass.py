@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from offline_compile import compile_kernel  # noqa: E402  (a sibling script)
 
 
 def _variants():
@@ -45,7 +49,7 @@ def _variants():
         ("dynamic_per_token_scaled_fp8_quant, 4096 cols", quant._row_quant_kernel,
          {**rows, **q}, dict(row_flags, NORM=False, DYNAMIC=True, BLOCK_N=4096)),
         ("scaled_fp8_quant (static kernel), 1024 per program", quant._static_kernel,
-         {**static, **q}, dict(GATED=False, BLOCK_C=1024, ROWS=4)),
+         {**static, **q}, dict(GATED=False, BLOCK_C=1024, ROWS=4, COLS_FIRST=False)),
         ("silu_and_mul_per_token_group_fp8_quant, g128", quant._group_quant_kernel,
          {**group, **q}, dict(GATED=True, MIN_SCALE=quant.MIN_SCALE, BLOCK_S=128, GROUPS=16)),
     ]  # fmt: skip
@@ -54,18 +58,10 @@ def _variants():
 def count(kernel, signature: dict, constexprs: dict, warps: int = 4) -> int:
     """SASS instructions of ``kernel`` compiled for sm_90 (16-byte aligned pointers and
     sizes divisible by 16, as the launcher's tensors are)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile
     from triton.tools.disasm import get_sass
 
-    full = {**signature, **{k: "constexpr" for k in constexprs}}
-    names = list(full)
-    aligned = [
-        (names.index(n),) for n, t in signature.items() if t.startswith("*") or n in ("d", "n_cols")
-    ]
-    attrs = {a: [["tt.divisibility", 16]] for a in aligned}
-    src = ASTSource(fn=kernel, signature=full, constexprs=constexprs, attrs=attrs)
-    out = compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    divisible = [n for n, t in signature.items() if t.startswith("*") or n in ("d", "n_cols")]
+    out = compile_kernel(kernel, signature, constexprs, divisible=divisible, num_warps=warps)
     sass = get_sass(out.asm["cubin"])
     # one "control<TAB>OPCODE operands;" line per instruction; the NOPs pad the end
     ops = [m.group(1) for m in re.finditer(r"^\S+\t([A-Z][A-Z0-9_.]*)", sass, re.M)]

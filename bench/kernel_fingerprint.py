@@ -34,26 +34,9 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 POINTERS_FP = {"fp16": "*fp16", "bf16": "*bf16"}
-
-
-def _signature(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: dict[str, Any]):
-    """Triton signature of ``fn``: ``pointers`` by name, ``floats`` as fp32, other
-    runtime arguments i32, constexprs as given (each must be given)."""
-    sig = {}
-    for param in fn.params:
-        name = param.name
-        if param.is_constexpr:
-            if name not in constexprs:
-                raise SystemExit(f"{fn.__name__}: constexpr {name} has no value in the table")
-            sig[name] = "constexpr"
-        elif name in pointers:
-            sig[name] = pointers[name]
-        elif name in floats:
-            sig[name] = "fp32"
-        else:
-            sig[name] = "i32"
-    return sig
 
 
 def _grid(**axes) -> Iterator[dict[str, Any]]:
@@ -65,7 +48,8 @@ def _grid(**axes) -> Iterator[dict[str, Any]]:
 def cases() -> Iterator[
     tuple[str, Any, dict[str, str], tuple[str, ...], dict[str, Any], dict[str, Any]]
 ]:
-    """``(label, kernel, pointers, floats, constexprs, options)`` for every configuration."""
+    """``(label, kernel, pointers, floats, constexprs, options)`` for every configuration
+    (`prefill_cases` for the paged prefill kernel)."""
     from opcore.attention.backends import _triton_kernels as attn
     from opcore.kernels.triton import activation, norm, qk_norm_rope, rotary
 
@@ -81,13 +65,13 @@ def cases() -> Iterator[
             c.update(BLOCK_N=block_n, ROWS=rows, SINGLE_PASS=single, N_CHUNKS=chunks)
             yield ("rms_norm", norm._rms_norm_kernel, ptrs, ("eps",), c, {"num_warps": warps})
 
-        for act in (0, 1, 2):
+        for act, cols_first in itertools.product((0, 1, 2), (0, 1)):
             yield (
                 "act_and_mul",
                 activation._act_and_mul_kernel,
                 {"x_ptr": p, "out_ptr": p},
                 (),
-                {"ACT": act, "BLOCK_C": 1024, "ROWS": 2},
+                {"ACT": act, "BLOCK_C": 1024, "ROWS": 2, "COLS_FIRST": cols_first},
                 {"num_warps": 8},
             )
 
@@ -165,6 +149,38 @@ def cases() -> Iterator[
         )
 
 
+def prefill_cases() -> Iterator[tuple[str, Any, dict[str, str], dict[str, Any], dict, list]]:
+    """``(label, kernel, types, constexprs, options, divisible)`` of the paged prefill
+    kernel at each shipped launch (head sizes 64, 128 and 256 on pages of 16 and 128, the
+    descriptor tiles where the platform copies them, groups of 4 and of 7), compiled with
+    the alignment a real cache gives (the tensors and the strides, multiples of 16): the
+    launches' own machine code, pipelined copies included."""
+    import torch
+
+    from opcore.attention.backends import _triton_prefill as P
+
+    kernel = P.paged_prefill_kernel
+    for dt, head, page, group in itertools.product(
+        ("fp16", "bf16"), (64, 128, 256), (16, 128), (4, 7)
+    ):
+        dtype = torch.float16 if dt == "fp16" else torch.bfloat16
+        cfg = P.prefill_launch_config(head, dtype, page, kv_descriptors=True)
+        constexprs = P.kernel_constants(
+            cfg, group=group, head_size=head, block_size=page, num_seqs=16, causal=True,
+            softcap=0.0, skip_decode_rows=False, interpret=False, same_strides=True,
+        )  # fmt: skip
+        p = POINTERS_FP[dt]
+        types = {"Q": p, "K": p, "V": p, "Out": p, "query_start_loc": "*i32",
+                 "seq_lens": "*i32", "block_table": "*i32", "qk_scale": "fp32"}  # fmt: skip
+        divisible = [
+            q.name for q in kernel.params
+            if not q.is_constexpr and q.name != "qk_scale"
+            and (q.name in types or not q.do_not_specialize)
+        ]  # fmt: skip
+        options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        yield "paged_prefill aligned", kernel, types, constexprs, options, divisible
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -190,25 +206,26 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="opcore-fingerprint-")
     os.environ.pop("TRITON_INTERPRET", None)
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from offline_compile import compile_kernel, signature
 
-    backend, _, arch = args.target.partition(":")
-    target = GPUTarget(
-        backend, int(arch) if arch.isdigit() else arch, 32 if backend == "cuda" else 64
-    )
     out: dict[str, dict[str, str]] = {}
-    for label, fn, ptrs, floats, constexprs, options in cases():
+    # The other kernels compile with no argument specialised as aligned (`offline_compile`),
+    # so that the fingerprints of earlier runs stay comparable.
+    every = [
+        (label, fn, {**ptrs, **{name: "fp32" for name in floats}}, constexprs, options, [])
+        for label, fn, ptrs, floats, constexprs, options in cases()
+    ]
+    for label, fn, types, constexprs, options, divisible in every + list(prefill_cases()):
         if args.only and args.only not in label:
             continue
-        sig = _signature(fn, ptrs, floats, constexprs)
-        src = ASTSource(fn=fn, signature=sig, constexprs=constexprs)
-        compiled = triton.compile(src, target=target, options=options)
+        sig = signature(fn, types, constexprs)
+        compiled = compile_kernel(
+            fn, types, constexprs, divisible=divisible, target=args.target, **options
+        )
         asm = compiled.asm
         binary = asm.get("cubin") or asm.get("hsaco")
         text = asm.get("ptx") or asm.get("amdgcn")
-        key = f"{label} {sig[next(iter(ptrs))]} " + " ".join(
+        key = f"{label} {sig[next(iter(types))]} " + " ".join(
             f"{k}={v}" for k, v in sorted({**constexprs, **options}.items())
         )
         out[key] = {

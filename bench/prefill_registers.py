@@ -20,6 +20,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from offline_compile import compile_kernel  # noqa: E402  (a sibling script)
+
 # (label, head size, page size, heads, kv heads, PrefillLaunch keyword arguments or None for
 # the shipped choice on a device that copies descriptor tiles).
 CONFIGS = (
@@ -48,8 +51,6 @@ def compile_stats(cfg, head: int, page: int, heads: int, kv: int, arch: int) -> 
     """``{"registers", "spill_stores", "spill_loads", "shared"}`` of the kernel compiled for
     ``sm_<arch>`` under ``cfg`` (a `PrefillLaunch`)."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from opcore.attention.backends import _triton_prefill as P
 
@@ -60,28 +61,17 @@ def compile_stats(cfg, head: int, page: int, heads: int, kv: int, arch: int) -> 
     )  # fmt: skip
     pointers = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
                 "query_start_loc": "*i32", "seq_lens": "*i32", "block_table": "*i32"}  # fmt: skip
-    unspecialised = {p.name for p in kernel.params if p.do_not_specialize}
-    signature, aligned = {}, {}
-    for i, name in enumerate(kernel.arg_names):
-        if name in constants:
-            signature[name] = "constexpr"
-        elif name in pointers:
-            signature[name], aligned[(i,)] = pointers[name], [["tt.divisibility", 16]]
-        elif name == "qk_scale":
-            signature[name] = "fp32"
-        else:
-            signature[name] = "i32"
-            if name not in unspecialised:  # the strides: multiples of 16 in a real cache
-                aligned[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(
-        fn=kernel,
-        signature=signature,
-        constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()},
-        attrs=aligned,
-    )
-    target = GPUTarget("cuda", arch, 32)
-    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    compiled = triton.compile(src, target=target, options=options)
+    # Aligned as in a real cache: the tensors, and the strides (multiples of 16) that the
+    # kernel lets Triton specialise on.
+    divisible = [
+        p.name for p in kernel.params
+        if not p.is_constexpr and p.name not in constants and p.name != "qk_scale"
+        and (p.name in pointers or not p.do_not_specialize)
+    ]  # fmt: skip
+    compiled = compile_kernel(
+        kernel, {**pointers, "qk_scale": "fp32"}, constants, divisible=divisible,
+        target=f"cuda:{arch}", num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     suffix = "a" if arch == 90 else ""
     with tempfile.TemporaryDirectory() as tmp:
