@@ -40,6 +40,9 @@ its prefill part run alone (``--mixed-only``: that row alone).
 reports the median and quartiles of the round medians: a drift of the clock during a row
 (two identical launches of one 16 x 1024 row differed by 15 % on an H100, timed one after
 the other) then spreads over every provider instead of favouring the first.
+``--interleave PASSES`` times call by call instead (`time_interleaved`): each pass calls
+every provider once in a shuffled order, so none is always timed after the same one (a
+GPU's clock follows the previous kernel's power draw).
 
 Grid (issue 29): batch x tokens 1x2048, 1x8192, 4x4096, 16x1024; heads 32/8, 64/8, 28/4;
 head size 128; bf16 and fp16; block sizes 16 and 128; head sizes 64 and 256 (32/8, bf16,
@@ -178,6 +181,66 @@ def time_rounds(fns: dict, time_fn, rounds: int = 1) -> dict:
     return out
 
 
+def time_interleaved(fns: dict, device: str, reps: int, seed: int = 0) -> dict:
+    """`time_rounds`'s result for callables timed call by call: each of ``reps`` passes
+    calls every callable once, in an order shuffled per pass (seeded), each call after a
+    256 MiB cache flush and between two CUDA events (the host clock on the CPU). A GPU's
+    clock follows its power draw, so a kernel timed in a block right after a hungrier one
+    (cuDNN's attention) runs slower than the same kernel timed after a lighter one: in
+    blocks (`time_rounds`), two identical launches of this backend differed by 2-5 %.
+    Interleaved, every callable sees every predecessor about equally often. The quartiles
+    are those of each callable's samples; the round medians are its pass-by-pass times."""
+    import random
+
+    names = list(fns)
+    order = random.Random(seed)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for fn in fns.values():
+        fn()
+    if device == "cuda":
+        import torch
+
+        flush = torch.empty(256 << 18, dtype=torch.int32, device=device)
+        plan = []
+        for _ in range(reps):
+            step = names[:]
+            order.shuffle(step)
+            for n in step:
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                flush.zero_()
+                start.record()
+                fns[n]()
+                end.record()
+                plan.append((n, start, end))
+            torch.cuda.synchronize()  # a bounded queue: wait once per pass
+        for n, start, end in plan:
+            samples[n].append(start.elapsed_time(end))
+    else:
+        for _ in range(reps):
+            step = names[:]
+            order.shuffle(step)
+            for n in step:
+                t = time.perf_counter()
+                fns[n]()
+                samples[n].append((time.perf_counter() - t) * 1e3)
+    out = {}
+    for n, xs in samples.items():
+        q25, med, q75 = statistics.quantiles(xs, n=4, method="inclusive")
+        out[n] = (med, q25, q75, xs)
+    return out
+
+
+def time_providers(fns: dict, time_fn, rounds: int, interleave: int, device: str) -> dict:
+    """`time_interleaved` with ``interleave`` passes when it is positive, else
+    `time_rounds`."""
+    if interleave > 0:
+        return time_interleaved(fns, device, interleave)
+    return time_rounds(fns, time_fn, rounds)
+
+
 class Problem:
     """One row's inputs: dense Q/K/V, the same K/V in a paged cache, metadata, backends."""
 
@@ -296,12 +359,12 @@ class Problem:
         return restricted
 
 
-def measure_row(row: dict, device: str, time_fn, rounds: int = 1) -> dict:
+def measure_row(row: dict, device: str, time_fn, rounds: int = 1, interleave: int = 0) -> dict:
     import torch
 
     p = Problem(row, device)
     flops = causal_flops(row["batch"], row["q_len"], row["ctx"], row["heads"], row["head_size"])
-    rec = dict(row, flops=flops, providers={}, rounds=rounds)
+    rec = dict(row, flops=flops, providers={}, rounds=rounds, interleave=interleave)
     ref = p.sdpa(False)().transpose(1, 2).reshape(p.q.shape).float()
     fns = {}
     for name in PROVIDERS:
@@ -319,7 +382,8 @@ def measure_row(row: dict, device: str, time_fn, rounds: int = 1) -> dict:
                 got = fn().transpose(1, 2).reshape(p.q.shape).float()
                 rec[f"{name}_max_abs_err"] = float((got - ref).abs().max())
         fns[name] = fn
-    for name, (med, q25, q75, meds) in time_rounds(fns, time_fn, rounds).items():
+    timed = time_providers(fns, time_fn, rounds, interleave, device)
+    for name, (med, q25, q75, meds) in timed.items():
         rec["providers"][name] = {
             "ms": med,
             "ms_q25": q25,
@@ -354,9 +418,9 @@ def measure_row(row: dict, device: str, time_fn, rounds: int = 1) -> dict:
     return rec
 
 
-def measure_mixed(device: str, time_fn, quick: bool, rounds: int = 1) -> dict:
+def measure_mixed(device: str, time_fn, quick: bool, rounds: int = 1, interleave: int = 0) -> dict:
     """One mixed batch (a chunk plus decode rows) against its decode part and its prefill
-    part alone, all three through ``TRITON_PAGED.forward`` (timed in turn, `time_rounds`)."""
+    part alone, all three through ``TRITON_PAGED.forward`` (`time_providers`)."""
     import torch
 
     from opcore.attention import PagedAttentionMetadata
@@ -395,7 +459,8 @@ def measure_mixed(device: str, time_fn, quick: bool, rounds: int = 1) -> dict:
     ):
         m, q = md(idx)
         fns[name] = lambda m=m, q=q: p.new.forward(q, p.cache, m)
-    for name, (med, q25, q75, meds) in time_rounds(fns, time_fn, rounds).items():
+    timed = time_providers(fns, time_fn, rounds, interleave, device)
+    for name, (med, q25, q75, meds) in timed.items():
         out[name] = {"ms": med, "ms_q25": q25, "ms_q75": q75, "ms_rounds": meds}
     parts = out["decode_part"]["ms"] + out["prefill_part"]["ms"]
     out["mixed_over_parts"] = out["mixed"]["ms"] / parts
@@ -696,7 +761,11 @@ def markdown(result: dict) -> str:
         "vs best = paged_prefill / the fastest dense SDPA form (flash, flash over expanded "
         "K/V, cuDNN, default selection; which one in the best column)."
         + (
-            f" Each row's providers timed in turn {result['rounds']} times, the order "
+            f" Each row's providers timed call by call, {result['interleave']} passes in "
+            "shuffled orders, a cache flush before each call: median and quartiles of the "
+            "calls."
+            if result.get("interleave", 0) > 0
+            else f" Each row's providers timed in turn {result['rounds']} times, the order "
             "rotated each round: median and quartiles of the round medians."
             if result.get("rounds", 1) > 1
             else ""
@@ -771,6 +840,15 @@ def main(argv: list[str] | None = None) -> int:
         help="time a row's providers in turn this many times (order rotated each round; "
         "median of the round medians): a drift during the row spreads over all of them",
     )
+    ap.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="PASSES",
+        help="time the providers call by call instead: PASSES passes, each calling every "
+        "provider once in a shuffled order (a GPU's clock follows the previous kernel's "
+        "power draw; overrides --rounds)",
+    )
     ap.add_argument("--mixed-only", action="store_true", help="only the mixed-batch row")
     ap.add_argument("--sweep", action="store_true", help="only the launch-settings sweep")
     ap.add_argument(
@@ -821,6 +899,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "env": env_line(device),
         "rounds": args.rounds,
+        "interleave": args.interleave,
         "rows": [],
         "not_measured": [],
         "complete": False,
@@ -830,7 +909,7 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() - start > args.budget_s:
             result["not_measured"].append(row)
             continue
-        rec = measure_row(row, device, time_fn, args.rounds)
+        rec = measure_row(row, device, time_fn, args.rounds, args.interleave)
         result["rows"].append(rec)
         # Written after every row: a run stopped from outside keeps what it measured.
         write_results(result, args.out, rows[i + 1 :])
@@ -842,7 +921,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if time.monotonic() - start <= args.budget_s + 30 or args.quick:
-        result["mixed"] = measure_mixed(device, time_fn, args.quick, args.rounds)
+        result["mixed"] = measure_mixed(device, time_fn, args.quick, args.rounds, args.interleave)
         print(f"mixed: {json.dumps(result['mixed'])}", flush=True)
     result["elapsed_s"] = time.monotonic() - start
     result["complete"] = True

@@ -117,6 +117,27 @@ def test_rounds_time_every_provider_in_a_rotated_order():
     assert one["a"][:3] == (9.0, 8.5, 9.5)
 
 
+def test_interleaving_calls_every_provider_once_a_pass_in_shuffled_orders():
+    # Timed in blocks, a kernel right after cuDNN's ran 2-5 % slower than the same launch
+    # after a lighter one: interleaved, each pass calls every provider once, and the orders
+    # differ between passes, so no provider always follows the same one.
+    bench = _bench_module()
+    calls: list[str] = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c", "d")}
+    got = bench.time_interleaved(fns, "cpu", reps=12)
+    warm, passes = calls[:4], [calls[4 + 4 * i : 8 + 4 * i] for i in range(12)]
+    assert warm == ["a", "b", "c", "d"] and len(calls) == 4 + 48
+    assert all(sorted(p) == ["a", "b", "c", "d"] for p in passes)
+    assert len({tuple(p) for p in passes}) > 3  # shuffled, not one order repeated
+    predecessors = {tuple(p[i - 1 : i + 1]) for p in passes for i in range(1, 4)}
+    assert len({x for x, y in predecessors if y == "a"}) > 1  # "a" follows several
+    for med, q25, q75, samples in got.values():
+        assert len(samples) == 12 and q25 <= med <= q75
+    calls.clear()
+    bench.time_providers(fns, None, rounds=5, interleave=2, device="cpu")
+    assert len(calls) == 4 + 8  # interleave overrides rounds
+
+
 def test_prefill_bench_mixed_only_times_only_the_mixed_batch(tmp_path):
     run_script_under_triton_interpreter(
         str(SCRIPT), "--quick", "--mixed-only", "--rounds", "2", "--out", str(tmp_path)
@@ -125,6 +146,12 @@ def test_prefill_bench_mixed_only_times_only_the_mixed_batch(tmp_path):
     assert result["rows"] == [] and result["complete"] is True and result["rounds"] == 2
     for part in ("mixed", "decode_part", "prefill_part"):
         assert len(result["mixed"][part]["ms_rounds"]) == 2
+    run_script_under_triton_interpreter(
+        str(SCRIPT), "--quick", "--mixed-only", "--interleave", "3", "--out", str(tmp_path)
+    )
+    result = json.loads((tmp_path / "attention_prefill.json").read_text())
+    assert result["interleave"] == 3
+    assert all(len(result["mixed"][p]["ms_rounds"]) == 3 for p in ("mixed", "decode_part"))
 
 
 def test_prefill_rows_sweep_quick_times_the_late_rows(tmp_path):
