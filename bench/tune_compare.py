@@ -96,6 +96,7 @@ def read_records(path: str) -> tuple[list[dict[str, Any]], dict[str, Any], str |
             return list(data.get("records", [])), dict(data.get("environment", {})), None
         except json.JSONDecodeError as exc:
             return [], {}, f"{path}: not JSON ({exc})"
+    runs = 0
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -105,9 +106,18 @@ def read_records(path: str) -> tuple[list[dict[str, Any]], dict[str, Any], str |
             problem = f"{path}: line {n} cut short (the step was stopped while writing it)"
             continue
         if obj.get("type") == "header":
-            env = env or dict(obj.get("environment", {}))
+            # `opcore bench --jsonl` appends: a file written twice holds two runs.
+            runs += 1
+            if runs > 1:
+                records = []
+            env = dict(obj.get("environment", {}))
         else:
             records.append(obj)
+    if runs > 1:
+        problem = (
+            f"{path}: holds {runs} runs (appended to); only the last is read"
+            + (f"; {problem}" if problem else "")
+        )
     return records, env, problem
 
 

@@ -36,7 +36,9 @@ echo "gpus: $gpus"
 run_topic() {  # run_topic TOPIC VISIBLE_DEVICES(or "all")
   local topic=$1 visible=$2 limit_var="LIMIT_$1" start=$SECONDS rc
   local limit=${!limit_var:-120}
-  mkdir -p "$STAGE/$topic"
+  # A fresh folder: the stage outlives a call on a warm machine, and files a topic appends
+  # to (opcore bench --jsonl) would otherwise mix two calls' runs.
+  rm -rf "${STAGE:?}/$topic"; mkdir -p "$STAGE/$topic"
   echo "== $topic on GPU ${visible} (limit ${limit}s) $(date -u +%T)"
   if [ ! -f "bench/gpu/$topic.sh" ]; then echo "$topic: no bench/gpu/$topic.sh"; return; fi
   if [ "$visible" = all ]; then

@@ -96,3 +96,17 @@ def test_a_noisy_device_time_hands_the_row_to_graph_replay():
     no_graph = {"tokens": 4096, "device_us": 9.0, "device_spread": {"iqr_over_median": 0.4}}
     assert tc.row_timer([rec(4096, 0.02), no_graph]) == "device"  # nothing to move to
     assert tc.time_of(rec(4096, 0.4), "graph") == 8.0
+
+
+def test_a_jsonl_written_twice_is_read_as_its_last_run(tmp_path):
+    # `opcore bench --jsonl` appends; a warm device machine kept a file from an earlier call,
+    # and the report mixed both runs under the first run's date.
+    tc = load_script()
+    path = tmp_path / "off.jsonl"
+    first = bench_jsonl(tmp_path, "a", "native")
+    second = bench_jsonl(tmp_path, "b", "native,F.rms_norm")
+    path.write_text(first.read_text() + second.read_text())
+    records, env, problem = tc.read_records(str(path))
+    want = [json.loads(line) for line in second.read_text().splitlines()]
+    assert records == want[1:] and env == want[0]["environment"]
+    assert problem == f"{path}: holds 2 runs (appended to); only the last is read"
