@@ -114,9 +114,8 @@ def read_records(path: str) -> tuple[list[dict[str, Any]], dict[str, Any], str |
         else:
             records.append(obj)
     if runs > 1:
-        problem = (
-            f"{path}: holds {runs} runs (appended to); only the last is read"
-            + (f"; {problem}" if problem else "")
+        problem = f"{path}: holds {runs} runs (appended to); only the last is read" + (
+            f"; {problem}" if problem else ""
         )
     return records, env, problem
 
