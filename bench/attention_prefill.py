@@ -228,7 +228,10 @@ def time_interleaved(fns: dict, device: str, reps: int, seed: int = 0) -> dict:
                 samples[n].append((time.perf_counter() - t) * 1e3)
     out = {}
     for n, xs in samples.items():
-        q25, med, q75 = statistics.quantiles(xs, n=4, method="inclusive")
+        if len(xs) > 1:
+            q25, med, q75 = statistics.quantiles(xs, n=4, method="inclusive")
+        else:
+            q25 = med = q75 = xs[0]
         out[n] = (med, q25, q75, xs)
     return out
 
