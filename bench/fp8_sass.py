@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from offline_compile import compile_kernel  # noqa: E402  (a sibling script)
+from offline_compile import compile_kernel, sass_opcodes  # noqa: E402  (a sibling script)
 
 
 def _variants():
@@ -58,14 +57,9 @@ def _variants():
 def count(kernel, signature: dict, constexprs: dict, warps: int = 4) -> int:
     """SASS instructions of ``kernel`` compiled for sm_90 (16-byte aligned pointers and
     sizes divisible by 16, as the launcher's tensors are)."""
-    from triton.tools.disasm import get_sass
-
     divisible = [n for n, t in signature.items() if t.startswith("*") or n in ("d", "n_cols")]
     out = compile_kernel(kernel, signature, constexprs, divisible=divisible, num_warps=warps)
-    sass = get_sass(out.asm["cubin"])
-    # one "control<TAB>OPCODE operands;" line per instruction; the NOPs pad the end
-    ops = [m.group(1) for m in re.finditer(r"^\S+\t([A-Z][A-Z0-9_.]*)", sass, re.M)]
-    return sum(1 for op in ops if op != "NOP")
+    return len(sass_opcodes(out))
 
 
 def main(argv: list[str] | None = None) -> int:

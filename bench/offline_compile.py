@@ -13,7 +13,11 @@ fingerprints comparable.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+# One SASS line: "<control><TAB>[@[!]predicate ]OPCODE operands;".
+_SASS_LINE = re.compile(r"^\S+\t(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
 
 
 def constants(fn, constexprs: dict[str, Any]) -> dict[str, Any]:
@@ -84,3 +88,12 @@ def compile_kernel(
     gpu = GPUTarget(backend, int(arch) if arch.isdigit() else arch, 32 if backend == "cuda" else 64)
     src = ASTSource(fn=fn, signature=sig, constexprs=fixed, attrs=attrs)
     return triton.compile(src, target=gpu, options=options)
+
+
+def sass_opcodes(compiled) -> list[str]:
+    """The opcodes of a kernel compiled for an NVIDIA target, in order: every machine
+    instruction, predicated ones (``@P0 LDG.E.64``) included, without the NOPs that pad
+    the end. Needs the ``nvdisasm`` Triton ships."""
+    from triton.tools.disasm import get_sass
+
+    return [op for op in _SASS_LINE.findall(get_sass(compiled.asm["cubin"])) if op != "NOP"]

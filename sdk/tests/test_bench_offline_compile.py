@@ -59,3 +59,17 @@ def test_divisible_must_name_a_runtime_argument():
         offline_compile.compile_kernel(
             activation._act_and_mul_kernel, {}, CONSTS, divisible=["BLOCK_C"]
         )
+
+
+def test_sass_opcodes_count_predicated_instructions():
+    # The activation kernel's loads are predicated by its mask (`@P0 LDG.E.64`): an opcode
+    # pattern that wanted the opcode right after the tab left them, and every other
+    # predicated instruction, out of fp8_sass.py's counts.
+    compiled = offline_compile.compile_kernel(
+        activation._act_and_mul_kernel, {"x_ptr": "*bf16", "out_ptr": "*bf16"}, CONSTS,
+        divisible=["x_ptr", "out_ptr", "x_stride", "out_stride", "d"], num_warps=8,
+    )  # fmt: skip
+    ops = offline_compile.sass_opcodes(compiled)
+    assert sum(op.startswith("LDG") for op in ops) == 2  # the gate and the up halves
+    assert sum(op.startswith("STG") for op in ops) == 1 and "NOP" not in ops
+    assert ops[-1] == "BRA"  # the trailing self-loop after EXIT
