@@ -19,8 +19,11 @@ Every variant's output is checked bitwise against the triton provider's
 (``opcore.kernels.triton.activation.silu_and_mul``), compile's to bf16 rounding. GPU only,
 or ``--quick`` under Triton's interpreter (plumbing: host timers).
 
+``--sass`` times nothing: it compiles each variant for sm_90 on this machine and counts its
+machine instructions and where its first global load comes (`sass_rows`).
+
 Usage: python bench/gated_decode.py [--tokens 1,8] [--inter 9728,13824,18432,18944]
-       [--rounds 3] [--json FILE]
+       [--rounds 3] [--json FILE] [--sass]
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def variants(x: torch.Tensor, quick: bool) -> dict:
     if not quick:
         native = ops.silu_and_mul.impls["native"].impl_fn
         fns["compile"] = torch.compile(lambda: native(x), dynamic=False)
-    for block, warps in ((1024, 4), (512, 4), (1024, 8)):
+    for block, warps in FLAT:
         grid = (triton.cdiv(n, block),)
 
         def const(block=block, warps=warps, grid=grid):
@@ -110,6 +113,43 @@ def variants(x: torch.Tensor, quick: bool) -> dict:
     return fns
 
 
+FLAT = ((1024, 4), (512, 4), (1024, 8))  # (outputs a program, warps) of the flat variants
+
+
+def sass_rows(tokens: int, d: int) -> list[dict]:
+    """Each variant compiled for sm_90 on this machine (no GPU; `offline_compile`): its
+    SASS instruction count and the place of its first global load, the kernel's fixed
+    cost before memory. ``shipped`` is opcore's kernel at the launch model's choice,
+    read by its module-private name on purpose (the implementation is what is counted);
+    alignment as a real launch specialises it."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from offline_compile import compile_kernel, sass_opcodes
+
+    from opcore.kernels.triton import _launch, activation
+
+    bf = {"x_ptr": "*bf16", "out_ptr": "*bf16"}
+    block_c, rows, warps, cols_first = _launch.gated_params(tokens, d)
+    builds = [
+        ("shipped", activation._act_and_mul_kernel,
+         dict(ACT=0, BLOCK_C=block_c, ROWS=rows, COLS_FIRST=cols_first),
+         ["x_ptr", "out_ptr", "x_stride", "out_stride", "d"], warps),
+        ("tile_const_d", _tile_const, dict(D=d, BLOCK_C=block_c, ROWS=rows),
+         ["x_ptr", "out_ptr"], warps),
+    ]  # fmt: skip
+    for block, w in FLAT:
+        builds.append((f"flat_const_d{block}w{w}", _flat_const, dict(D=d, BLOCK=block),
+                       ["x_ptr", "out_ptr", "n"], w))  # fmt: skip
+        builds.append((f"flat_d{block}w{w}", _flat, dict(BLOCK=block),
+                       ["x_ptr", "out_ptr", "n", "d"], w))  # fmt: skip
+    out = []
+    for name, fn, consts, divisible, w in builds:
+        ops = sass_opcodes(compile_kernel(fn, bf, consts, divisible=divisible, num_warps=w))
+        first = next(i for i, op in enumerate(ops) if op.startswith("LDG"))
+        out.append({"tokens": tokens, "d": d, "variant": name, "instructions": len(ops),
+                    "first_load": first})  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", default="1,8")
@@ -117,7 +157,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="tiny shapes under the interpreter")
+    ap.add_argument(
+        "--sass",
+        action="store_true",
+        help="no timing: each variant's sm_90 instruction count and first load (no GPU)",
+    )
     args = ap.parse_args(argv)
+    if args.sass:
+        rows = [
+            r
+            for d in (int(v) for v in args.inter.split(","))
+            for t in (int(v) for v in args.tokens.split(","))
+            for r in sass_rows(t, d)
+        ]
+        print("| tokens | d | variant | instructions | first load at |\n|---:|---:|---|---:|---:|")
+        for r in rows:
+            print(f"| {r['tokens']} | {r['d']} | {r['variant']} | {r['instructions']} "
+                  f"| {r['first_load']} |")  # fmt: skip
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
     from opcore.bench import timing
     from opcore.kernels.triton import activation
     from opcore.platforms import get_current_platform
