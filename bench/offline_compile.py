@@ -1,6 +1,8 @@
-"""Compile a Triton kernel for a GPU this machine need not have: the one way the offline
-benches (`kernel_fingerprint.py`, `prefill_registers.py`, `fp8_sass.py`) build a kernel's
-signature and compile it. Triton compiles to the target's binary on any host; nothing runs.
+"""Compile a Triton kernel for a GPU this machine need not have, and read its machine
+instructions: the one way the offline benches (`kernel_fingerprint.py`,
+`prefill_registers.py`, `fp8_sass.py`, `gated_decode.py --sass`) build a kernel's
+signature, compile it and count it. Triton compiles to the target's binary on any host;
+nothing runs.
 
 A launch specialises a kernel on its arguments: the types of its tensors, and which
 pointers and integers are multiples of 16 (``divisible``). The second matters: without it
