@@ -164,10 +164,12 @@ def time_rounds(fns: dict, time_fn, rounds: int = 1) -> dict:
     round, so a clock or temperature drift during the row spreads over all of them instead
     of favouring the first. With several rounds the median and quartiles are those of the
     round medians."""
+    from opcore.bench.runner import rotated
+
     names = list(fns)
     per = {n: [] for n in names}
     for r in range(rounds):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
+        for n in rotated(names, r):
             per[n].append(time_fn(fns[n]))
     out = {}
     for n, samples in per.items():
@@ -184,7 +186,8 @@ def time_rounds(fns: dict, time_fn, rounds: int = 1) -> dict:
 def time_interleaved(fns: dict, device: str, reps: int, seed: int = 0) -> dict:
     """`time_rounds`'s result for callables timed call by call: each of ``reps`` passes
     calls every callable once, in an order shuffled per pass (seeded), each call after a
-    256 MiB cache flush and between two CUDA events (the host clock on the CPU). A GPU's
+    cache flush (`opcore.bench.timing.FLUSH_BYTES`) and between two of the platform's
+    timing events (`~opcore.bench.timing.event_times_ms`; the host clock on the CPU). A GPU's
     clock follows its power draw, so a kernel timed in a block right after a hungrier one
     (cuDNN's attention) runs slower than the same kernel timed after a lighter one: in
     blocks (`time_rounds`), two identical launches of this backend differed by 2-5 %.
@@ -192,40 +195,33 @@ def time_interleaved(fns: dict, device: str, reps: int, seed: int = 0) -> dict:
     are those of each callable's samples; the round medians are its pass-by-pass times."""
     import random
 
+    import torch
+
+    from opcore.bench import timing
+    from opcore.platforms import get_current_platform
+
     names = list(fns)
     order = random.Random(seed)
     samples: dict[str, list[float]] = {n: [] for n in names}
     for fn in fns.values():
         fn()
-    if device == "cuda":
-        import torch
-
-        flush = torch.empty(256 << 18, dtype=torch.int32, device=device)
-        plan = []
-        for _ in range(reps):
-            step = names[:]
-            order.shuffle(step)
-            for n in step:
-                start, end = (
-                    torch.cuda.Event(enable_timing=True),
-                    torch.cuda.Event(enable_timing=True),
-                )
-                flush.zero_()
-                start.record()
-                fns[n]()
-                end.record()
-                plan.append((n, start, end))
-            torch.cuda.synchronize()  # a bounded queue: wait once per pass
-        for n, start, end in plan:
-            samples[n].append(start.elapsed_time(end))
-    else:
-        for _ in range(reps):
-            step = names[:]
-            order.shuffle(step)
+    platform = get_current_platform() if device == "cuda" else None
+    flush = (
+        torch.empty(timing.FLUSH_BYTES // 4, dtype=torch.int32, device=device) if platform else None
+    )
+    for _ in range(reps):
+        step = names[:]
+        order.shuffle(step)
+        if platform is not None:  # one synchronize a pass: a bounded queue
+            ms = timing.event_times_ms(platform, [fns[n] for n in step], before=flush.zero_)
+        else:
+            ms = []
             for n in step:
                 t = time.perf_counter()
                 fns[n]()
-                samples[n].append((time.perf_counter() - t) * 1e3)
+                ms.append((time.perf_counter() - t) * 1e3)
+        for n, m in zip(step, ms, strict=True):
+            samples[n].append(m)
     out = {}
     for n, xs in samples.items():
         if len(xs) > 1:

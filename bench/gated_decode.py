@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(rows, f, indent=1)
         return 0
     from opcore.bench import timing
+    from opcore.bench.runner import rotated
     from opcore.kernels.triton import activation
     from opcore.platforms import get_current_platform
 
@@ -210,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[str, list[float]] = {k: [] for k in fns}
             names = list(fns)
             for r in range(args.rounds):
-                k = r % len(names)
-                for name in names[k:] + names[:k]:
+                for name in rotated(names, r):
                     if timers == "device":
                         us = timing.graph_median_us(fns[name], platform, rep_ms=20)
                     else:

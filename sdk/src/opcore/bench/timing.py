@@ -126,11 +126,13 @@ def host_median_us(
 cpu_median_us = host_median_us
 
 
-def _event_times_ms(
+def event_times_ms(
     platform: Any, calls: list[Callable[[], object]], before: Callable[[], object] | None = None
 ) -> list[float]:
-    """Device milliseconds of each of ``calls``, each between two timing events
-    (``before()``, when given, runs ahead of each, outside the events)."""
+    """Device milliseconds of each of ``calls``, in order, each between two of
+    ``platform``'s timing events (``before()``, when given, runs ahead of each, outside
+    the events); one `synchronize` after the last. Calls that differ from each other may be
+    mixed in any order (`bench/attention_prefill.py` interleaves providers so)."""
     starts = [platform.timing_event() for _ in calls]
     ends = [platform.timing_event() for _ in calls]
     for call, start, end in zip(calls, starts, ends, strict=True):
@@ -157,11 +159,11 @@ def device_samples_us(
         raise ValueError(f"platform {platform.name!r} has no timing events; use host_median_us")
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=platform.device())
     fn()  # compile or JIT outside the estimate
-    estimate_ms = statistics.median(_event_times_ms(platform, [fn] * 5))
+    estimate_ms = statistics.median(event_times_ms(platform, [fn] * 5))
     reps = min(max_reps, max(3, math.ceil(rep_ms / max(estimate_ms, 1e-3))))
     for _ in range(min(reps, 10)):
         fn()
-    return [ms * 1e3 for ms in _event_times_ms(platform, [fn] * reps, before=flush.zero_)]
+    return [ms * 1e3 for ms in event_times_ms(platform, [fn] * reps, before=flush.zero_)]
 
 
 def device_median_us(
@@ -192,7 +194,7 @@ def graph_samples_us(
         return None
     replay()
     replays = max(10, min(100, math.ceil(rep_ms * 1e3 / (n * max(per_call, 1e-3)))))
-    return [ms * 1e3 / n for ms in _event_times_ms(platform, [replay] * replays)]
+    return [ms * 1e3 / n for ms in event_times_ms(platform, [replay] * replays)]
 
 
 def graph_median_us(
