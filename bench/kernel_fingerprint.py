@@ -156,28 +156,16 @@ def prefill_cases() -> Iterator[tuple[str, Any, dict[str, str], dict[str, Any], 
     the alignment a real cache gives (the tensors and the strides, multiples of 16): the
     launches' own machine code, pipelined copies included."""
     import torch
+    from prefill_registers import prefill_build
 
     from opcore.attention.backends import _triton_prefill as P
 
-    kernel = P.paged_prefill_kernel
     for dt, head, page, group in itertools.product(
         ("fp16", "bf16"), (64, 128, 256), (16, 128), (4, 7)
     ):
         dtype = torch.float16 if dt == "fp16" else torch.bfloat16
         cfg = P.prefill_launch_config(head, dtype, page, kv_descriptors=True)
-        constexprs = P.kernel_constants(
-            cfg, group=group, head_size=head, block_size=page, num_seqs=16, causal=True,
-            softcap=0.0, skip_decode_rows=False, interpret=False, same_strides=True,
-        )  # fmt: skip
-        p = POINTERS_FP[dt]
-        types = {"Q": p, "K": p, "V": p, "Out": p, "query_start_loc": "*i32",
-                 "seq_lens": "*i32", "block_table": "*i32", "qk_scale": "fp32"}  # fmt: skip
-        divisible = [
-            q.name for q in kernel.params
-            if not q.is_constexpr and q.name != "qk_scale"
-            and (q.name in types or not q.do_not_specialize)
-        ]  # fmt: skip
-        options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        kernel, types, constexprs, options, divisible = prefill_build(cfg, head, page, group, dt)
         yield "paged_prefill aligned", kernel, types, constexprs, options, divisible
 
 

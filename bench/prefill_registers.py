@@ -47,31 +47,41 @@ CONFIGS = (
 )  # fmt: skip
 
 
+def prefill_build(cfg, head: int, page: int, group: int, dtype: str = "bf16") -> tuple:
+    """``(kernel, types, constexprs, options, divisible)``: the paged prefill kernel under
+    ``cfg`` (a `PrefillLaunch`) for a head size, page size and query heads per kv head, as
+    `launch_prefill` specialises it (`_triton_prefill.kernel_constants`; 16 sequences,
+    causal) and aligned as a real cache is: the tensors, and the strides (multiples of 16)
+    the kernel lets Triton specialise on. `kernel_fingerprint.py` builds its prefill cases
+    with it too."""
+    from opcore.attention.backends import _triton_prefill as P
+
+    kernel = P.paged_prefill_kernel
+    constexprs = P.kernel_constants(
+        cfg, group=group, head_size=head, block_size=page, num_seqs=16, causal=True,
+        softcap=0.0, skip_decode_rows=False, interpret=False, same_strides=True,
+    )  # fmt: skip
+    p = f"*{dtype}"
+    pointers = {"Q": p, "K": p, "V": p, "Out": p, "query_start_loc": "*i32",
+                "seq_lens": "*i32", "block_table": "*i32"}  # fmt: skip
+    divisible = [
+        q.name for q in kernel.params
+        if not q.is_constexpr and q.name not in constexprs and q.name != "qk_scale"
+        and (q.name in pointers or not q.do_not_specialize)
+    ]  # fmt: skip
+    options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    return kernel, {**pointers, "qk_scale": "fp32"}, constexprs, options, divisible
+
+
 def compile_stats(cfg, head: int, page: int, heads: int, kv: int, arch: int) -> dict:
     """``{"registers", "spill_stores", "spill_loads", "shared"}`` of the kernel compiled for
     ``sm_<arch>`` under ``cfg`` (a `PrefillLaunch`)."""
     import triton
 
-    from opcore.attention.backends import _triton_prefill as P
-
-    kernel = P.paged_prefill_kernel
-    constants = P.kernel_constants(
-        cfg, group=heads // kv, head_size=head, block_size=page, num_seqs=16, causal=True,
-        softcap=0.0, skip_decode_rows=False, interpret=False, same_strides=True,
-    )  # fmt: skip
-    pointers = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16",
-                "query_start_loc": "*i32", "seq_lens": "*i32", "block_table": "*i32"}  # fmt: skip
-    # Aligned as in a real cache: the tensors, and the strides (multiples of 16) that the
-    # kernel lets Triton specialise on.
-    divisible = [
-        p.name for p in kernel.params
-        if not p.is_constexpr and p.name not in constants and p.name != "qk_scale"
-        and (p.name in pointers or not p.do_not_specialize)
-    ]  # fmt: skip
+    kernel, types, constexprs, options, divisible = prefill_build(cfg, head, page, heads // kv)
     compiled = compile_kernel(
-        kernel, {**pointers, "qk_scale": "fp32"}, constants, divisible=divisible,
-        target=f"cuda:{arch}", num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+        kernel, types, constexprs, divisible=divisible, target=f"cuda:{arch}", **options
+    )
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     suffix = "a" if arch == 90 else ""
     with tempfile.TemporaryDirectory() as tmp:
