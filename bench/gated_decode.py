@@ -43,38 +43,35 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
-def _flat(x_ptr, out_ptr, n, d, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = i < n
-    row = i // d
-    col = i % d
-    g = tl.load(x_ptr + row * 2 * d + col, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(x_ptr + row * 2 * d + d + col, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + i, (g * tl.sigmoid(g) * u).to(out_ptr.dtype.element_ty), mask=mask)
+def _silu_mul(g_ptrs, u_ptrs, out_ptrs, mask):
+    """``silu(g) * u`` in fp32, rounded once on store (the shipped kernel's math)."""
+    g = tl.load(g_ptrs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptrs, (g * tl.sigmoid(g) * u).to(out_ptrs.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _flat_const(x_ptr, out_ptr, n, D: tl.constexpr, BLOCK: tl.constexpr):
+def _flat(x_ptr, out_ptr, n, d, D: tl.constexpr, BLOCK: tl.constexpr):
+    """The flattened ``[rows, d]`` output, ``BLOCK`` outputs a program; the column count is
+    the compile-time ``D`` when it is not 0, else the runtime ``d``."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = i < n
-    row = i // D
-    col = i % D
-    g = tl.load(x_ptr + row * (2 * D) + col, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(x_ptr + row * (2 * D) + D + col, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + i, (g * tl.sigmoid(g) * u).to(out_ptr.dtype.element_ty), mask=mask)
+    if D != 0:
+        cols = D
+    else:
+        cols = d
+    row_start = x_ptr + (i // cols) * (2 * cols) + i % cols
+    _silu_mul(row_start, row_start + cols, out_ptr + i, i < n)
 
 
 @triton.jit
 def _tile_const(x_ptr, out_ptr, n_rows, D: tl.constexpr, BLOCK_C: tl.constexpr,
                 ROWS: tl.constexpr):  # fmt: skip
+    """The shipped kernel's ``[ROWS, BLOCK_C]`` tile on a 2-D grid, with ``d`` constant."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (rows < n_rows)[:, None] & (cols < D)[None, :]
     x_rows = x_ptr + rows[:, None] * (2 * D) + cols[None, :]
-    g = tl.load(x_rows, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(x_rows + D, mask=mask, other=0.0).to(tl.float32)
-    out = out_ptr + rows[:, None] * D + cols[None, :]
-    tl.store(out, (g * tl.sigmoid(g) * u).to(out_ptr.dtype.element_ty), mask=mask)
+    _silu_mul(x_rows, x_rows + D, out_ptr + rows[:, None] * D + cols[None, :], mask)
 
 
 def variants(x: torch.Tensor, quick: bool) -> dict:
@@ -93,11 +90,11 @@ def variants(x: torch.Tensor, quick: bool) -> dict:
         grid = (triton.cdiv(n, block),)
 
         def const(block=block, warps=warps, grid=grid):
-            _flat_const[grid](x, out, n, D=d, BLOCK=block, num_warps=warps)
+            _flat[grid](x, out, n, d, D=d, BLOCK=block, num_warps=warps)
             return out
 
         def runtime(block=block, warps=warps, grid=grid):
-            _flat[grid](x, out, n, d, BLOCK=block, num_warps=warps)
+            _flat[grid](x, out, n, d, D=0, BLOCK=block, num_warps=warps)
             return out
 
         fns[f"flat_const_d{block}w{warps}"] = const
@@ -137,10 +134,9 @@ def sass_rows(tokens: int, d: int) -> list[dict]:
          ["x_ptr", "out_ptr"], warps),
     ]  # fmt: skip
     for block, w in FLAT:
-        builds.append((f"flat_const_d{block}w{w}", _flat_const, dict(D=d, BLOCK=block),
-                       ["x_ptr", "out_ptr", "n"], w))  # fmt: skip
-        builds.append((f"flat_d{block}w{w}", _flat, dict(BLOCK=block),
-                       ["x_ptr", "out_ptr", "n", "d"], w))  # fmt: skip
+        for name, constant in ((f"flat_const_d{block}w{w}", d), (f"flat_d{block}w{w}", 0)):
+            builds.append((name, _flat, dict(D=constant, BLOCK=block),
+                           ["x_ptr", "out_ptr", "n", "d"], w))  # fmt: skip
     out = []
     for name, fn, consts, divisible, w in builds:
         ops = sass_opcodes(compile_kernel(fn, bf, consts, divisible=divisible, num_warps=w))
