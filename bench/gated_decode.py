@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 bad.append("compile")
             if bad:
-                print(f"T={t} d={d}: not the same bits as opcore: {bad}", file=sys.stderr)
+                why = f"T={t} d={d}: differs from the triton provider's output: {bad}"
+                print(why, file=sys.stderr)
                 return 1
             times: dict[str, list[float]] = {k: [] for k in fns}
             names = list(fns)
