@@ -46,8 +46,11 @@ GPU's clock follows the previous kernel's power draw).
 
 Grid (issue 29): batch x tokens 1x2048, 1x8192, 4x4096, 16x1024; heads 32/8, 64/8, 28/4;
 head size 128; bf16 and fp16; block sizes 16 and 128; head sizes 64 and 256 (32/8, bf16,
-blocks 16 and 128); chunked prefill, chunk 512 and 2048 over prefixes of 4k and 32k tokens. Rows run
-in that order until ``--budget-s`` is spent (the rest are listed as not measured).
+blocks 16 and 128); whole prompts of 16k and 32k tokens and block sizes 32 and 64 (32/8 x
+128, bf16); chunked prefill, chunk 512 and 2048 over prefixes of 4k and 32k tokens. The
+issue's own table (bf16, blocks of 16, 32/8 heads, at every head size and length) comes
+first; rows run in order until ``--budget-s`` is spent (the rest are listed as not
+measured).
 
 ``--quick``: tiny shapes on the CPU under Triton's interpreter (set here when there is no
 GPU), to check the script runs; its timings mean nothing.
@@ -116,6 +119,19 @@ def grid(quick: bool) -> list[dict]:
                     dict(batch=b, q_len=n, ctx=n, heads=32, kv_heads=8, head_size=hd,
                          dtype="bfloat16", block_size=bs)
                 )  # fmt: skip
+    # The issue's range reaches 32k-token prompts and every page size from 16 to 128.
+    for bs in (16, 128):
+        for n in (16384, 32768):
+            rows.append(
+                dict(batch=1, q_len=n, ctx=n, heads=32, kv_heads=8, head_size=128,
+                     dtype="bfloat16", block_size=bs)
+            )  # fmt: skip
+    for bs in (32, 64):
+        for b, n in shapes:
+            rows.append(
+                dict(batch=b, q_len=n, ctx=n, heads=32, kv_heads=8, head_size=128,
+                     dtype="bfloat16", block_size=bs)
+            )  # fmt: skip
     for bs in (16, 128):
         for prefix in (4096, 32768):
             for chunk in (512, 2048):
