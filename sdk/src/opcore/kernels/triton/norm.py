@@ -83,6 +83,7 @@ def _rms_norm_kernel(
     ROWS: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
     N_CHUNKS: tl.constexpr,
+    WEIGHT_FIRST: tl.constexpr = False,
 ):
     eps = tl.cast(eps, tl.float32)
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -94,9 +95,17 @@ def _rms_norm_kernel(
     inv_n = 1.0 / tl.cast(var_size, tl.float32)
     if SINGLE_PASS:
         cols, mask = _chunk(0, BLOCK_N, row_mask, n_cols)
+        if WEIGHT_FIRST:
+            # The weight's load issued beside the row's, before the reduction's barrier:
+            # a call of a few rows then waits for one memory round trip, not two.
+            w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0)
         x = _norm_input(x_rows, r_rows, res_rows, cols, mask, HAS_RESIDUAL)
         rstd = tl.rsqrt(tl.sum(_squares(x, cols, var_size), axis=1) * inv_n + eps)
-        _store_scaled(x * rstd[:, None], w_ptr, out_rows, cols, n_cols, mask, HAS_WEIGHT)
+        if WEIGHT_FIRST:
+            y = x * rstd[:, None] * w.to(tl.float32)[None, :]
+            tl.store(out_rows + cols[None, :], y.to(out_rows.dtype.element_ty), mask=mask)
+        else:
+            _store_scaled(x * rstd[:, None], w_ptr, out_rows, cols, n_cols, mask, HAS_WEIGHT)
     else:
         acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
         for c in range(N_CHUNKS):

@@ -1,0 +1,206 @@
+"""Issue 31's norm rows at decode sizes, where ``rms_norm`` and ``fused_add_rms_norm`` trail
+Liger or ``torch.compile`` by 0.01-0.07 us (1-4 %) at 1-8 tokens on the H200: does the
+order of the kernel's loads account for it?
+
+With a few rows the call lasts about one memory round trip, spread over up to 32 warps, and
+the row's sum of squares crosses warps through shared memory behind a barrier. opcore's
+kernel loads the weight after that reduction (`_store_scaled`), so its last loads wait for
+the barrier; Liger's loads the weight beside the row. The kernel's ``WEIGHT_FIRST`` issues
+the weight's load before the reduction. This times, by graph replay
+(`opcore.bench.timing`, launch gaps removed), in rounds with the order rotated:
+
+- ``opcore``: the op as a user calls it (default priority; out of place);
+- ``triton``: the triton provider called directly (the launch model's choice; in place for
+  ``fused_add_rms_norm``, as `opcore bench` times it);
+- ``after_w<W>`` / ``first_w<W>``: opcore's kernel (read by its module-private name on
+  purpose: the implementation is what is timed) launched directly, the weight loaded after
+  or before the reduction, on the launch model's warps and on half of them;
+- the peers of `opcore.bench.baselines`: ``compile``, ``F.rms_norm``, ``liger``,
+  ``flaggems`` (those importable).
+
+Each kernel variant's outputs are checked bitwise against the triton provider's (the
+weight's place changes no arithmetic). GPU only, or ``--quick`` under Triton's interpreter
+(plumbing: host timers).
+
+``--sass`` times nothing: it compiles the two orders for sm_90 on this machine and reports
+their instruction counts and where the loads sit against the barriers (`sass_rows`).
+
+Usage: python bench/norm_decode.py [--ops rms_norm,fused_add_rms_norm] [--tokens 1,8]
+       [--hidden 2560,3584,5120,7168] [--rounds 3] [--json FILE] [--sass]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+if __name__ == "__main__" and "--quick" in sys.argv:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton's first import
+
+import torch  # noqa: E402
+
+PEERS = ("compile", "F.rms_norm", "liger", "flaggems")
+
+
+def _launch(x, r, w, out, res, eps: float, block_n: int, warps: int, weight_first: bool):
+    """opcore's norm kernel over ``x`` (``[rows, n]``, contiguous), one row a program, one
+    pass: the launch `opcore.kernels.triton.norm` makes for few rows."""
+    from opcore.kernels.triton import norm
+
+    rows, n = x.shape
+    has_res = r is not None
+    norm._rms_norm_kernel[(rows,)](
+        x, n, r if has_res else x, n, w, out, n, res if has_res else out, n, rows, n, n, eps,
+        HAS_RESIDUAL=has_res, HAS_WEIGHT=True, BLOCK_N=block_n, ROWS=1, SINGLE_PASS=True,
+        N_CHUNKS=1, WEIGHT_FIRST=weight_first, num_warps=warps,
+    )  # fmt: skip
+
+
+def variants(op: str, tokens: int, hidden: int, device, quick: bool) -> tuple[dict, dict, tuple]:
+    """``({name: fn}, {name: fn}, want)`` for ``op`` at ``tokens`` x ``hidden``, bf16: every
+    fn of the first dict is timed; the second holds the kernel variants, each returning its
+    outputs (a tuple) for the bitwise check against ``want``, the triton provider's outputs
+    out of place, computed before any in-place provider runs."""
+    from opcore.bench import baselines, cases
+    from opcore.ir import ops
+    from opcore.kernels.triton import _launch as model
+    from opcore.kernels.triton import norm
+
+    case = cases.build(op, tokens, hidden, torch.bfloat16, device, quick=quick)
+    wanted = {"triton"} | (set() if quick else set(PEERS))
+    fns, _skipped = baselines.providers(case, wanted)
+    fns = {"opcore": lambda: getattr(ops, op)(*case.args), **fns}
+    if op == "rms_norm":
+        x, w, eps = case.args
+        r = None
+        want = (norm.rms_norm(x, w, eps),)
+    else:
+        x, r, w, eps = case.args
+        want = norm.fused_add_rms_norm(x, r, w, eps)
+    out = torch.empty_like(x)
+    res = torch.empty_like(x) if r is not None else None
+    block_n, _rows, single, warps = model.row_params(tokens, hidden, model.multiprocessors())
+    if not single:
+        raise SystemExit(f"{op} {tokens}x{hidden}: not a one-pass launch; nothing to compare")
+    checks = {}
+    for w_count in sorted({warps, max(1, warps // 2)}, reverse=True):
+        for first in (False, True):
+
+            def run(first=first, w_count=w_count):
+                _launch(x, r, w, out, res, float(eps), block_n, w_count, first)
+                return (out,) if res is None else (out, res)
+
+            name = f"{'first' if first else 'after'}_w{w_count}"
+            fns[name] = run
+            checks[name] = run
+    return fns, checks, want
+
+
+def sass_rows(op: str, hidden: int) -> list[dict]:
+    """The two load orders compiled for sm_90 on this machine (no GPU; `offline_compile`) at
+    the launch model's few-row launch: instruction count, the place of the first and last
+    global load, and of the first barrier (the reduction's)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from offline_compile import compile_kernel, sass_opcodes
+
+    from opcore.kernels.triton import _launch as model
+    from opcore.kernels.triton import norm
+
+    block_n, _rows, _single, warps = model.row_params(1, hidden)
+    ptrs = {n: "*bf16" for n in ("x_ptr", "r_ptr", "w_ptr", "out_ptr", "res_ptr")}
+    out = []
+    for first in (False, True):
+        consts = dict(HAS_RESIDUAL=op != "rms_norm", HAS_WEIGHT=True, BLOCK_N=block_n, ROWS=1,
+                      SINGLE_PASS=True, N_CHUNKS=1, WEIGHT_FIRST=first)  # fmt: skip
+        kernel = compile_kernel(
+            norm._rms_norm_kernel, {**ptrs, "eps": "fp32"}, consts,
+            divisible=("x_ptr", "r_ptr", "w_ptr", "out_ptr", "res_ptr"), num_warps=warps,
+        )  # fmt: skip
+        opcodes = sass_opcodes(kernel)
+        loads = [i for i, o in enumerate(opcodes) if o.startswith("LDG")]
+        bars = [i for i, o in enumerate(opcodes) if o.startswith("BAR")]
+        out.append({
+            "op": op, "hidden": hidden, "warps": warps, "weight_first": first,
+            "instructions": len(opcodes), "first_load": loads[0], "last_load": loads[-1],
+            "first_barrier": bars[0] if bars else None,
+        })  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", default="rms_norm,fused_add_rms_norm")
+    ap.add_argument("--tokens", default="1,8")
+    ap.add_argument("--hidden", default="2560,3584,5120,7168")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--quick", action="store_true", help="tiny shapes under the interpreter")
+    ap.add_argument(
+        "--sass",
+        action="store_true",
+        help="no timing: each load order's sm_90 instruction count and load places (no GPU)",
+    )
+    args = ap.parse_args(argv)
+    op_names = args.ops.split(",")
+    hidden = [int(v) for v in args.hidden.split(",")]
+    if args.sass:
+        rows = [r for op in op_names for h in hidden for r in sass_rows(op, h)]
+        print("| op | hidden | warps | weight | instructions | first load | last load | "
+              "first barrier |\n|---|---:|---:|---|---:|---:|---:|---:|")  # fmt: skip
+        for r in rows:
+            where = "first" if r["weight_first"] else "after"
+            print(f"| {r['op']} | {r['hidden']} | {r['warps']} | {where} | {r['instructions']} "
+                  f"| {r['first_load']} | {r['last_load']} | {r['first_barrier']} |")  # fmt: skip
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
+    from opcore.bench import timing
+    from opcore.bench.runner import rotated
+    from opcore.platforms import get_current_platform
+
+    platform = get_current_platform()
+    device = torch.device(platform.device_type, 0) if not args.quick else torch.device("cpu")
+    timers = timing.timers(platform, device)
+    tokens = [int(v) for v in args.tokens.split(",")]
+    if args.quick:
+        hidden = [96, 200]
+    rows = []
+    for op in op_names:
+        for h in hidden:
+            for t in tokens:
+                fns, checks, want = variants(op, t, h, device, args.quick)
+                bad = [
+                    k for k, f in checks.items()
+                    if not all(torch.equal(a, b) for a, b in zip(f(), want, strict=True))
+                ]  # fmt: skip
+                if bad:
+                    print(f"{op} T={t} H={h}: differs from the triton provider's output: {bad}",
+                          file=sys.stderr)  # fmt: skip
+                    return 1
+                times: dict[str, list[float]] = {k: [] for k in fns}
+                for rnd in range(args.rounds):
+                    for name in rotated(list(fns), rnd):
+                        if timers == "device":
+                            us = timing.graph_median_us(fns[name], platform, rep_ms=20)
+                        else:
+                            us = timing.host_median_us(fns[name], reps=5)
+                        times[name].append(us)
+                row = {"op": op, "tokens": t, "hidden": h,
+                       "timer": "graph" if timers == "device" else "host"}  # fmt: skip
+                row.update({k: round(statistics.median(v), 4) for k, v in times.items()})
+                rows.append(row)
+                peers = [k for k in PEERS if k in row]
+                best = min(peers, key=lambda k: row[k]) if peers else None
+                print(json.dumps(row), f"# best peer: {best}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
