@@ -33,6 +33,11 @@ where the edit could touch what an op's configuration means, search again instea
 
     TRITON_INTERPRET=1 OPCORE_PLATFORM=cpu python bench/tune_merge.py BASE.json \\
         --restamp rms_norm,fused_add_rms_norm --why "_launch.py: only token_head_params changed"
+
+Where an edit changed what an op's configurations mean at some sizes only, ``--drop-tokens
+1,32`` with ``--restamp`` also removes those ops' entries at those token buckets (the
+update records them); the runtime's nearest-bucket fill then serves those buckets from the
+entries kept, so ``--why`` must say why that is right there too.
 """
 
 from __future__ import annotations
@@ -106,15 +111,30 @@ def drop(base: dict[str, Any], ops: list[str], why: str) -> dict[str, Any]:
 
 
 def restamp(
-    base: dict[str, Any], ops: list[str], why: str, current: dict[str, dict[str, str]]
+    base: dict[str, Any],
+    ops: list[str],
+    why: str,
+    current: dict[str, dict[str, str]],
+    drop_tokens: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """``base`` with the provider identities of ``ops`` replaced by ``current`` (op ->
-    provider -> this process's identity hash), entries kept, the change and ``why``
-    recorded in ``search.updates``. Each op must have entries and recorded identities, and
-    ``current`` must cover every provider recorded for it."""
+    provider -> this process's identity hash), entries kept except those at the token
+    buckets ``drop_tokens`` (an edit that changed what a configuration means at some sizes
+    only), the change and ``why`` recorded in ``search.updates``. Each op must have entries
+    and recorded identities, keep at least one entry and lose one at each dropped bucket,
+    and ``current`` must cover every provider recorded for it."""
     _each_once(ops, "--restamp")
     if not why.strip():
         raise MergeError("--restamp needs --why: the table must say why the entries still hold")
+    entries = base["entries"]
+    for op in ops:
+        mine = {e["tokens"] for e in entries if e["op"] == op}
+        missing = sorted(set(drop_tokens) - mine)
+        if missing:
+            raise MergeError(f"{op!r} has no entry at the token bucket(s) {missing}")
+        if mine and mine <= set(drop_tokens):
+            raise MergeError(f"--drop-tokens leaves {op!r} no entry: use --drop")
+    entries = [e for e in entries if not (e["op"] in ops and e["tokens"] in drop_tokens)]
     providers = {k: dict(v) for k, v in base.get("providers", {}).items()}
     changed = {}
     for op in ops:
@@ -131,7 +151,10 @@ def restamp(
                 providers[op][prov] = new
     if not changed:
         raise MergeError(f"the identities of {ops} already match this process: nothing to do")
-    return _with(base, base["entries"], providers, {"restamped": changed, "why": why})
+    update: dict[str, Any] = {"restamped": changed, "why": why}
+    if drop_tokens:
+        update["dropped_tokens"] = sorted(drop_tokens)
+    return _with(base, entries, providers, update)
 
 
 def current_identities(ops: list[str], providers: dict[str, dict]) -> dict[str, dict[str, str]]:
@@ -168,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drop", help="comma-separated ops whose entries to remove (no NEW)")
     p.add_argument("--restamp", help="comma-separated ops whose identities to renew (no NEW)")
     p.add_argument(
+        "--drop-tokens",
+        help="with --restamp: comma-separated token buckets whose entries of those ops to "
+        "remove (the edit changed what their configurations mean)",
+    )
+    p.add_argument(
         "--why", default="", help="with --drop or --restamp: the reason, kept in the table"
     )
     p.add_argument("--out", help="where to write (default: BASE, in place)")
@@ -175,12 +203,18 @@ def main(argv: list[str] | None = None) -> int:
     alone = [x for x in (a.drop, a.restamp) if x is not None]
     if (a.new is None) != (len(alone) == 1) or (a.new is not None) != (a.ops is not None):
         p.error("give NEW with --ops, or --drop or --restamp (with --why) alone")
+    if a.drop_tokens is not None and a.restamp is None:
+        p.error("--drop-tokens goes with --restamp")
     base = _read(a.base)
     try:
         if a.restamp is not None:
             ops = [o for o in a.restamp.split(",") if o]
             current = current_identities(ops, base.get("providers", {}))
-            doc, what = restamp(base, ops, a.why, current), "kept under this code's identity"
+            tokens = tuple(int(t) for t in (a.drop_tokens or "").split(",") if t)
+            doc = restamp(base, ops, a.why, current, tokens)
+            what = "kept under this code's identity"
+            if tokens:
+                what += f", but for the token buckets {list(tokens)}"
         elif a.drop is not None:
             ops = [o for o in a.drop.split(",") if o]
             doc, what = drop(base, ops, a.why), "dropped"

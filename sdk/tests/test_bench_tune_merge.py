@@ -151,3 +151,38 @@ def test_restamp_renews_the_named_ops_identities_keeps_their_entries_and_says_wh
     with pytest.raises(SystemExit):
         tm.main([str(aged_path), "--restamp", "rms_norm", "--drop", "rms_norm", "--why", "x"])
     assert not (tmp_path / "no.json").exists()
+
+
+def test_restamp_with_drop_tokens_removes_those_buckets_only_and_records_them(
+    tables, capsys, tmp_path
+):
+    tm = load_script()
+    base_path, _ = tables
+    base = json.loads(base_path.read_text())
+    aged = json.loads(base_path.read_text())
+    aged["providers"]["rms_norm"] = {p: "0" * 64 for p in aged["providers"]["rms_norm"]}
+    aged_path = tmp_path / "aged.json"
+    aged_path.write_text(json.dumps(aged))
+    out = tmp_path / "restamped.json"
+    why = "the kernel changed at decode sizes only"
+    assert tm.main([str(aged_path), "--restamp", "rms_norm", "--drop-tokens", "1",
+                    "--why", why, "--out", str(out)]) == 0  # fmt: skip
+    done = json.loads(out.read_text())
+    tt.load(out)
+    assert done["providers"]["rms_norm"] == base["providers"]["rms_norm"]
+    assert [e["tokens"] for e in of(done, "rms_norm")] == [
+        e["tokens"] for e in of(aged, "rms_norm") if e["tokens"] != 1
+    ] and {e["tokens"] for e in of(aged, "rms_norm")} >= {1, 8}
+    assert of(done, "rotary_embedding") == of(aged, "rotary_embedding")  # not named: kept
+    (update,) = done["search"]["updates"]
+    assert update["dropped_tokens"] == [1] and update["why"] == why
+    for argv, msg in [
+        (["--drop-tokens", "2"], "no entry at the token bucket(s) [2]"),
+        (["--drop-tokens", "1,8"], "leaves 'rms_norm' no entry: use --drop"),
+    ]:
+        full = [str(aged_path), "--restamp", "rms_norm", *argv, "--why", "x"]
+        assert tm.main([*full, "--out", str(tmp_path / "no.json")]) == 2
+        assert msg in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # only with --restamp
+        tm.main([str(aged_path), "--drop", "rms_norm", "--drop-tokens", "1", "--why", "x"])
+    assert not (tmp_path / "no.json").exists()
