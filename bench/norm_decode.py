@@ -12,9 +12,11 @@ the weight's load before the reduction. This times, by graph replay
 - ``opcore``: the op as a user calls it (default priority; out of place);
 - ``triton``: the triton provider called directly (the launch model's choice; in place for
   ``fused_add_rms_norm``, as `opcore bench` times it);
-- ``after_w<W>`` / ``first_w<W>``: opcore's kernel (read by its module-private name on
-  purpose: the implementation is what is timed) launched directly, the weight loaded after
-  or before the reduction, on the launch model's warps and on half of them;
+- ``after_e<E>`` / ``first_e<E>``: opcore's kernel (read by its module-private name on
+  purpose: the implementation is what is timed) launched directly, one row a program, the
+  weight loaded after or before the reduction, on the warps that give each thread about
+  ``E`` elements of the row (``--per-thread``, default 8 and 16; the launch model took 8
+  with the weight after until 2026-12-07 and takes 16 with it first since);
 - the peers of `opcore.bench.baselines`: ``compile``, ``F.rms_norm``, ``liger``,
   ``flaggems`` (those importable).
 
@@ -26,7 +28,8 @@ weight's place changes no arithmetic). GPU only, or ``--quick`` under Triton's i
 their instruction counts and where the loads sit against the barriers (`sass_rows`).
 
 Usage: python bench/norm_decode.py [--ops rms_norm,fused_add_rms_norm] [--tokens 1,8]
-       [--hidden 2560,3584,5120,7168] [--rounds 3] [--json FILE] [--sass]
+       [--hidden 2560,3584,5120,7168] [--rounds 3] [--per-thread 8,16] [--peers ...]
+       [--json FILE] [--sass]
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ def _launch(x, r, w, out, res, eps: float, block_n: int, warps: int, weight_firs
     )  # fmt: skip
 
 
-def variants(op: str, tokens: int, hidden: int, device, quick: bool) -> tuple[dict, dict, tuple]:
+def variants(
+    op: str, tokens: int, hidden: int, device, quick: bool, per_thread=(8, 16), peers=PEERS
+) -> tuple[dict, dict, tuple]:
     """``({name: fn}, {name: fn}, want)`` for ``op`` at ``tokens`` x ``hidden``, bf16: every
     fn of the first dict is timed; the second holds the kernel variants, each returning its
     outputs (a tuple) for the bitwise check against ``want``, the triton provider's outputs
@@ -70,7 +75,7 @@ def variants(op: str, tokens: int, hidden: int, device, quick: bool) -> tuple[di
     from opcore.kernels.triton import norm
 
     case = cases.build(op, tokens, hidden, torch.bfloat16, device, quick=quick)
-    wanted = {"triton"} | (set() if quick else set(PEERS))
+    wanted = {"triton"} | (set() if quick else set(peers))
     fns, _skipped = baselines.providers(case, wanted)
     fns = {"opcore": lambda: getattr(ops, op)(*case.args), **fns}
     if op == "rms_norm":
@@ -82,18 +87,19 @@ def variants(op: str, tokens: int, hidden: int, device, quick: bool) -> tuple[di
         want = norm.fused_add_rms_norm(x, r, w, eps)
     out = torch.empty_like(x)
     res = torch.empty_like(x) if r is not None else None
-    block_n, _rows, single, warps = model.row_params(tokens, hidden, model.multiprocessors())
+    block_n, _rows, single, _warps = model.row_params(tokens, hidden, model.multiprocessors())
     if not single:
         raise SystemExit(f"{op} {tokens}x{hidden}: not a one-pass launch; nothing to compare")
     checks = {}
-    for w_count in sorted({warps, max(1, warps // 2)}, reverse=True):
+    for e in per_thread:
+        w_count = model.warps_for(block_n, per_warp=32 * e, cap=32)
         for first in (False, True):
 
             def run(first=first, w_count=w_count):
                 _launch(x, r, w, out, res, float(eps), block_n, w_count, first)
                 return (out,) if res is None else (out, res)
 
-            name = f"{'first' if first else 'after'}_w{w_count}"
+            name = f"{'first' if first else 'after'}_e{e}"
             fns[name] = run
             checks[name] = run
     return fns, checks, want
@@ -136,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", default="1,8")
     ap.add_argument("--hidden", default="2560,3584,5120,7168")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-thread", default="8,16", help="row elements a thread, per variant")
+    ap.add_argument("--peers", default=",".join(PEERS), help="peers to time ('' for none)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="tiny shapes under the interpreter")
     ap.add_argument(
@@ -172,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     for op in op_names:
         for h in hidden:
             for t in tokens:
-                fns, checks, want = variants(op, t, h, device, args.quick)
+                fns, checks, want = variants(
+                    op, t, h, device, args.quick,
+                    tuple(int(v) for v in args.per_thread.split(",")),
+                    tuple(filter(None, args.peers.split(","))),
+                )  # fmt: skip
                 bad = [
                     k for k, f in checks.items()
                     if not all(torch.equal(a, b) for a, b in zip(f(), want, strict=True))

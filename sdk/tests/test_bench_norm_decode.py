@@ -30,7 +30,7 @@ def test_quick_load_orders_agree_with_the_provider_and_are_timed(tmp_path):
     ]
     for r in rows:
         assert r["timer"] == "host" and r["opcore"] > 0 and r["triton"] > 0
-        assert r["after_w1"] > 0 and r["first_w1"] > 0
+        assert min(r[k] for k in ("after_e8", "first_e8", "after_e16", "first_e16")) > 0
 
 
 def test_sass_places_the_weight_loads_before_the_barrier_only_when_asked(tmp_path):

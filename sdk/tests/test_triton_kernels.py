@@ -310,20 +310,27 @@ else:
         warps = {n: _launch.row_params(32768, n)[3] for n in (1024, 4096, 5120, 8192, 16384, 20000)}
         assert warps == {1024: 8, 4096: 8, 5120: 16, 8192: 16, 16384: 16, 20000: 8}
 
-    def test_launch_model_few_rows_take_one_row_on_more_warps():
+    def test_launch_model_few_rows_take_one_row_with_the_weight_loaded_first():
         from opcore.kernels.triton import _launch
 
         rp = _launch.row_params
-        # at most LATENCY_ROWS_PER_SM rows per multiprocessor: one row, ~8 elements a thread
-        assert rp(1, 4096, 132) == (4096, 1, True, 16)
-        assert rp(528, 7168, 132) == (8192, 1, True, 32)
-        assert rp(16, 1024, 132) == (1024, 1, True, 4)
-        # past it, the bandwidth rule (16 elements a thread, short rows packed)
+        # at most LATENCY_ROWS_PER_SM rows per multiprocessor: one row a program, about 16
+        # elements a thread, the weight loaded beside the row
+        assert rp(1, 4096, 132) == (4096, 1, True, 8)
+        assert rp(528, 7168, 132) == (8192, 1, True, 16)
+        assert rp(16, 1024, 132) == (1024, 1, True, 2)
+        assert _launch.norm_weight_first(528, 132) and not _launch.norm_weight_first(529, 132)
+        # past it, the bandwidth rule: short rows packed several to a program, weight after
         assert rp(529, 7168, 132) == (8192, 1, True, 16)
         assert rp(32768, 1024, 132)[:2] == (1024, 4)
         # the regime follows the device's multiprocessor count, not a fixed number
-        assert rp(100, 4096, 8) == (4096, 1, True, 8) and rp(100, 4096, 132)[3] == 16
+        assert rp(100, 1024, 8) == (1024, 4, True, 8) and rp(100, 1024, 132) == (1024, 1, True, 2)
+        assert not _launch.norm_weight_first(100, 8) and _launch.norm_weight_first(100, 132)
         assert rp(2, _launch.MAX_FUSED_COLS + 1, 132)[2] is False
+        # the fp8 norm-quant rows keep about 8 elements a thread with few rows (their kernels
+        # load the weight after the reduction) and 32 with many
+        assert _launch.quant_row_params(1, 4096, 132) == (4096, 1, True, 16)
+        assert _launch.quant_row_params(4096, 4096, 132) == (4096, 1, True, 4)
 
     def test_launch_model_gated_activations():
         from opcore.kernels.triton import _launch
@@ -346,7 +353,9 @@ else:
         qp = _launch.quant_row_params
         assert qp(32768, 4096, 132) == (4096, 1, True, 4)
         assert qp(32768, 1024, 132) == (1024, 1, True, 1)
-        assert qp(8, 4096, 132) == _launch.row_params(8, 4096, 132)  # few rows: the norm's
+        # few rows: one row on about 8 elements a thread (the norms take 16 with the weight
+        # loaded first; these kernels load it after the reduction)
+        assert qp(8, 4096, 132) == (4096, 1, True, 16)
         assert qp(4, 20000, 132) == _launch.row_params(4, 20000, 132)  # two-pass: the same
 
     def test_multiprocessors_under_the_interpreter_is_the_reference_figure():

@@ -120,8 +120,14 @@ def test_shipped_table_applies_on_a_stand_in_h200_and_is_left_out_when_stale(shi
         return next(e for e in doc["entries"] if e["op"] == op and e["shape"] == shape
                     and e["tokens"] == tokens)["configs"]["triton"]  # fmt: skip
 
+    def entry_or_none(op, shape, tokens):  # a bucket with no entry lends nothing
+        found = [
+            e for e in doc["entries"] if (e["op"], e["shape"], e["tokens"]) == (op, shape, tokens)
+        ]
+        return found[0]["configs"]["triton"] if found else {}
+
     assert out["lent"] == {
-        "rms_norm [3584] 1": entry("rms_norm", [4096], 1),
+        "rms_norm [3584] 1": entry_or_none("rms_norm", [4096], 1),
         "rms_norm [3584] 4096": entry("rms_norm", [4096], 4096),
         "silu_and_mul [9728] 4096": {},
     }

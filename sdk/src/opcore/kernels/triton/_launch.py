@@ -8,8 +8,9 @@ memory-bound kernels, with the one device figure they depend on, the multiproces
 
 - **Few rows** (at most ``LATENCY_ROWS_PER_SM * sms``): every program starts at once and
   the call lasts about one memory round trip, so a program takes one row (norms) or one
-  1024-element span (gated activations) and spreads it over many warps (about 8 elements
-  per thread for norms, 4 for activations): the fewest instructions before the loads.
+  1024-element span (gated activations) and spreads it over many warps (about 16 elements
+  per thread for norms, their weight loaded with the row; 4 for activations): one memory
+  round trip, the fewest instructions before the loads.
 - **Many rows**: programs queue up, so each does more work per launch slot: norms about
   16 elements per thread, several short rows per program while at least
   ``2 * sms`` programs remain; gated activations a 2048-element tile walked columns first
@@ -92,6 +93,20 @@ def warps_for(elements: int, per_warp: int = 512, cap: int = 16) -> int:
     return 1 << (n.bit_length() - 1)
 
 
+def few_rows(n_rows: int, sms: int = REFERENCE_SMS) -> bool:
+    """Whether ``n_rows`` rows are the latency-bound regime on ``sms`` multiprocessors."""
+    return n_rows <= LATENCY_ROWS_PER_SM * sms
+
+
+def norm_weight_first(n_rows: int, sms: int = REFERENCE_SMS) -> bool:
+    """Whether the norm kernel loads the weight before the row's reduction (its
+    ``WEIGHT_FIRST``): with few rows a call is one memory round trip, and a weight loaded
+    after the reduction's barrier makes it two. With many rows the loads queue behind other
+    programs' anyway, and the weight held through the reduction costs registers (the
+    earlier order ran at 98 % of copy against 95 % at 4096 x 4096 on an H100, 2026-12-06)."""
+    return few_rows(n_rows, sms)
+
+
 @functools.lru_cache(maxsize=4096)
 def row_params(n_rows: int, n_cols: int, sms: int = REFERENCE_SMS) -> tuple[int, int, bool, int]:
     """``(BLOCK_N, ROWS, SINGLE_PASS, num_warps)`` for a row-reduction kernel on a device
@@ -99,10 +114,13 @@ def row_params(n_rows: int, n_cols: int, sms: int = REFERENCE_SMS) -> tuple[int,
     if n_cols > MAX_FUSED_COLS:
         return CHUNK_COLS, 1, False, warps_for(CHUNK_COLS)
     block_n = next_pow2(n_cols)
-    if n_rows <= LATENCY_ROWS_PER_SM * sms:
-        # Few rows: one row per program, about 8 elements per thread (fitted: 1-4 % faster
-        # than 16 at 1-256 tokens on every hidden size of the sweep).
-        return block_n, 1, True, warps_for(block_n, per_warp=256, cap=32)
+    if few_rows(n_rows, sms):
+        # Few rows: one row per program, about 16 elements per thread, the weight loaded
+        # beside the row (`norm_weight_first`). With the weight loaded after the row's
+        # reduction, 8 elements per thread were 1-4 % faster (the sweep of 2026-12-02);
+        # loaded first, 16 are: 2-7 % faster than that at 1 and 8 tokens on every hidden
+        # size of bench/norm_decode.py (H100, 2026-12-07).
+        return block_n, 1, True, warps_for(block_n, per_warp=512, cap=32)
     rows = 1
     if block_n <= 1024:
         rows = min(4096 // block_n, next_pow2(n_rows))
@@ -126,9 +144,12 @@ def quant_row_params(
     a later run (bench/results/2026-12-02-h200-session2): 82.8, 73.6 and 97.8 %; only the
     quant alone moved beyond the runs' spread."""
     block_n, rows, single, warps = row_params(n_rows, n_cols, sms)
-    if single and n_rows > LATENCY_ROWS_PER_SM * sms:
-        return block_n, 1, True, warps_for(block_n, per_warp=1024, cap=32)
-    return block_n, rows, single, warps
+    if not single:
+        return block_n, rows, single, warps
+    if few_rows(n_rows, sms):
+        # About 8 elements per thread: these kernels load their weight after the reduction.
+        return block_n, 1, True, warps_for(block_n, per_warp=256, cap=32)
+    return block_n, 1, True, warps_for(block_n, per_warp=1024, cap=32)
 
 
 # Smallest column tile worth choosing for divisibility; a width whose largest power-of-two

@@ -134,12 +134,13 @@ def _launch_norm(
     op = "fused_add_rms_norm" if has_res else "rms_norm"
     # A tuned choice for this size (docs/tuning.md), else the launch model (_launch).
     cfg = launch_config(op, PROVIDER, x.dtype, n_rows, (n_cols,))
+    sms = _launch.multiprocessors(x.device.index)
     if cfg is None:
-        sms = _launch.multiprocessors(x.device.index)
         block_n, rows, single, warps = _launch.row_params(n_rows, n_cols, sms)
     else:
         block_n, rows, warps = cfg["BLOCK_N"], cfg["ROWS"], cfg["num_warps"]
         single = block_n >= n_cols
+    weight_first = weight is not None and single and _launch.norm_weight_first(n_rows, sms)
     var_size = n_cols if variance_size is None else int(variance_size)
     _bound.launch(
         _rms_norm_kernel,
@@ -163,6 +164,7 @@ def _launch_norm(
         ROWS=rows,
         SINGLE_PASS=single,
         N_CHUNKS=1 if single else _launch.cdiv(n_cols, block_n),
+        WEIGHT_FIRST=weight_first,
         num_warps=warps,
     )
 
