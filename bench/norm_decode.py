@@ -20,9 +20,10 @@ the weight's load before the reduction. This times, by graph replay
 - the peers of `opcore.bench.baselines`: ``compile``, ``F.rms_norm``, ``liger``,
   ``flaggems`` (those importable).
 
-Each kernel variant's outputs are checked bitwise against the triton provider's (the
-weight's place changes no arithmetic). GPU only, or ``--quick`` under Triton's interpreter
-(plumbing: host timers).
+Each kernel variant's outputs are checked (`disagreements`): the two load orders on the
+same warps bitwise against each other (the weight's place changes no arithmetic), every
+variant against the triton provider's to bf16 rounding. GPU only, or ``--quick`` under
+Triton's interpreter (plumbing: host timers).
 
 ``--sass`` times nothing: it compiles the two orders for sm_90 on this machine and reports
 their instruction counts and where the loads sit against the barriers (`sass_rows`).
@@ -105,6 +106,28 @@ def variants(
     return fns, checks, want
 
 
+def disagreements(outputs: dict[str, tuple], want: tuple) -> list[str]:
+    """What is wrong with the kernel variants' ``outputs`` (name -> output tensors): the two
+    load orders on the same warps (``after_e<E>``, ``first_e<E>``) must agree bitwise (the
+    weight's place changes no arithmetic), and every variant must agree with the triton
+    provider's ``want`` to bf16 rounding (another warp count sums the row's squares in
+    another order: at 512 x 1024 on an H100, a last bit differs)."""
+    bad = []
+    for name, out in outputs.items():
+        if not all(
+            torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2)
+            for a, b in zip(out, want, strict=True)
+        ):
+            bad.append(f"{name} differs from the triton provider's output")
+        if name.startswith("first_"):
+            twin = outputs.get("after_" + name[len("first_") :])
+            if twin is not None and not all(
+                torch.equal(a, b) for a, b in zip(out, twin, strict=True)
+            ):
+                bad.append(f"{name} is not bitwise {'after_' + name[len('first_') :]}")
+    return bad
+
+
 def sass_rows(op: str, hidden: int) -> list[dict]:
     """The two load orders compiled for sm_90 on this machine (no GPU; `offline_compile`) at
     the launch model's few-row launch: instruction count, the place of the first and last
@@ -185,13 +208,10 @@ def main(argv: list[str] | None = None) -> int:
                     tuple(int(v) for v in args.per_thread.split(",")),
                     tuple(filter(None, args.peers.split(","))),
                 )  # fmt: skip
-                bad = [
-                    k for k, f in checks.items()
-                    if not all(torch.equal(a, b) for a, b in zip(f(), want, strict=True))
-                ]  # fmt: skip
+                bad = disagreements({k: tuple(o.clone() for o in f()) for k, f in checks.items()},
+                                    want)  # fmt: skip
                 if bad:
-                    print(f"{op} T={t} H={h}: differs from the triton provider's output: {bad}",
-                          file=sys.stderr)  # fmt: skip
+                    print(f"{op} T={t} H={h}: {'; '.join(bad)}", file=sys.stderr)
                     return 1
                 times: dict[str, list[float]] = {k: [] for k in fns}
                 for rnd in range(args.rounds):
