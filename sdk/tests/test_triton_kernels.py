@@ -315,16 +315,17 @@ else:
 
         rp = _launch.row_params
         # at most LATENCY_ROWS_PER_SM rows per multiprocessor: one row a program, about 16
-        # elements a thread, the weight loaded beside the row
+        # elements a thread on at least 4 warps (8 a thread below), the weight loaded first
         assert rp(1, 4096, 132) == (4096, 1, True, 8)
         assert rp(528, 7168, 132) == (8192, 1, True, 16)
-        assert rp(16, 1024, 132) == (1024, 1, True, 2)
+        assert rp(16, 1024, 132) == (1024, 1, True, 4)
+        assert rp(1, 16384, 132) == (16384, 1, True, 32) and rp(1, 128, 132)[3] == 1
         assert _launch.norm_weight_first(528, 132) and not _launch.norm_weight_first(529, 132)
         # past it, the bandwidth rule: short rows packed several to a program, weight after
         assert rp(529, 7168, 132) == (8192, 1, True, 16)
         assert rp(32768, 1024, 132)[:2] == (1024, 4)
         # the regime follows the device's multiprocessor count, not a fixed number
-        assert rp(100, 1024, 8) == (1024, 4, True, 8) and rp(100, 1024, 132) == (1024, 1, True, 2)
+        assert rp(100, 1024, 8) == (1024, 4, True, 8) and rp(100, 1024, 132) == (1024, 1, True, 4)
         assert not _launch.norm_weight_first(100, 8) and _launch.norm_weight_first(100, 132)
         assert rp(2, _launch.MAX_FUSED_COLS + 1, 132)[2] is False
         # the fp8 norm-quant rows keep about 8 elements a thread with few rows (their kernels

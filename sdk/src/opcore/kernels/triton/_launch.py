@@ -9,8 +9,8 @@ memory-bound kernels, with the one device figure they depend on, the multiproces
 - **Few rows** (at most ``LATENCY_ROWS_PER_SM * sms``): every program starts at once and
   the call lasts about one memory round trip, so a program takes one row (norms) or one
   1024-element span (gated activations) and spreads it over many warps (about 16 elements
-  per thread for norms, their weight loaded with the row; 4 for activations): one memory
-  round trip, the fewest instructions before the loads.
+  per thread for norms, at least 4 warps, their weight loaded with the row; 4 for
+  activations): one memory round trip, the fewest instructions before the loads.
 - **Many rows**: programs queue up, so each does more work per launch slot: norms about
   16 elements per thread, several short rows per program while at least
   ``2 * sms`` programs remain; gated activations a 2048-element tile walked columns first
@@ -115,12 +115,14 @@ def row_params(n_rows: int, n_cols: int, sms: int = REFERENCE_SMS) -> tuple[int,
         return CHUNK_COLS, 1, False, warps_for(CHUNK_COLS)
     block_n = next_pow2(n_cols)
     if few_rows(n_rows, sms):
-        # Few rows: one row per program, about 16 elements per thread, the weight loaded
-        # beside the row (`norm_weight_first`). With the weight loaded after the row's
-        # reduction, 8 elements per thread were 1-4 % faster (the sweep of 2026-12-02);
-        # loaded first, 16 are: 2-7 % faster than that at 1 and 8 tokens on every hidden
-        # size of bench/norm_decode.py (H100, 2026-12-07).
-        return block_n, 1, True, warps_for(block_n, per_warp=512, cap=32)
+        # Few rows: one row per program, the weight loaded beside the row
+        # (`norm_weight_first`), about 8 elements per thread up to 4 warps and 16 past that.
+        # With the weight loaded after the row's reduction, 8 per thread were 1-4 % faster
+        # than 16 everywhere (the sweep of 2026-12-02); loaded first, 16 on 8-16 warps were
+        # 2-7 % faster than that at 2560-7168 columns, while at 1024 columns 4 warps beat 2
+        # by 4-5 % (bench/norm_decode.py, H100, 2026-12-07).
+        warps = max(warps_for(block_n, per_warp=512, cap=32), warps_for(block_n, 256, cap=4))
+        return block_n, 1, True, warps
     rows = 1
     if block_n <= 1024:
         rows = min(4096 // block_n, next_pow2(n_rows))
