@@ -16,7 +16,8 @@ the weight's load before the reduction. This times, by graph replay
   purpose: the implementation is what is timed) launched directly, one row a program, the
   weight loaded after or before the reduction, on the warps that give each thread about
   ``E`` elements of the row (``--per-thread``, default 8 and 16; the launch model took 8
-  with the weight after until 2026-12-07 and takes 16 with it first since);
+  with the weight after until 2026-12-07, and since then takes the weight first on 16, or
+  8 while 16 would leave fewer than 4 warps);
 - the peers of `opcore.bench.baselines`: ``compile``, ``F.rms_norm``, ``liger``,
   ``flaggems`` (those importable).
 
@@ -68,7 +69,7 @@ def variants(
 ) -> tuple[dict, dict, tuple]:
     """``({name: fn}, {name: fn}, want)`` for ``op`` at ``tokens`` x ``hidden``, bf16: every
     fn of the first dict is timed; the second holds the kernel variants, each returning its
-    outputs (a tuple) for the bitwise check against ``want``, the triton provider's outputs
+    outputs (a tuple) for `disagreements` against ``want``, the triton provider's outputs
     out of place, computed before any in-place provider runs."""
     from opcore.bench import baselines, cases
     from opcore.ir import ops

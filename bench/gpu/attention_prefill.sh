@@ -4,13 +4,14 @@
 # from the same pages (gather timed) and the kernel before issue 29 (prefill_path="legacy"),
 # TFLOP/s of the causal part with quartiles, over the issue's grid (1x2048, 1x8192, 4x4096,
 # 16x1024; heads 32/8, 64/8, 28/4; head size 128, and 64/256; bf16 and fp16; blocks 16 and
-# 128; 1x16384 and 1x32768; blocks 32 and 64; chunks of 512/2048 over 4k/32k prefixes), then one mixed batch against its decode
-# and prefill parts. Then the tile-edge attention conformance cases on the device.
+# 128; 1x16384 and 1x32768; blocks 32 and 64; chunks of 512/2048 over 4k/32k prefixes),
+# then one mixed batch against its decode and prefill parts. Then the tile-edge attention
+# conformance cases on the device.
 #
 # PREFILL_ARGS adds bench/attention_prefill.py options (say "--limit 18": the first 18 rows,
 # issue 29's bf16 / pages-of-16 / 32-8 heads rows at head sizes 128, 64 and 256, the 16k and
-# 32k prompts and the chunks); PREFILL_SKIP_CONFORMANCE=1 leaves the tile-edge cases out (attention_decode.sh
-# runs them with the full grid).
+# 32k prompts and the chunks); PREFILL_SKIP_CONFORMANCE=1 leaves the tile-edge cases out
+# (attention_decode.sh runs them with the full grid).
 # Bounded at PREFILL_TOTAL seconds (default 220, under the 4 minutes asked for): the bench
 # starts no row after PREFILL_BUDGET seconds (default 150; rows left are listed as not
 # measured), do_bench's time per provider is PREFILL_REP_MS (default 40).

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 31's norm rows at decode sizes: bench/norm_decode.py (rms_norm and
 # fused_add_rms_norm at 1 and 8 tokens: the op as a user calls it, the triton provider, the
-# kernel with the weight loaded after or before the row's reduction on the launch model's
-# warps and half of them, and the peers; graph replay, rounds rotated).
-#   NORM_DECODE_ARGS  extra arguments (say --hidden 4096,8192 --rounds 5)
+# kernel with the weight loaded after or before the row's reduction on about 8 and 16
+# elements a thread, and the peers; graph replay, rounds rotated).
+#   NORM_DECODE_ARGS  extra arguments (say --tokens 1,32,512 --hidden 4096,8192 --peers=)
 # Results: $OUT/norm_decode/: norm_decode.json, bench.log.
 set -u
 dir="$OUT/norm_decode"; mkdir -p "$dir"

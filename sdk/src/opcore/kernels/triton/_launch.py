@@ -8,9 +8,9 @@ memory-bound kernels, with the one device figure they depend on, the multiproces
 
 - **Few rows** (at most ``LATENCY_ROWS_PER_SM * sms``): every program starts at once and
   the call lasts about one memory round trip, so a program takes one row (norms) or one
-  1024-element span (gated activations) and spreads it over many warps (about 16 elements
-  per thread for norms, at least 4 warps, their weight loaded with the row; 4 for
-  activations): one memory round trip, the fewest instructions before the loads.
+  1024-element span (gated activations) and spreads it over many warps (norms: about 16
+  elements per thread, 8 while that leaves fewer than 4 warps, the weight loaded with the
+  row; activations: 4): one memory round trip, the fewest instructions before the loads.
 - **Many rows**: programs queue up, so each does more work per launch slot: norms about
   16 elements per thread, several short rows per program while at least
   ``2 * sms`` programs remain; gated activations a 2048-element tile walked columns first

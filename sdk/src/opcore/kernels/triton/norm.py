@@ -7,6 +7,10 @@ row (from L2 in practice); its chunk count is a compile-time constant (a runtime
 bound does not run under the interpreter with current numpy). Rows are addressed by a row
 stride, so a column slice of a wider buffer needs no copy; the last dim must be contiguous.
 
+With few rows (`_launch.norm_weight_first`) the weight is loaded before the row's
+reduction (``WEIGHT_FIRST``), so that its load does not wait for the reduction's barrier;
+the arithmetic is the same either way.
+
 Numerics: the residual sum is rounded to the input dtype (it is an output and the next
 layer's input) and the norm is computed from that rounded value; the norm itself is fp32
 ``x * rsqrt(mean(x[:variance_size]**2) + eps) * weight``, cast once on store.
@@ -95,13 +99,13 @@ def _rms_norm_kernel(
     inv_n = 1.0 / tl.cast(var_size, tl.float32)
     if SINGLE_PASS:
         cols, mask = _chunk(0, BLOCK_N, row_mask, n_cols)
-        if WEIGHT_FIRST:
+        if WEIGHT_FIRST and HAS_WEIGHT:
             # The weight's load issued beside the row's, before the reduction's barrier:
             # a call of a few rows then waits for one memory round trip, not two.
             w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0)
         x = _norm_input(x_rows, r_rows, res_rows, cols, mask, HAS_RESIDUAL)
         rstd = tl.rsqrt(tl.sum(_squares(x, cols, var_size), axis=1) * inv_n + eps)
-        if WEIGHT_FIRST:
+        if WEIGHT_FIRST and HAS_WEIGHT:
             y = x * rstd[:, None] * w.to(tl.float32)[None, :]
             tl.store(out_rows + cols[None, :], y.to(out_rows.dtype.element_ty), mask=mask)
         else:
