@@ -64,6 +64,10 @@ def cases() -> Iterator[
             block_n, rows, single, chunks, warps = c.pop("shape")
             c.update(BLOCK_N=block_n, ROWS=rows, SINGLE_PASS=single, N_CHUNKS=chunks)
             yield ("rms_norm", norm._rms_norm_kernel, ptrs, ("eps",), c, {"num_warps": warps})
+        for residual in (False, True):  # the few-row launch: the weight loaded first
+            c = dict(HAS_RESIDUAL=residual, HAS_WEIGHT=True, BLOCK_N=4096, ROWS=1,
+                     SINGLE_PASS=True, N_CHUNKS=1, WEIGHT_FIRST=True)  # fmt: skip
+            yield ("rms_norm", norm._rms_norm_kernel, ptrs, ("eps",), c, {"num_warps": 8})
 
         for act, cols_first in itertools.product((0, 1, 2), (0, 1)):
             yield (
