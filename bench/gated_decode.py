@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 if __name__ == "__main__" and "--quick" in sys.argv:
@@ -174,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
         return 0
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from rotated_rounds import medians_us
+
     from opcore.bench import timing
-    from opcore.bench.runner import rotated
     from opcore.kernels.triton import activation
     from opcore.platforms import get_current_platform
 
@@ -205,17 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                 why = f"T={t} d={d}: differs from the triton provider's output: {bad}"
                 print(why, file=sys.stderr)
                 return 1
-            times: dict[str, list[float]] = {k: [] for k in fns}
-            names = list(fns)
-            for r in range(args.rounds):
-                for name in rotated(names, r):
-                    if timers == "device":
-                        us = timing.graph_median_us(fns[name], platform, rep_ms=20)
-                    else:
-                        us = timing.host_median_us(fns[name], reps=5)
-                    times[name].append(us)
             row = {"tokens": t, "d": d, "timer": "graph" if timers == "device" else "host"}
-            row.update({k: round(statistics.median(v), 4) for k, v in times.items()})
+            row.update(medians_us(fns, platform, timers, args.rounds))
             rows.append(row)
             best = min((k for k in fns if k != "opcore"), key=lambda k: row[k])
             print(json.dumps(row), f"# best other: {best}", flush=True)

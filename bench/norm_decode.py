@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 if __name__ == "__main__" and "--quick" in sys.argv:
@@ -190,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1)
         return 0
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from rotated_rounds import medians_us
+
     from opcore.bench import timing
-    from opcore.bench.runner import rotated
     from opcore.platforms import get_current_platform
 
     platform = get_current_platform()
@@ -214,17 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                 if bad:
                     print(f"{op} T={t} H={h}: {'; '.join(bad)}", file=sys.stderr)
                     return 1
-                times: dict[str, list[float]] = {k: [] for k in fns}
-                for rnd in range(args.rounds):
-                    for name in rotated(list(fns), rnd):
-                        if timers == "device":
-                            us = timing.graph_median_us(fns[name], platform, rep_ms=20)
-                        else:
-                            us = timing.host_median_us(fns[name], reps=5)
-                        times[name].append(us)
                 row = {"op": op, "tokens": t, "hidden": h,
                        "timer": "graph" if timers == "device" else "host"}  # fmt: skip
-                row.update({k: round(statistics.median(v), 4) for k, v in times.items()})
+                row.update(medians_us(fns, platform, timers, args.rounds))
                 rows.append(row)
                 peers = [k for k in PEERS if k in row]
                 best = min(peers, key=lambda k: row[k]) if peers else None

@@ -1,0 +1,29 @@
+"""One timing loop for the decode-size benches (`gated_decode.py`, `norm_decode.py`): each
+callable timed ``rounds`` times, the order rotated every round (`opcore.bench.runner.rotated`:
+each is timed first once in as many rounds as callables), by graph replay where the device
+has timing events (`opcore.bench.timing.graph_median_us`: launch gaps removed) and by the
+host clock otherwise; the median of each callable's round medians."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+
+def medians_us(
+    fns: dict[str, Callable[[], object]], platform: Any, timers: str, rounds: int, rep_ms: int = 20
+) -> dict[str, float]:
+    """``{name: median us}`` for ``fns`` (``timers``: `opcore.bench.timing.timers`' answer)."""
+    from opcore.bench import timing
+    from opcore.bench.runner import rotated
+
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(rounds):
+        for name in rotated(list(fns), r):
+            if timers == "device":
+                us = timing.graph_median_us(fns[name], platform, rep_ms=rep_ms)
+            else:
+                us = timing.host_median_us(fns[name], reps=5)
+            times[name].append(us)
+    return {k: round(statistics.median(v), 4) for k, v in times.items()}
