@@ -174,15 +174,11 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(rows, f, indent=1)
         return 0
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from rotated_rounds import medians_us
+    from rotated_rounds import medians_us, where
 
-    from opcore.bench import timing
     from opcore.kernels.triton import activation
-    from opcore.platforms import get_current_platform
 
-    platform = get_current_platform()
-    device = torch.device(platform.device_type, 0) if not args.quick else torch.device("cpu")
-    timers = timing.timers(platform, device)
+    platform, device, timers = where(args.quick)
     tokens = [int(v) for v in args.tokens.split(",")]
     inter = [80, 96] if args.quick else [int(v) for v in args.inter.split(",")]
     rows = []

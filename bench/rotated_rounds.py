@@ -2,7 +2,8 @@
 callable timed ``rounds`` times, the order rotated every round (`opcore.bench.runner.rotated`:
 each is timed first once in as many rounds as callables), by graph replay where the device
 has timing events (`opcore.bench.timing.graph_median_us`: launch gaps removed) and by the
-host clock otherwise; the median of each callable's round medians."""
+host clock otherwise; the median of each callable's round medians. `where` picks the
+device and the timer."""
 
 from __future__ import annotations
 
@@ -27,3 +28,16 @@ def medians_us(
                 us = timing.host_median_us(fns[name], reps=5)
             times[name].append(us)
     return {k: round(statistics.median(v), 4) for k, v in times.items()}
+
+
+def where(quick: bool) -> tuple[Any, Any, str]:
+    """``(platform, device, timers)``: the current platform's device 0, or the host CPU under
+    ``--quick`` (Triton's interpreter), and `opcore.bench.timing.timers`' answer for it."""
+    import torch
+
+    from opcore.bench import timing
+    from opcore.platforms import get_current_platform
+
+    platform = get_current_platform()
+    device = torch.device("cpu") if quick else torch.device(platform.device_type, 0)
+    return platform, device, timing.timers(platform, device)
