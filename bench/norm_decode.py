@@ -26,6 +26,12 @@ same warps bitwise against each other (the weight's place changes no arithmetic)
 variant against the triton provider's to bf16 rounding. GPU only, or ``--quick`` under
 Triton's interpreter (plumbing: host timers).
 
+Any token count works where one row per program is the launch (hidden sizes over 1024):
+``--tokens 1024,2048,4096 --peers=`` asks where loading the weight first stops paying with
+many rows (on an H100 it paid 6 % at 1024 x 7168 and lost 2.5 % at 4096 x 4096,
+`bench/norm_weight_order.py`; the launch model loads it first up to 4 rows a
+multiprocessor).
+
 ``--sass`` times nothing: it compiles the two orders for sm_90 on this machine and reports
 their instruction counts and where the loads sit against the barriers (`sass_rows`).
 
