@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(rows, f, indent=1)
         return 0
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from rotated_rounds import medians_us, where
+    from rotated_rounds import timed_row, where
 
     from opcore.kernels.triton import activation
 
@@ -202,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 why = f"T={t} d={d}: differs from the triton provider's output: {bad}"
                 print(why, file=sys.stderr)
                 return 1
-            row = {"tokens": t, "d": d, "timer": "graph" if timers == "device" else "host"}
-            row.update(medians_us(fns, platform, timers, args.rounds))
+            row = timed_row(dict(tokens=t, d=d), fns, platform, timers, args.rounds)
             rows.append(row)
             best = min((k for k in fns if k != "opcore"), key=lambda k: row[k])
             print(json.dumps(row), f"# best other: {best}", flush=True)

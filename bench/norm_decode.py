@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(rows, f, indent=1)
         return 0
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from rotated_rounds import medians_us, where
+    from rotated_rounds import timed_row, where
 
     platform, device, timers = where(args.quick)
     tokens = [int(v) for v in args.tokens.split(",")]
@@ -216,9 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                 if bad:
                     print(f"{op} T={t} H={h}: {'; '.join(bad)}", file=sys.stderr)
                     return 1
-                row = {"op": op, "tokens": t, "hidden": h,
-                       "timer": "graph" if timers == "device" else "host"}  # fmt: skip
-                row.update(medians_us(fns, platform, timers, args.rounds))
+                row = timed_row(dict(op=op, tokens=t, hidden=h), fns, platform, timers, args.rounds)
                 rows.append(row)
                 peers = [k for k in PEERS if k in row]
                 best = min(peers, key=lambda k: row[k]) if peers else None

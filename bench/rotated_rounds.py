@@ -30,6 +30,20 @@ def medians_us(
     return {k: round(statistics.median(v), 4) for k, v in times.items()}
 
 
+def timed_row(
+    fields: dict[str, Any],
+    fns: dict[str, Callable[[], object]],
+    platform: Any,
+    timers: str,
+    rounds: int,
+) -> dict[str, Any]:
+    """One result row: ``fields``, the timer used (``"graph"`` or ``"host"``) and
+    `medians_us` of ``fns``."""
+    row = {**fields, "timer": "graph" if timers == "device" else "host"}
+    row.update(medians_us(fns, platform, timers, rounds))
+    return row
+
+
 def where(quick: bool) -> tuple[Any, Any, str]:
     """``(platform, device, timers)``: the current platform's device 0, or the host CPU under
     ``--quick`` (Triton's interpreter), and `opcore.bench.timing.timers`' answer for it."""
