@@ -304,6 +304,21 @@ else:
         assert ew(1, 14336) == (512, 1, 2)  # few rows: small tiles, still even
         assert _launch.even_tile(6000, 4096) == 4096 and _launch.even_tile(3000, 4096) == 4096
 
+    def test_norm_weight_first_only_while_every_program_is_resident():
+        from opcore.kernels.triton import _launch
+
+        first = _launch.norm_weight_first
+        # 16 warps a row (5120-8192 columns): 32 resident warps a multiprocessor hold two
+        # rows, so 512 rows run in two waves (where the first order lost 5-10 %), 264 in one
+        assert first(264, 1, 16, 132) and not first(265, 1, 16, 132)
+        assert not first(512, 1, 16, 132) and first(512, 1, 8, 132)
+        assert first(132, 1, 32, 132) and not first(133, 1, 32, 132)
+        # a table's launch of several rows a program counts programs, not rows
+        assert first(512, 2, 16, 132)
+        # and the launcher follows it: at 512 x 7168 the row launch keeps the weight after
+        block_n, rows, _single, warps = _launch.row_params(512, 7168, 132)
+        assert (block_n, rows, warps) == (8192, 1, 16) and not first(512, rows, warps, 132)
+
     def test_norm_warps_by_row_length():
         from opcore.kernels.triton import _launch
 
@@ -320,13 +335,14 @@ else:
         assert rp(528, 7168, 132) == (8192, 1, True, 16)
         assert rp(16, 1024, 132) == (1024, 1, True, 4)
         assert rp(1, 16384, 132) == (16384, 1, True, 32) and rp(1, 128, 132)[3] == 1
-        assert _launch.norm_weight_first(528, 132) and not _launch.norm_weight_first(529, 132)
+        first = _launch.norm_weight_first
+        assert first(528, 1, 8, 132) and not first(529, 1, 8, 132)
         # past it, the bandwidth rule: short rows packed several to a program, weight after
         assert rp(529, 7168, 132) == (8192, 1, True, 16)
         assert rp(32768, 1024, 132)[:2] == (1024, 4)
         # the regime follows the device's multiprocessor count, not a fixed number
         assert rp(100, 1024, 8) == (1024, 4, True, 8) and rp(100, 1024, 132) == (1024, 1, True, 4)
-        assert not _launch.norm_weight_first(100, 8) and _launch.norm_weight_first(100, 132)
+        assert not first(100, 1, 4, 8) and first(100, 1, 4, 132)
         assert rp(2, _launch.MAX_FUSED_COLS + 1, 132)[2] is False
         # the fp8 norm-quant rows keep about 8 elements a thread with few rows (their kernels
         # load the weight after the reduction) and 32 with many

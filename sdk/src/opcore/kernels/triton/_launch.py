@@ -10,7 +10,8 @@ memory-bound kernels, with the one device figure they depend on, the multiproces
   the call lasts about one memory round trip, so a program takes one row (norms) or one
   1024-element span (gated activations) and spreads it over many warps (norms: about 16
   elements per thread, 8 while that leaves fewer than 4 warps, the weight loaded with the
-  row; activations: 4): one memory round trip, the fewest instructions before the loads.
+  row while every program fits on the device at once; activations: 4): one memory round
+  trip, the fewest instructions before the loads.
 - **Many rows**: programs queue up, so each does more work per launch slot: norms about
   16 elements per thread, several short rows per program while at least
   ``2 * sms`` programs remain; gated activations a 2048-element tile walked columns first
@@ -41,6 +42,10 @@ REFERENCE_SMS = 132
 MIN_PROGRAMS = 256
 # At most this many rows per multiprocessor is the latency-bound regime.
 LATENCY_ROWS_PER_SM = 4
+# Warps of the norm kernel a multiprocessor holds at once: its 65,536 registers over the
+# kernel's 56-64 a thread at about 16 row elements a thread (ptxas -v for sm_90, either
+# load order), 32 threads a warp.
+NORM_RESIDENT_WARPS_PER_SM = 65536 // (64 * 32)
 
 # Largest row held in registers by the norm kernels; longer rows loop over chunks.
 MAX_FUSED_COLS = 16384
@@ -98,13 +103,21 @@ def few_rows(n_rows: int, sms: int = REFERENCE_SMS) -> bool:
     return n_rows <= LATENCY_ROWS_PER_SM * sms
 
 
-def norm_weight_first(n_rows: int, sms: int = REFERENCE_SMS) -> bool:
+def norm_weight_first(n_rows: int, rows: int, warps: int, sms: int = REFERENCE_SMS) -> bool:
     """Whether the norm kernel loads the weight before the row's reduction (its
-    ``WEIGHT_FIRST``): with few rows a call is one memory round trip, and a weight loaded
-    after the reduction's barrier makes it two. With many rows the loads queue behind other
-    programs' anyway, and the weight held through the reduction costs registers (the
-    earlier order ran at 98 % of copy against 95 % at 4096 x 4096 on an H100, 2026-12-06)."""
-    return few_rows(n_rows, sms)
+    ``WEIGHT_FIRST``), for ``n_rows`` rows launched ``rows`` a program on ``warps`` warps.
+
+    With few rows a call is one memory round trip, and a weight loaded after the
+    reduction's barrier makes it two; so the weight comes first while every program is
+    resident at once (`NORM_RESIDENT_WARPS_PER_SM`). Past that the programs run in waves,
+    the next wave's loads hide the barrier, and the first order lost: 5-10 % at 512 x 7168
+    (16 warps a row: two waves) where at 512 x 2048-4096 (4-8 warps: one wave) it won
+    1-5 % (bench/norm_decode.py, H100, 2026-12-07). With many rows the weight held through
+    the reduction costs registers too (98 % of copy against 95 % at 4096 x 4096 on an
+    H100, 2026-12-06); at 1024-4096 rows it ran from 3 % faster to 6.5 % slower (the run of
+    2026-12-07)."""
+    programs = cdiv(n_rows, rows)
+    return few_rows(n_rows, sms) and programs * warps <= NORM_RESIDENT_WARPS_PER_SM * sms
 
 
 @functools.lru_cache(maxsize=4096)
@@ -115,8 +128,9 @@ def row_params(n_rows: int, n_cols: int, sms: int = REFERENCE_SMS) -> tuple[int,
         return CHUNK_COLS, 1, False, warps_for(CHUNK_COLS)
     block_n = next_pow2(n_cols)
     if few_rows(n_rows, sms):
-        # Few rows: one row per program, the weight loaded beside the row
-        # (`norm_weight_first`), about 8 elements per thread up to 4 warps and 16 past that.
+        # Few rows: one row per program, the weight loaded beside the row while every
+        # program is resident (`norm_weight_first`), about 8 elements per thread up to 4
+        # warps and 16 past that.
         # With the weight loaded after the row's reduction, 8 per thread were 1-4 % faster
         # than 16 everywhere (the sweep of 2026-12-02); loaded first, 16 on 8-16 warps were
         # 2-7 % faster than that at 2560-7168 columns, while at 1024 columns 4 warps beat 2

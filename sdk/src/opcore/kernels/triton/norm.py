@@ -144,7 +144,9 @@ def _launch_norm(
     else:
         block_n, rows, warps = cfg["BLOCK_N"], cfg["ROWS"], cfg["num_warps"]
         single = block_n >= n_cols
-    weight_first = weight is not None and single and _launch.norm_weight_first(n_rows, sms)
+    weight_first = (
+        weight is not None and single and _launch.norm_weight_first(n_rows, rows, warps, sms)
+    )
     var_size = n_cols if variance_size is None else int(variance_size)
     _bound.launch(
         _rms_norm_kernel,
