@@ -27,10 +27,10 @@ variant against the triton provider's to bf16 rounding. GPU only, or ``--quick``
 Triton's interpreter (plumbing: host timers).
 
 Any token count works where one row per program is the launch (hidden sizes over 1024):
-``--tokens 1024,2048,4096 --peers=`` asks where loading the weight first stops paying with
-many rows (on an H100 it paid 6 % at 1024 x 7168 and lost 2.5 % at 4096 x 4096,
-`bench/norm_weight_order.py`; the launch model loads it first up to 4 rows a
-multiprocessor).
+``--tokens 32,128,512,1024,2048,4096 --peers=liger`` asked where loading the weight first
+stops paying (H100, 2026-12-07, docs/tuning.md): no gain with many rows, and a loss of
+5-10 % at 512 x 7168, where 16 warps a row run in two waves. The launch model loads it
+first while every program is resident (`_launch.norm_weight_first`).
 
 ``--sass`` times nothing: it compiles the two orders for sm_90 on this machine and reports
 their instruction counts and where the loads sit against the barriers (`sass_rows`).
