@@ -13,7 +13,10 @@ offset are constants and the divisions by ``d`` are multiplies. This times, by g
   constant (what Inductor does);
 - ``flat_d<B>w<W>``: the same with ``d`` a runtime argument (the division by ``d`` paid);
 - ``tile_const_d``: opcore's tile (the launch model's ``BLOCK_C`` x ``ROWS``, 2-D grid) with
-  ``d`` a compile-time constant.
+  ``d`` a compile-time constant;
+- ``tile_masked`` / ``tile_even``: opcore's kernel itself at the launch model's tile, its
+  loads and stores masked (the kernel before 2026-12-07) or not (``EVEN``, what the
+  launcher passes where the tiles cover the output exactly).
 
 Every variant's output is checked bitwise against the triton provider's
 (``opcore.kernels.triton.activation.silu_and_mul``), compile's to bf16 rounding. GPU only,
@@ -106,6 +109,21 @@ def variants(x: torch.Tensor, quick: bool) -> dict:
         return out
 
     fns["tile_const_d"] = tile
+    from opcore.kernels.triton import activation
+
+    for name, even in (("tile_masked", False), ("tile_even", True)):
+        if even and (d % block_c or t % rows):
+            continue  # the tiles do not cover this output exactly: no unmasked launch
+
+        def shipped(even=even):
+            grid = (triton.cdiv(t, rows), triton.cdiv(d, block_c))
+            activation._act_and_mul_kernel[grid](
+                x, 2 * d, out, d, t, d, ACT=0, BLOCK_C=block_c, ROWS=rows, COLS_FIRST=0,
+                EVEN=even, num_warps=warps,
+            )  # fmt: skip
+            return out
+
+        fns[name] = shipped
     return fns
 
 
@@ -127,7 +145,11 @@ def sass_rows(tokens: int, d: int) -> list[dict]:
     block_c, rows, warps, cols_first = _launch.gated_params(tokens, d)
     builds = [
         ("shipped", activation._act_and_mul_kernel,
-         dict(ACT=0, BLOCK_C=block_c, ROWS=rows, COLS_FIRST=cols_first),
+         dict(ACT=0, BLOCK_C=block_c, ROWS=rows, COLS_FIRST=cols_first,
+              EVEN=d % block_c == 0 and tokens % rows == 0),
+         ["x_ptr", "out_ptr", "x_stride", "out_stride", "d"], warps),
+        ("shipped_masked", activation._act_and_mul_kernel,
+         dict(ACT=0, BLOCK_C=block_c, ROWS=rows, COLS_FIRST=cols_first, EVEN=False),
          ["x_ptr", "out_ptr", "x_stride", "out_stride", "d"], warps),
         ("tile_const_d", _tile_const, dict(D=d, BLOCK_C=block_c, ROWS=rows),
          ["x_ptr", "out_ptr"], warps),
@@ -180,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     platform, device, timers = where(args.quick)
     tokens = [int(v) for v in args.tokens.split(",")]
-    inter = [80, 96] if args.quick else [int(v) for v in args.inter.split(",")]
+    inter = [80, 128] if args.quick else [int(v) for v in args.inter.split(",")]
     rows = []
     for d in inter:
         for t in tokens:

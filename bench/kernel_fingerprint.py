@@ -69,13 +69,13 @@ def cases() -> Iterator[
                      SINGLE_PASS=True, N_CHUNKS=1, WEIGHT_FIRST=True)  # fmt: skip
             yield ("rms_norm", norm._rms_norm_kernel, ptrs, ("eps",), c, {"num_warps": 8})
 
-        for act, cols_first in itertools.product((0, 1, 2), (0, 1)):
+        for act, cols_first, even in itertools.product((0, 1, 2), (0, 1), (False, True)):
             yield (
                 "act_and_mul",
                 activation._act_and_mul_kernel,
                 {"x_ptr": p, "out_ptr": p},
                 (),
-                {"ACT": act, "BLOCK_C": 1024, "ROWS": 2, "COLS_FIRST": cols_first},
+                {"ACT": act, "BLOCK_C": 1024, "ROWS": 2, "COLS_FIRST": cols_first, "EVEN": even},
                 {"num_warps": 8},
             )
 

@@ -33,7 +33,7 @@ def test_every_fingerprinted_configuration_names_its_kernels_arguments():
     assert count > 50
 
 
-CONSTS = {"ACT": 0, "BLOCK_C": 512, "ROWS": 2, "COLS_FIRST": 0}
+CONSTS = {"ACT": 0, "BLOCK_C": 512, "ROWS": 2, "COLS_FIRST": 0, "EVEN": False}
 
 
 def test_signature_types_defaults_and_errors():
@@ -41,9 +41,9 @@ def test_signature_types_defaults_and_errors():
     sig = offline_compile.signature(fn, {"x_ptr": "*bf16", "out_ptr": "*bf16"}, CONSTS)
     assert sig == {"x_ptr": "*bf16", "x_stride": "i32", "out_ptr": "*bf16", "out_stride": "i32",
                    "n_rows": "i32", "d": "i32", "ACT": "constexpr", "BLOCK_C": "constexpr",
-                   "ROWS": "constexpr", "COLS_FIRST": "constexpr"}  # fmt: skip
+                   "ROWS": "constexpr", "COLS_FIRST": "constexpr", "EVEN": "constexpr"}  # fmt: skip
     with pytest.raises(ValueError, match="constexpr COLS_FIRST has no value"):
-        offline_compile.signature(fn, {}, {"ACT": 0, "BLOCK_C": 512, "ROWS": 2})
+        offline_compile.signature(fn, {}, {"ACT": 0, "BLOCK_C": 512, "ROWS": 2, "EVEN": False})
     with pytest.raises(ValueError, match="has no argument.s. y_ptr"):
         offline_compile.signature(fn, {"y_ptr": "*bf16"}, CONSTS)
     # a compile-time argument with a default takes it, as a launch does
@@ -62,7 +62,7 @@ def test_divisible_must_name_a_runtime_argument():
 
 
 def test_sass_opcodes_count_predicated_instructions():
-    # The activation kernel's loads are predicated by its mask (`@P0 LDG.E.64`): an opcode
+    # The activation kernel's loads are predicated by its mask (`@P0 LDG.E.64`, EVEN off): an opcode
     # pattern that wanted the opcode right after the tab left them, and every other
     # predicated instruction, out of fp8_sass.py's counts.
     compiled = offline_compile.compile_kernel(

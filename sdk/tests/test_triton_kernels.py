@@ -236,6 +236,37 @@ else:
         ref = torch.nn.functional.gelu(g, approximate="tanh") * u
         check(activation.gelu_and_mul(x, "tanh"), ref, torch.bfloat16)
 
+    @pytest.mark.parametrize("cols_first", [0, 1])
+    @pytest.mark.parametrize(
+        "t, d, tile, even",
+        [(8, 1024, (512, 4), True), (7, 1024, (512, 4), False), (8, 1000, (512, 4), False),
+         (1, 13824, (512, 1), True)],
+    )  # fmt: skip
+    def test_act_and_mul_drops_the_masks_only_where_the_tiles_cover_the_output(
+        monkeypatch, cols_first, t, d, tile, even
+    ):
+        # EVEN: d a multiple of BLOCK_C and the rows of ROWS, the loads and stores unmasked;
+        # a row block or a column tile that runs past the output keeps them.
+        from opcore.kernels.triton import _bound, spaces
+
+        cfg = {"BLOCK_C": tile[0], "ROWS": tile[1], "num_warps": 2, "COLS_FIRST": cols_first}
+        assert spaces.ACT_SPACE.validate(cfg, (d,)) is None
+        monkeypatch.setattr(activation, "launch_config", lambda *a: cfg)
+        passed = []
+        real = _bound.launch
+
+        def spy(kernel, grid, *args, **options):
+            passed.append(options["EVEN"])
+            return real(kernel, grid, *args, **options)
+
+        monkeypatch.setattr(_bound, "launch", spy)
+        x = torch.randn(t, 2 * d, dtype=torch.bfloat16) * 3
+        g, u = x.double()[..., :d], x.double()[..., d:]
+        check(activation.silu_and_mul(x), g * torch.sigmoid(g) * u, torch.bfloat16)
+        ref = torch.nn.functional.gelu(g, approximate="none") * u
+        check(activation.gelu_and_mul(x), ref, torch.bfloat16)
+        assert passed == [even, even]
+
     def test_triton_identity_covers_the_launch_helpers_and_spaces():
         # A tuning table's configuration means what _launch, _support and spaces say: an
         # edit there must change the providers' identity (the table then goes stale).
