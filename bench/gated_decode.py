@@ -14,9 +14,10 @@ offset are constants and the divisions by ``d`` are multiplies. This times, by g
 - ``flat_d<B>w<W>``: the same with ``d`` a runtime argument (the division by ``d`` paid);
 - ``tile_const_d``: opcore's tile (the launch model's ``BLOCK_C`` x ``ROWS``, 2-D grid) with
   ``d`` a compile-time constant;
-- ``tile_masked`` / ``tile_even``: opcore's kernel itself at the launch model's tile, its
-  loads and stores masked (the kernel before 2026-12-07) or not (``EVEN``, what the
-  launcher passes where the tiles cover the output exactly).
+- ``tile_masked`` / ``tile_even``: opcore's kernel itself (read by its module-private name
+  on purpose: the implementation is what is timed) at the launch model's tile, its loads
+  and stores masked (the kernel before 2026-12-07) or not (``EVEN``, what the launcher
+  passes where the tiles cover the output exactly).
 
 Every variant's output is checked bitwise against the triton provider's
 (``opcore.kernels.triton.activation.silu_and_mul``), compile's to bf16 rounding. GPU only,
