@@ -113,7 +113,7 @@ def variants(x: torch.Tensor, quick: bool) -> dict:
     from opcore.kernels.triton import activation
 
     for name, even in (("tile_masked", False), ("tile_even", True)):
-        if even and (d % block_c or t % rows):
+        if even and not activation.tiles_cover(t, d, rows, block_c):
             continue  # the tiles do not cover this output exactly: no unmasked launch
 
         def shipped(even=even):
@@ -147,7 +147,7 @@ def sass_rows(tokens: int, d: int) -> list[dict]:
     builds = [
         ("shipped", activation._act_and_mul_kernel,
          dict(ACT=0, BLOCK_C=block_c, ROWS=rows, COLS_FIRST=cols_first,
-              EVEN=d % block_c == 0 and tokens % rows == 0),
+              EVEN=activation.tiles_cover(tokens, d, rows, block_c)),
          ["x_ptr", "out_ptr", "x_stride", "out_stride", "d"], warps),
         ("shipped_masked", activation._act_and_mul_kernel,
          dict(ACT=0, BLOCK_C=block_c, ROWS=rows, COLS_FIRST=cols_first, EVEN=False),

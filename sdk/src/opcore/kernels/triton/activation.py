@@ -75,6 +75,12 @@ def _act_and_mul_kernel(
     )
 
 
+def tiles_cover(n_rows: int, d: int, rows: int, block_c: int) -> bool:
+    """Whether ``[rows, block_c]`` tiles cover a ``[n_rows, d]`` output exactly: the
+    kernel's ``EVEN``, its loads and stores unmasked."""
+    return d % block_c == 0 and n_rows % rows == 0
+
+
 def _act_and_mul(x: torch.Tensor, act: int, shape: tuple) -> torch.Tensor:
     d = x.shape[-1] // 2
     out = _bound.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
@@ -105,7 +111,7 @@ def _act_and_mul(x: torch.Tensor, act: int, shape: tuple) -> torch.Tensor:
         BLOCK_C=block_c,
         ROWS=rows,
         COLS_FIRST=bool(cols_first),
-        EVEN=d % block_c == 0 and n_rows % rows == 0,
+        EVEN=tiles_cover(n_rows, d, rows, block_c),
         num_warps=warps,
     )
     return out
