@@ -32,12 +32,16 @@ stops paying (H100, 2026-12-07, docs/tuning.md): no gain with many rows, and a l
 5-10 % at 512 x 7168, where 16 warps a row run in two waves. The launch model loads it
 first while every program is resident (`_launch.norm_weight_first`).
 
+``--flushed`` times each call by events after a cache flush instead, as `opcore bench`
+does past 32 tokens (GPU only): the wide grid's rows at 2048 tokens, where a replayed
+graph keeps the rows in L2 and ranks the variants otherwise.
+
 ``--sass`` times nothing: it compiles the two orders for sm_90 on this machine and reports
 their instruction counts and where the loads sit against the barriers (`sass_rows`).
 
 Usage: python bench/norm_decode.py [--ops rms_norm,fused_add_rms_norm] [--tokens 1,8]
        [--hidden 2560,3584,5120,7168] [--rounds 3] [--per-thread 8,16] [--peers ...]
-       [--json FILE] [--sass]
+       [--json FILE] [--flushed] [--sass]
 """
 
 from __future__ import annotations
@@ -176,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="tiny shapes under the interpreter")
     ap.add_argument(
+        "--flushed", action="store_true", help="events around each call after a cache flush"
+    )
+    ap.add_argument(
         "--sass",
         action="store_true",
         help="no timing: each load order's sm_90 instruction count and load places (no GPU)",
@@ -199,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     from rotated_rounds import timed_row, where
 
     platform, device, timers = where(args.quick)
+    if args.flushed:
+        if timers != "device":
+            raise SystemExit("--flushed needs a device with timing events")
+        timers = "flushed"
     tokens = [int(v) for v in args.tokens.split(",")]
     if args.quick:
         hidden = [96, 200]

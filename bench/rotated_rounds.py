@@ -3,7 +3,9 @@ callable timed ``rounds`` times, the order rotated every round (`opcore.bench.ru
 each is timed first once in as many rounds as callables), by graph replay where the device
 has timing events (`opcore.bench.timing.graph_median_us`: launch gaps removed) and by the
 host clock otherwise; the median of each callable's round medians. `where` picks the
-device and the timer."""
+device and the timer. ``flushed`` instead times each call between events after a cache
+flush (`opcore.bench.timing.device_median_us`, `opcore bench`'s timer past 32 tokens): a
+graph replayed in a loop keeps the rows' data in L2, which a model's step does not."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from typing import Any
 def medians_us(
     fns: dict[str, Callable[[], object]], platform: Any, timers: str, rounds: int, rep_ms: int = 20
 ) -> dict[str, float]:
-    """``{name: median us}`` for ``fns`` (``timers``: `opcore.bench.timing.timers`' answer)."""
+    """``{name: median us}`` for ``fns`` (``timers``: `opcore.bench.timing.timers`' answer, or
+    ``"flushed"``)."""
     from opcore.bench import timing
     from opcore.bench.runner import rotated
 
@@ -24,6 +27,8 @@ def medians_us(
         for name in rotated(list(fns), r):
             if timers == "device":
                 us = timing.graph_median_us(fns[name], platform, rep_ms=rep_ms)
+            elif timers == "flushed":
+                us = timing.device_median_us(fns[name], platform, rep_ms=rep_ms)
             else:
                 us = timing.host_median_us(fns[name], reps=5)
             times[name].append(us)
@@ -37,9 +42,9 @@ def timed_row(
     timers: str,
     rounds: int,
 ) -> dict[str, Any]:
-    """One result row: ``fields``, the timer used (``"graph"`` or ``"host"``) and
-    `medians_us` of ``fns``."""
-    row = {**fields, "timer": "graph" if timers == "device" else "host"}
+    """One result row: ``fields``, the timer used (``"graph"``, ``"flushed"`` or ``"host"``)
+    and `medians_us` of ``fns``."""
+    row = {**fields, "timer": {"device": "graph", "flushed": "flushed"}.get(timers, "host")}
     row.update(medians_us(fns, platform, timers, rounds))
     return row
 

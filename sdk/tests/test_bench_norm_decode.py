@@ -68,3 +68,15 @@ def test_the_check_allows_another_warp_counts_rounding_but_not_a_load_order_that
     assert nd.disagreements({"first_e16": wrong}, want) == [
         "first_e16 differs from the triton provider's output"
     ]
+
+
+def test_flushed_timing_asks_for_timing_events_instead_of_timing_the_host():
+    """``--flushed`` (events after a cache flush, the wide grid's timer past 32 tokens) has
+    no meaning on the host clock: the CPU run stops and says why rather than time it."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OPCORE_PLATFORM": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--flushed", "--tokens", "1"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "--flushed needs a device with timing events" in proc.stderr
