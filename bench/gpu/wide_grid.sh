@@ -5,8 +5,12 @@
 # function (static shapes), F.rms_norm, Liger and FlagGems in the same process; then
 # bench/tune_compare.py's rows (within 3 % of the best peer, ahead, misses with causes).
 #   WIDE_OPS WIDE_HIDDEN WIDE_TOKENS WIDE_DTYPE  override the grid (defaults below)
-#   WIDE_ROUNDS  opcore bench --rounds (default 1): providers timed in rotated order
-#   WIDE_LIMIT  seconds for the bench (default 200); rows not reached are missing
+#   WIDE_ROUNDS  opcore bench --rounds (default 3): providers timed in rotated order; one
+#               pass left 2048-token rows to the order they ran in (1.04-1.05x Liger in
+#               one pass, 0.99x rotated: bench/results/2026-12-07-h100-session14)
+#   WIDE_LIMIT  seconds for the bench (default 200; the grid took about 135 s on an H100 at
+#               three rounds, so run_all.sh needs LIMIT_wide_grid of about 240); rows not
+#               reached are missing
 #   WIDE_ON=1   then the same grid with the shipped H200 table named by OPCORE_TUNING:
 #               these shapes have no entry of their own, so every row it changes is a
 #               configuration lent by a tuned shape (runtime.lend_row); compare_on.md sets
@@ -26,7 +30,7 @@ echo "== wide grid, OPCORE_TUNING=off, $dtype $(date -u +%T)"
 timeout -k 5 "${WIDE_LIMIT:-200}" env OPCORE_TUNING=off python3 -c \
   "import sys; from opcore.cli import main; sys.exit(main())" bench --ops "$ops" \
   --providers "triton,$peers" --tokens "$tokens" --hidden "$hidden" --dtype "$dtype" \
-  --rep-ms "${WIDE_REP_MS:-30}" --rounds "${WIDE_ROUNDS:-1}" --out "$dir/off" --jsonl "$dir/off.jsonl" > "$dir/off.log" 2>&1
+  --rep-ms "${WIDE_REP_MS:-30}" --rounds "${WIDE_ROUNDS:-3}" --out "$dir/off" --jsonl "$dir/off.jsonl" > "$dir/off.log" 2>&1
 echo "bench rc=$?; $(grep -c '"provider"' "$dir/off.jsonl" 2>/dev/null || echo 0) records"
 # Tuning off on both sides: every row is "unseen" by the table, so the comparison is the
 # launch model against the peers.
@@ -39,7 +43,7 @@ if [ "${WIDE_ON:-0}" = 1 ]; then
   timeout -k 5 "${WIDE_ON_LIMIT:-200}" env OPCORE_TUNING="$table" python3 -c \
     "import sys; from opcore.cli import main; sys.exit(main())" bench --ops "$ops" \
     --providers "triton,$peers" --tokens "$tokens" --hidden "$hidden" --dtype "$dtype" \
-    --rep-ms "${WIDE_REP_MS:-30}" --rounds "${WIDE_ROUNDS:-1}" --out "$dir/on" --jsonl "$dir/on.jsonl" > "$dir/on.log" 2>&1
+    --rep-ms "${WIDE_REP_MS:-30}" --rounds "${WIDE_ROUNDS:-3}" --out "$dir/on" --jsonl "$dir/on.jsonl" > "$dir/on.log" 2>&1
   echo "bench rc=$?; $(grep -c '"provider"' "$dir/on.jsonl" 2>/dev/null || echo 0) records"
   timeout 20 python3 bench/tune_compare.py --table "$table" --off "$dir/off.jsonl" \
     --on "$dir/on.jsonl" --out "$dir/compare_on.md" --json "$dir/compare_on.json" \
