@@ -6,7 +6,8 @@ With a few rows the call lasts about one memory round trip, spread over up to 32
 the row's sum of squares crosses warps through shared memory behind a barrier. opcore's
 kernel loads the weight after that reduction (`_store_scaled`), so its last loads wait for
 the barrier; Liger's loads the weight beside the row. The kernel's ``WEIGHT_FIRST`` issues
-the weight's load before the reduction. This times, by graph replay
+the weight's load before the reduction. This times, in bf16 (``--dtype float16`` for fp16),
+by graph replay
 (`opcore.bench.timing`, launch gaps removed), in rounds with the order rotated:
 
 - ``opcore``: the op as a user calls it (default priority; out of place);
@@ -23,7 +24,7 @@ the weight's load before the reduction. This times, by graph replay
 
 Each kernel variant's outputs are checked (`disagreements`): the two load orders on the
 same warps bitwise against each other (the weight's place changes no arithmetic), every
-variant against the triton provider's to bf16 rounding. GPU only, or ``--quick`` under
+variant against the triton provider's to bf16 rounding (1e-2). GPU only, or ``--quick`` under
 Triton's interpreter (plumbing: host timers).
 
 Any token count works where one row per program is the launch (hidden sizes over 1024):
@@ -41,7 +42,7 @@ their instruction counts and where the loads sit against the barriers (`sass_row
 
 Usage: python bench/norm_decode.py [--ops rms_norm,fused_add_rms_norm] [--tokens 1,8]
        [--hidden 2560,3584,5120,7168] [--rounds 3] [--per-thread 8,16] [--peers ...]
-       [--json FILE] [--flushed] [--sass]
+       [--dtype bfloat16|float16] [--json FILE] [--flushed] [--sass]
 """
 
 from __future__ import annotations
@@ -74,10 +75,17 @@ def _launch(x, r, w, out, res, eps: float, block_n: int, warps: int, weight_firs
 
 
 def variants(
-    op: str, tokens: int, hidden: int, device, quick: bool, per_thread=(8, 16), peers=PEERS
+    op: str,
+    tokens: int,
+    hidden: int,
+    device,
+    quick: bool,
+    per_thread=(8, 16),
+    peers=PEERS,
+    dtype=torch.bfloat16,
 ) -> tuple[dict, dict, tuple]:
-    """``({name: fn}, {name: fn}, want)`` for ``op`` at ``tokens`` x ``hidden``, bf16: every
-    fn of the first dict is timed; the second holds the kernel variants, each returning its
+    """``({name: fn}, {name: fn}, want)`` for ``op`` at ``tokens`` x ``hidden`` in ``dtype``:
+    every fn of the first dict is timed; the second holds the kernel variants, each returning its
     outputs (a tuple) for `disagreements` against ``want``, the triton provider's outputs
     out of place, computed before any in-place provider runs."""
     from opcore.bench import baselines, cases
@@ -85,7 +93,7 @@ def variants(
     from opcore.kernels.triton import _launch as model
     from opcore.kernels.triton import norm
 
-    case = cases.build(op, tokens, hidden, torch.bfloat16, device, quick=quick)
+    case = cases.build(op, tokens, hidden, dtype, device, quick=quick)
     wanted = {"triton"} | (set() if quick else set(peers))
     fns, _skipped = baselines.providers(case, wanted)
     fns = {"opcore": lambda: getattr(ops, op)(*case.args), **fns}
@@ -177,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--per-thread", default="8,16", help="row elements a thread, per variant")
     ap.add_argument("--peers", default=",".join(PEERS), help="peers to time ('' for none)")
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="tiny shapes under the interpreter")
     ap.add_argument(
@@ -220,14 +229,15 @@ def main(argv: list[str] | None = None) -> int:
                 fns, checks, want = variants(
                     op, t, h, device, args.quick,
                     tuple(int(v) for v in args.per_thread.split(",")),
-                    tuple(filter(None, args.peers.split(","))),
+                    tuple(filter(None, args.peers.split(","))), getattr(torch, args.dtype),
                 )  # fmt: skip
                 bad = disagreements({k: tuple(o.clone() for o in f()) for k, f in checks.items()},
                                     want)  # fmt: skip
                 if bad:
                     print(f"{op} T={t} H={h}: {'; '.join(bad)}", file=sys.stderr)
                     return 1
-                row = timed_row(dict(op=op, tokens=t, hidden=h), fns, platform, timers, args.rounds)
+                fields = dict(op=op, dtype=args.dtype, tokens=t, hidden=h)
+                row = timed_row(fields, fns, platform, timers, args.rounds)
                 rows.append(row)
                 peers = [k for k in PEERS if k in row]
                 best = min(peers, key=lambda k: row[k]) if peers else None

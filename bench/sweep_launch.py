@@ -71,6 +71,10 @@ def norm_configs(tokens: int, n: int) -> list[dict[str, int]]:
                 if 32 * w <= block * rows and block * rows <= 128 * 32 * w:
                     out.append({"BLOCK_N": block, "ROWS": rows, "num_warps": w})
             rows *= 2
+    # The two-pass path on 1024-column chunks, which tile a width of k x 1024 (5120, 7168)
+    # without the masked lanes of a power-of-two row, the second pass re-reading from L2.
+    if n > 1024:
+        out += [{"BLOCK_N": 1024, "ROWS": 1, "num_warps": w} for w in (1, 2, 4)]
     return unique(out)
 
 

@@ -80,3 +80,14 @@ def test_flushed_timing_asks_for_timing_events_instead_of_timing_the_host():
     )  # fmt: skip
     assert proc.returncode == 1
     assert "--flushed needs a device with timing events" in proc.stderr
+
+
+def test_quick_fp16_rows_name_their_dtype(tmp_path):
+    out = tmp_path / "rows.json"
+    run_script_under_triton_interpreter(
+        str(SCRIPT), "--quick", "--rounds", "1", "--tokens", "1", "--ops", "fused_add_rms_norm",
+        "--dtype", "float16", "--json", str(out),
+    )  # fmt: skip
+    rows = json.loads(out.read_text())
+    assert [(r["dtype"], r["hidden"]) for r in rows] == [("float16", 96), ("float16", 200)]
+    assert all(r["first_e16"] > 0 for r in rows)
