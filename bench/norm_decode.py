@@ -6,9 +6,9 @@ With a few rows the call lasts about one memory round trip, spread over up to 32
 the row's sum of squares crosses warps through shared memory behind a barrier. opcore's
 kernel loads the weight after that reduction (`_store_scaled`), so its last loads wait for
 the barrier; Liger's loads the weight beside the row. The kernel's ``WEIGHT_FIRST`` issues
-the weight's load before the reduction. This times, in bf16 (``--dtype float16`` for fp16),
-by graph replay
-(`opcore.bench.timing`, launch gaps removed), in rounds with the order rotated:
+the weight's load before the reduction. This times, in bf16 (``--dtype float16`` for
+fp16), by graph replay (`opcore.bench.timing`, launch gaps removed), in rounds with the
+order rotated:
 
 - ``opcore``: the op as a user calls it (default priority; out of place);
 - ``triton``: the triton provider called directly (the launch model's choice; in place for
