@@ -60,13 +60,17 @@ def cases() -> Iterator[
             HAS_RESIDUAL=(False, True),
             HAS_WEIGHT=(False, True),
             shape=((1024, 4, True, 1, 8), (4096, 1, True, 1, 8), (4096, 1, False, 4, 8)),
+            # False: the variance over the whole row, the launch without a variance_size
+            PARTIAL_VARIANCE=(True, False),
         ):
             block_n, rows, single, chunks, warps = c.pop("shape")
             c.update(BLOCK_N=block_n, ROWS=rows, SINGLE_PASS=single, N_CHUNKS=chunks)
             yield ("rms_norm", norm._rms_norm_kernel, ptrs, ("eps",), c, {"num_warps": warps})
-        for residual in (False, True):  # the few-row launch: the weight loaded first
+        # The few-row launch: the weight loaded first.
+        for residual, partial in itertools.product((False, True), (True, False)):
             c = dict(HAS_RESIDUAL=residual, HAS_WEIGHT=True, BLOCK_N=4096, ROWS=1,
-                     SINGLE_PASS=True, N_CHUNKS=1, WEIGHT_FIRST=True)  # fmt: skip
+                     SINGLE_PASS=True, N_CHUNKS=1, WEIGHT_FIRST=True,
+                     PARTIAL_VARIANCE=partial)  # fmt: skip
             yield ("rms_norm", norm._rms_norm_kernel, ptrs, ("eps",), c, {"num_warps": 8})
 
         for act, cols_first, even in itertools.product((0, 1, 2), (0, 1), (False, True)):

@@ -70,7 +70,7 @@ def _launch(x, r, w, out, res, eps: float, block_n: int, warps: int, weight_firs
     norm._rms_norm_kernel[(rows,)](
         x, n, r if has_res else x, n, w, out, n, res if has_res else out, n, rows, n, n, eps,
         HAS_RESIDUAL=has_res, HAS_WEIGHT=True, BLOCK_N=block_n, ROWS=1, SINGLE_PASS=True,
-        N_CHUNKS=1, WEIGHT_FIRST=weight_first, num_warps=warps,
+        N_CHUNKS=1, WEIGHT_FIRST=weight_first, PARTIAL_VARIANCE=False, num_warps=warps,
     )  # fmt: skip
 
 
@@ -161,7 +161,8 @@ def sass_rows(op: str, hidden: int) -> list[dict]:
     out = []
     for first in (False, True):
         consts = dict(HAS_RESIDUAL=op != "rms_norm", HAS_WEIGHT=True, BLOCK_N=block_n, ROWS=1,
-                      SINGLE_PASS=True, N_CHUNKS=1, WEIGHT_FIRST=first)  # fmt: skip
+                      SINGLE_PASS=True, N_CHUNKS=1, WEIGHT_FIRST=first,
+                      PARTIAL_VARIANCE=False)  # fmt: skip
         kernel = compile_kernel(
             norm._rms_norm_kernel, {**ptrs, "eps": "fp32"}, consts,
             divisible=("x_ptr", "r_ptr", "w_ptr", "out_ptr", "res_ptr"), num_warps=warps,

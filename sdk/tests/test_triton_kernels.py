@@ -148,6 +148,51 @@ else:
         assert not _launch.row_params(2, n)[2]
         check(norm.rms_norm(x, w, 1e-6, 5000), ref_rms(x, w, 1e-6, 5000), torch.bfloat16)
 
+    @pytest.mark.parametrize("residual", [False, True])
+    @pytest.mark.parametrize("variance_size", [None, 60])
+    @pytest.mark.parametrize("n, chunk", [(100, None), (200, 64)])  # one pass; two passes
+    def test_rms_norm_masks_the_squares_only_for_a_partial_variance(
+        monkeypatch, residual, variance_size, n, chunk
+    ):
+        # The row's lanes past n_cols load as zeros, so a variance over the whole row needs
+        # no mask on its squares (PARTIAL_VARIANCE off, the same bits); one over the first
+        # variance_size columns keeps it.
+        from opcore.kernels.triton import _bound
+
+        if chunk is not None:
+            cfg = {"BLOCK_N": chunk, "ROWS": 1, "num_warps": 2}
+            monkeypatch.setattr(norm, "launch_config", lambda *a: cfg)
+        passed = []
+        real = _bound.launch
+
+        def spy(kernel, grid, *args, **options):
+            passed.append(options["PARTIAL_VARIANCE"])
+            return real(kernel, grid, *args, **options)
+
+        monkeypatch.setattr(_bound, "launch", spy)
+        x, r = torch.randn(5, n, dtype=torch.bfloat16), torch.randn(5, n, dtype=torch.bfloat16)
+        w = torch.randn(n, dtype=torch.bfloat16)
+        if residual:
+            out, res = norm.fused_add_rms_norm(x, r, w, 1e-6, variance_size)
+            s = (x.double() + r.double()).to(torch.bfloat16)
+            check(res, s.double(), torch.bfloat16)
+            check(out, ref_rms(s, w, 1e-6, variance_size), torch.bfloat16)
+        else:
+            check(norm.rms_norm(x, w, 1e-6, variance_size), ref_rms(x, w, 1e-6, variance_size),
+                  torch.bfloat16)  # fmt: skip
+        assert passed == [variance_size is not None]
+        if variance_size is None:  # the mask changes no bit where it is not needed
+            monkeypatch.setattr(_bound, "launch", real)
+            unmasked = norm.rms_norm(x, w, 1e-6)
+            single = chunk is None
+            forced = torch.empty_like(x)
+            norm._rms_norm_kernel[(5,)](
+                x, n, x, n, w, forced, n, forced, n, 5, n, n, 1e-6, HAS_RESIDUAL=False,
+                HAS_WEIGHT=True, BLOCK_N=128 if single else chunk, ROWS=1, SINGLE_PASS=single,
+                N_CHUNKS=1 if single else 4, PARTIAL_VARIANCE=True, num_warps=2,
+            )  # fmt: skip
+            assert torch.equal(unmasked, forced)
+
     def test_rms_norm_leaves_input_alone():
         x = torch.randn(4, 64)
         before = x.clone()
