@@ -90,6 +90,20 @@ else:
         atol, rtol = TOL[dtype]
         torch.testing.assert_close(out.double(), ref, atol=atol, rtol=rtol)
 
+    def launch_option(monkeypatch, name):
+        """The values of the launch option ``name`` the launchers pass to `_bound.launch`,
+        in call order (the list fills as they launch)."""
+        from opcore.kernels.triton import _bound
+
+        seen, real = [], _bound.launch
+
+        def spy(kernel, grid, *args, **options):
+            seen.append(options[name])
+            return real(kernel, grid, *args, **options)
+
+        monkeypatch.setattr(_bound, "launch", spy)
+        return seen
+
     # ---- float64 references from the op semantics (docs/design.md#op-semantics), not kernels ----
     def ref_rms(x, w, eps, var_size=None):
         xd = x.double()
@@ -157,19 +171,10 @@ else:
         # The row's lanes past n_cols load as zeros, so a variance over the whole row needs
         # no mask on its squares (PARTIAL_VARIANCE off, the same bits); one over the first
         # variance_size columns keeps it.
-        from opcore.kernels.triton import _bound
-
         if chunk is not None:
             cfg = {"BLOCK_N": chunk, "ROWS": 1, "num_warps": 2}
             monkeypatch.setattr(norm, "launch_config", lambda *a: cfg)
-        passed = []
-        real = _bound.launch
-
-        def spy(kernel, grid, *args, **options):
-            passed.append(options["PARTIAL_VARIANCE"])
-            return real(kernel, grid, *args, **options)
-
-        monkeypatch.setattr(_bound, "launch", spy)
+        passed = launch_option(monkeypatch, "PARTIAL_VARIANCE")
         x, r = torch.randn(5, n, dtype=torch.bfloat16), torch.randn(5, n, dtype=torch.bfloat16)
         w = torch.randn(n, dtype=torch.bfloat16)
         if residual:
@@ -182,7 +187,6 @@ else:
                   torch.bfloat16)  # fmt: skip
         assert passed == [variance_size is not None]
         if variance_size is None:  # the mask changes no bit where it is not needed
-            monkeypatch.setattr(_bound, "launch", real)
             unmasked = norm.rms_norm(x, w, 1e-6)
             single = chunk is None
             forced = torch.empty_like(x)
@@ -292,19 +296,12 @@ else:
     ):
         # EVEN: d a multiple of BLOCK_C and the rows of ROWS, the loads and stores unmasked;
         # a row block or a column tile that runs past the output keeps them.
-        from opcore.kernels.triton import _bound, spaces
+        from opcore.kernels.triton import spaces
 
         cfg = {"BLOCK_C": tile[0], "ROWS": tile[1], "num_warps": 2, "COLS_FIRST": cols_first}
         assert spaces.ACT_SPACE.validate(cfg, (d,)) is None
         monkeypatch.setattr(activation, "launch_config", lambda *a: cfg)
-        passed = []
-        real = _bound.launch
-
-        def spy(kernel, grid, *args, **options):
-            passed.append(options["EVEN"])
-            return real(kernel, grid, *args, **options)
-
-        monkeypatch.setattr(_bound, "launch", spy)
+        passed = launch_option(monkeypatch, "EVEN")
         x = torch.randn(t, 2 * d, dtype=torch.bfloat16) * 3
         g, u = x.double()[..., :d], x.double()[..., d:]
         check(activation.silu_and_mul(x), g * torch.sigmoid(g) * u, torch.bfloat16)
