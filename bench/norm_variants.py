@@ -49,8 +49,6 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-# Above this many rows `opcore bench` times by events after a cache flush.
-GRAPH_TOKENS = 32
 # (chunk columns, warps) of the two-pass variants; ``--quick``'s rows of 96 and 200 take
 # chunks of 64.
 TWO_PASS = ((2048, 8), (2048, 4), (4096, 8))
@@ -179,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from rotated_rounds import timed_row, where
 
-    from opcore.bench import baselines, cases
+    from opcore.bench import baselines, cases, timing
     from opcore.ir import ops
     from opcore.kernels.triton import norm
 
@@ -203,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                 fns, _skipped = baselines.providers(case, peers)
                 fns = {"opcore": lambda op=op, case=case: getattr(ops, op)(*case.args), **fns}
                 fns.update(kernels)
-                timer = timers if t <= GRAPH_TOKENS or timers != "device" else "flushed"
+                # `opcore bench`'s timers: graph replay up to timing.GRAPH_TOKENS rows.
+                graph = t <= timing.GRAPH_TOKENS or timers != "device"
+                timer = timers if graph else "flushed"
                 fields = dict(op=op, dtype=args.dtype, tokens=t, hidden=h)
                 row = timed_row(fields, fns, platform, timer, args.rounds)
                 rows.append(row)
