@@ -11,7 +11,7 @@
 # Results: $OUT/sweeps/: attention_prefill_sweep.json, moe_sweep.json, prefill.log, moe.log.
 # SWEEP_ONLY=prefill or moe runs one of the two.
 # CPU plumbing test: SWEEP_DRY=1 bash bench/gpu/sweeps.sh (one tiny problem each, under
-# Triton's interpreter). SWEEP_SET picks the prefill settings (launch, tma, pack or rows:
+# Triton's interpreter). SWEEP_SET picks the prefill settings (launch, tma, pack, rows or short:
 # bench/attention_prefill.py --sweep-set); SWEEP_PREFILL_ARGS adds its options (say
 # "--only head_size=64").
 set -u

@@ -163,3 +163,14 @@ def test_prefill_rows_sweep_quick_times_the_late_rows(tmp_path):
     assert any("late_rows=True" in r["launch"] for r in recs)
     for r in recs:
         assert r["err"] < 3e-2, r
+
+
+def test_prefill_short_sweep_quick_times_pointer_launches_around_todays(tmp_path):
+    run_script_under_triton_interpreter(
+        str(SCRIPT), "--quick", "--sweep", "--sweep-set", "short", "--out", str(tmp_path)
+    )
+    recs = json.loads((tmp_path / "attention_prefill_sweep.json").read_text())["sweep"]
+    assert len(recs) == 2 and sum(r["chosen"] for r in recs) == 1
+    for r in recs:
+        assert "kv_tma=False" in r["launch"] and "late_rows=True" in r["launch"], r
+        assert r["err"] < 3e-2, r
