@@ -16,7 +16,6 @@ once, including the non-finite row's second amax), not a time: the device timing
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -66,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the counts here")
     args = ap.parse_args(argv)
+    from opcore.bench import report
+
     fmt, variants = _variants()
     rows = []
     print("| kernel | with clamp | conversion saturates | ratio |\n|---|---:|---:|---:|")
@@ -79,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"kernel": label, "clamp": n[False], "saturating": n[True]})
         print(f"| {label} | {n[False]} | {n[True]} | {n[True] / n[False]:.3f} |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        report.write_json(rows, args.json)
     return 0
 
 

@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         help="no timing: each variant's sm_90 instruction count and first load (no GPU)",
     )
     args = ap.parse_args(argv)
+    from opcore.bench import report
+
     if args.sass:
         rows = [
             r
@@ -193,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['tokens']} | {r['d']} | {r['variant']} | {r['instructions']} "
                   f"| {r['first_load']} |")  # fmt: skip
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+            report.write_json(rows, args.json)
         return 0
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from rotated_rounds import timed_row, where
@@ -230,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             best = min((k for k in fns if k != "opcore"), key=lambda k: row[k])
             print(json.dumps(row), f"# best other: {best}", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        report.write_json(rows, args.json)
     return 0
 
 

@@ -17,12 +17,11 @@ a wrong element (a kernel bug).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
 
-from opcore.bench import cases
+from opcore.bench import cases, report
 from opcore.ir import ops
 from opcore.kernels.triton import PROVIDER
 from opcore.tuning import runtime
@@ -107,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['ulps_vs_default']} ulp, err vs fp64 {r['err_vs_fp64']:.3g}"
                 )
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        report.write_json(rows, a.json)
     return 0
 
 

@@ -198,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         help="no timing: each load order's sm_90 instruction count and load places (no GPU)",
     )
     args = ap.parse_args(argv)
+    from opcore.bench import report
+
     op_names = args.ops.split(",")
     hidden = [int(v) for v in args.hidden.split(",")]
     if args.sass:
@@ -209,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['op']} | {r['hidden']} | {r['warps']} | {where} | {r['instructions']} "
                   f"| {r['first_load']} | {r['last_load']} | {r['first_barrier']} |")  # fmt: skip
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+            report.write_json(rows, args.json)
         return 0
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from rotated_rounds import timed_row, where
@@ -244,8 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 best = min(peers, key=lambda k: row[k]) if peers else None
                 print(json.dumps(row), f"# best peer: {best}", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        report.write_json(rows, args.json)
     return 0
 
 

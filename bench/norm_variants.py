@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from rotated_rounds import timed_row, where
 
-    from opcore.bench import baselines, cases, timing
+    from opcore.bench import baselines, cases, report, timing
     from opcore.ir import ops
     from opcore.kernels.triton import norm
 
@@ -209,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        report.write_json(rows, args.json)
     return 0
 
 

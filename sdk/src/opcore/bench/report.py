@@ -11,7 +11,9 @@ from typing import Any
 PLOTS = {"time": "bench.png", "pct_copy": "bench_pct_copy.png"}
 
 
-def write_json(result: dict[str, Any], path: str) -> None:
+def write_json(result: Any, path: str) -> None:
+    """``result`` (a run's dict, or a bench script's list of rows) as indented JSON at
+    ``path``."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
 
