@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import sys
 import time
 
 import torch
+
+from opcore.bench.report import write_json
 
 DATASHEET_TBPS = 4.8
 
@@ -236,8 +237,7 @@ def main() -> int:
 
 
 def _dump(out: str, result: dict) -> None:
-    with open(os.path.join(out, "attention_h200.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(result, os.path.join(out, "attention_h200.json"))
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ import statistics
 import sys
 import time
 
+from opcore.bench.report import write_json
+
 PROVIDERS = (
     "paged_prefill",
     "paged_pointers",
@@ -848,8 +850,7 @@ def write_results(result: dict, out: str, pending: list | tuple = ()) -> str:
     (not started yet, in a run still going) are listed as not measured. Returns the
     markdown."""
     doc = dict(result, not_measured=[*result["not_measured"], *pending])
-    with open(os.path.join(out, "attention_prefill.json"), "w") as f:
-        json.dump(doc, f, indent=1)
+    write_json(doc, os.path.join(out, "attention_prefill.json"))
     text = markdown(doc)
     if not doc.get("complete"):
         text += "\nThe run did not finish: the rows above are those measured before it stopped.\n"
@@ -913,17 +914,11 @@ def main(argv: list[str] | None = None) -> int:
         field, _, value = pair.partition("=")
         only[field.strip()] = value.strip()
     if args.sweep:
-        with open(os.path.join(args.out, "attention_prefill_sweep.json"), "w") as f:
-            json.dump(
-                {
-                    "env": env_line(device),
-                    "sweep": sweep(
-                        device, time_fn, args.budget_s, args.quick, args.sweep_set, only
-                    ),
-                },
-                f,
-                indent=1,
-            )
+        records = sweep(device, time_fn, args.budget_s, args.quick, args.sweep_set, only)
+        write_json(
+            {"env": env_line(device), "sweep": records},
+            os.path.join(args.out, "attention_prefill_sweep.json"),
+        )
         return 0
     start = time.monotonic()
     rows = grid(args.quick)

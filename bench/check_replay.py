@@ -12,12 +12,12 @@ many differed) and exits 1 when any differed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 import torch
 
+from opcore.bench.report import write_json
 from opcore.ir import all_ops
 from opcore.platforms import get_current_platform
 
@@ -91,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print("verdict:", "REPLAYS DIFFER" if bad else "every replay equals its full path")
     if a.out:
         os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "check_replay.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(rows, os.path.join(a.out, "check_replay.json"))
     return 1 if bad else 0
 
 

@@ -10,11 +10,12 @@ Exit status 1 on any mismatch. Usage: ``python bench/check_triton.py [--out DIR]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 import torch
+
+from opcore.bench.report import write_json
 
 
 def _tensors(out):
@@ -94,12 +95,10 @@ def main(argv=None) -> int:
         print("FAIL", f)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "check_triton.json"), "w") as f:
-            json.dump(
-                {"device": str(device), "total": total, "failures": failures, "worst": worst},
-                f,
-                indent=1,
-            )
+        write_json(
+            {"device": str(device), "total": total, "failures": failures, "worst": worst},
+            os.path.join(args.out, "check_triton.json"),
+        )
     return 1 if failures else 0
 
 

@@ -32,6 +32,8 @@ import time
 
 import torch
 
+from opcore.bench.report import write_json
+
 KB, MB = 1024, 1024 * 1024
 
 
@@ -278,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "collectives.json"), "w") as fh:
-            json.dump({"environment": env, **result}, fh, indent=1)
+        write_json({"environment": env, **result}, os.path.join(args.out, "collectives.json"))
         with open(os.path.join(args.out, "collectives.md"), "w") as fh:
             fh.write(text)
     return 0

@@ -50,6 +50,8 @@ import time
 
 import torch
 
+from opcore.bench.report import write_json
+
 VARIANTS = ("torch.compile", "opcore", "opcore+fusion")
 # max abs diff allowed vs eager native, per unit of output magnitude (see module docstring)
 REL_TOLERANCE = {torch.bfloat16: 0.125, torch.float16: 0.016, torch.float32: 1e-5}
@@ -349,8 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "failures": failures(rows),
         "rows": rows,
     }
-    with open(os.path.join(args.out, "compile_decoder.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(result, os.path.join(args.out, "compile_decoder.json"))
     md = markdown(env, rows, shape, dtype, args.cudagraphs)
     with open(os.path.join(args.out, "compile_decoder.md"), "w") as f:
         f.write(md)

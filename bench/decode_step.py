@@ -48,6 +48,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from opcore.bench.report import write_json
+
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD, INTER = 4096, 8, 32, 8, 128, 14336
 OPS = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding")
 
@@ -479,12 +481,10 @@ def batch_invariance(args, platform, device) -> int:
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "batch_invariance.json"), "w") as f:
-            json.dump(
-                {"ok": ok, "batch": n, "from_env": from_env, "standins_repeat": standins} | results,
-                f,
-                indent=1,
-            )
+        write_json(
+            {"ok": ok, "batch": n, "from_env": from_env, "standins_repeat": standins} | results,
+            os.path.join(args.out, "batch_invariance.json"),
+        )
         with open(os.path.join(args.out, "batch_invariance.md"), "w") as f:
             f.write(text)
     return 0 if ok else 1
@@ -735,8 +735,7 @@ def main(argv=None) -> int:
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "decode_step.json"), "w") as f:
-            json.dump({"environment": env, "rows": rows}, f, indent=1)
+        write_json({"environment": env, "rows": rows}, os.path.join(args.out, "decode_step.json"))
         with open(os.path.join(args.out, "decode_step.md"), "w") as f:
             f.write(text)
     return 0

@@ -67,6 +67,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from opcore.bench.report import write_json
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
 VARIANTS = ("torch.compile", "opcore", "opcore+fusion", "opcore+fusion-noquant")
@@ -567,8 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         result["variants"].append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "lowered"}), flush=True)
         result["failures"] = failures(result)
-        with open(os.path.join(args.out, "fp8_decode_step.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(result, os.path.join(args.out, "fp8_decode_step.json"))
         with open(os.path.join(args.out, "fp8_decode_step.md"), "w") as f:
             f.write(markdown(result))
         if device.type == "cuda":

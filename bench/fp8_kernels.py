@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import sys
@@ -33,6 +32,7 @@ import time
 
 import torch
 
+from opcore.bench.report import write_json
 from opcore.kernels import FP8_OPS as QUANT_OPS
 
 
@@ -711,8 +711,7 @@ def main(argv=None) -> int:
 def _save(out: str, stem: str, result: dict, md: str | None) -> None:
     """``out/stem.json`` and, given ``md``, ``out/fp8_bench.md``."""
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"{stem}.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(result, os.path.join(out, f"{stem}.json"))
     if md is not None:
         with open(os.path.join(out, "fp8_bench.md"), "w") as f:
             f.write(md)

@@ -30,6 +30,8 @@ import statistics
 import sys
 import time
 
+from opcore.bench.report import write_json
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import hf_models  # noqa: E402  (the sibling benchmark: model shapes, the timed step)
@@ -145,8 +147,9 @@ def main(argv=None) -> int:
         rows += measure(model, args)
         if args.out:
             os.makedirs(args.out, exist_ok=True)
-            with open(os.path.join(args.out, "hf_eager_ab.json"), "w") as f:
-                json.dump({"environment": env, "rows": rows}, f, indent=1)
+            write_json(
+                {"environment": env, "rows": rows}, os.path.join(args.out, "hf_eager_ab.json")
+            )
             with open(os.path.join(args.out, "hf_eager_ab.md"), "w") as f:
                 f.write(markdown(env, rows))
     print(markdown(env, rows))

@@ -68,6 +68,8 @@ import sys
 import time
 import warnings
 
+from opcore.bench.report import write_json
+
 CONFIGS = ("hf", "liger", "compile", "opcore", "opcore-compile")
 GRAPHED = ("compile", "opcore-compile")
 EAGER = ("hf", "liger", "opcore")
@@ -1021,8 +1023,7 @@ def write(out: str, env: dict, args, results: list[dict], skipped: list[str]) ->
         "skipped": skipped,
         "targets": targets(results, args.batch),
     }
-    with open(os.path.join(out, "hf_models.json"), "w") as f:
-        json.dump(report, f, indent=1)
+    write_json(report, os.path.join(out, "hf_models.json"))
     with open(os.path.join(out, "hf_models.md"), "w") as f:
         f.write(markdown(env, args, results, skipped))
 

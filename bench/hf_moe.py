@@ -36,12 +36,13 @@ import argparse
 import contextlib
 import datetime
 import functools
-import json
 import os
 import platform
 import statistics
 import sys
 import time
+
+from opcore.bench.report import write_json
 
 QWEN3_30B_A3B = dict(
     hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_experts=128,
@@ -268,8 +269,7 @@ def env(device, dtype, args) -> dict:
 
 def write(result: dict, out: str) -> None:
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "hf_moe.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(result, os.path.join(out, "hf_moe.json"))
     e = result["env"]
     lines = [
         f"# HF Qwen3-MoE eager prefill ({e['device']}, {e['date']})",

@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import datetime
 import functools
-import json
 import platform as host_platform
 import statistics
 import sys
@@ -44,6 +43,7 @@ import torch
 
 import opcore
 from opcore.bench import baselines, cases, timing
+from opcore.bench.report import write_json
 from opcore.ir import ops
 from opcore.kernels import TRITON_OPS
 from opcore.platforms import get_current_platform
@@ -424,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(doc)
     print(text)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(doc, f, indent=1)
+        write_json(doc, a.json)
     if a.markdown:
         with open(a.markdown, "w") as f:
             f.write(text)

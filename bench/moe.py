@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
+
+from opcore.bench.report import write_json
 
 MODELS = {
     "qwen3-30b-a3b": dict(hidden=2048, experts=128, topk=8, inter=768),
@@ -404,8 +405,7 @@ def _write(out: str | None, result: dict) -> str:
     md = markdown(result)
     if out:
         os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "moe.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(result, os.path.join(out, "moe.json"))
         with open(os.path.join(out, "moe.md"), "w") as f:
             f.write(md)
     return md
@@ -445,9 +445,8 @@ def main(argv=None) -> int:
         recs = sweep(time_fn, device, dtype, args.budget_s, args.quick)
         if args.out:
             os.makedirs(args.out, exist_ok=True)
-            with open(os.path.join(args.out, "moe_sweep.json"), "w") as f:
-                json.dump({"device": torch.cuda.get_device_name() if device == "cuda"
-                           else "cpu (interpreter)", "records": recs}, f, indent=1)  # fmt: skip
+            name = torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter)"
+            write_json({"device": name, "records": recs}, os.path.join(args.out, "moe_sweep.json"))
         return 0 if any("us" in r for r in recs) else 1
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

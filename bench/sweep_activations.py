@@ -18,6 +18,7 @@ import os
 import torch
 
 from opcore.bench import timing
+from opcore.bench.report import write_json
 from opcore.ir import ops
 from opcore.kernels.triton import _launch, activation
 from opcore.platforms import get_current_platform
@@ -73,16 +74,14 @@ def main() -> int:
                     rows_out.append(row)
                     print(json.dumps(row), flush=True)
     if args.out:
-        with open(os.path.join(args.out, "sweep_activations.json"), "w") as f:
-            json.dump(
-                {
-                    "device": torch.cuda.get_device_name(dev),
-                    "torch": torch.__version__,
-                    "rows": rows_out,
-                },
-                f,
-                indent=1,
-            )
+        write_json(
+            {
+                "device": torch.cuda.get_device_name(dev),
+                "torch": torch.__version__,
+                "rows": rows_out,
+            },
+            os.path.join(args.out, "sweep_activations.json"),
+        )
     return 0
 
 

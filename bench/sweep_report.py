@@ -37,6 +37,7 @@ import json
 import math
 from typing import Any
 
+from opcore.bench.report import write_json
 from opcore.kernels.triton import PROVIDER, spaces
 from opcore.tuning import buckets, space, table
 from opcore.tuning.lend import lend_row
@@ -284,8 +285,7 @@ def main() -> int:
         with open(opts.out, "w") as fh:
             fh.write(text)
     if opts.json:
-        with open(opts.json, "w") as fh:
-            json.dump(result, fh, indent=1)
+        write_json(result, opts.json)
     return 0
 
 

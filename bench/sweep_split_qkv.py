@@ -18,6 +18,7 @@ import os
 import torch
 
 from opcore.bench import timing
+from opcore.bench.report import write_json
 from opcore.ir import ops
 from opcore.kernels.triton import _launch, qk_norm_rope
 from opcore.platforms import get_current_platform
@@ -87,17 +88,15 @@ def main() -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if args.out:
-        with open(os.path.join(args.out, "sweep_split_qkv.json"), "w") as f:
-            json.dump(
-                {
-                    "copy_gbs": copy,
-                    "device": torch.cuda.get_device_name(dev),
-                    "torch": torch.__version__,
-                    "rows": rows,
-                },
-                f,
-                indent=1,
-            )
+        write_json(
+            {
+                "copy_gbs": copy,
+                "device": torch.cuda.get_device_name(dev),
+                "torch": torch.__version__,
+                "rows": rows,
+            },
+            os.path.join(args.out, "sweep_split_qkv.json"),
+        )
     return 0
 
 

@@ -24,13 +24,14 @@ Run: ``python bench/tp_decode_step.py --tp 1,2 [--batch 1,8,32] [--out DIR]``;
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+from opcore.bench.report import write_json
 
 FULL = {"hidden": 4096, "layers": 8, "heads": 32, "kv_heads": 8, "head": 128, "inter": 14336}
 SMALL = {"hidden": 256, "layers": 2, "heads": 8, "kv_heads": 4, "head": 32, "inter": 512}
@@ -267,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "tp_decode_step.json"), "w") as fh:
-            json.dump({"environment": env, "rows": table}, fh, indent=1)
+        write_json(
+            {"environment": env, "rows": table}, os.path.join(args.out, "tp_decode_step.json")
+        )
         with open(os.path.join(args.out, "tp_decode_step.md"), "w") as fh:
             fh.write(text)
     return 0

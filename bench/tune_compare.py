@@ -29,6 +29,8 @@ import os
 import statistics
 from typing import Any
 
+from opcore.bench.report import write_json
+
 PROVIDER = "triton"
 PEERS = ("compile", "F.rms_norm", "liger", "flaggems")
 WITHIN = 1.03
@@ -376,8 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=1)
+        write_json(summary, args.json)
     print(text)
     return 0
 
