@@ -148,8 +148,10 @@ def disagreements(outputs: dict[str, tuple], want: tuple) -> list[str]:
 
 def sass_rows(op: str, hidden: int) -> list[dict]:
     """The two load orders compiled for sm_90 on this machine (no GPU; `offline_compile`) at
-    the launch model's few-row launch: instruction count, the place of the first and last
-    global load, and of the first barrier (the reduction's)."""
+    the launch model's few-row launch, specialised as a one-token call specialises it (one
+    row; strides and sizes multiples of 16 where ``hidden`` is, so the loads are 16-byte
+    vectors): instruction count, the place of the first and last global load, of the first
+    barrier (the reduction's), and how many loads are 16-byte vectors."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from offline_compile import compile_kernel, sass_opcodes
 
@@ -158,14 +160,20 @@ def sass_rows(op: str, hidden: int) -> list[dict]:
 
     block_n, _rows, _single, warps = model.row_params(1, hidden)
     ptrs = {n: "*bf16" for n in ("x_ptr", "r_ptr", "w_ptr", "out_ptr", "res_ptr")}
+    # What a launch specialises: Triton treats an integer argument of 1 as a constant and
+    # marks the pointers, and the strides and sizes that are multiples of 16, as such.
+    # Without the sizes the column mask is not provably uniform over 8 lanes and the
+    # compiled loads are scalar: code no real call runs.
+    sizes = ("x_stride", "r_stride", "out_stride", "res_stride", "n_cols", "var_size")
+    divisible = (*ptrs, *sizes) if hidden % 16 == 0 else tuple(ptrs)
     out = []
     for first in (False, True):
         consts = dict(HAS_RESIDUAL=op != "rms_norm", HAS_WEIGHT=True, BLOCK_N=block_n, ROWS=1,
                       SINGLE_PASS=True, N_CHUNKS=1, WEIGHT_FIRST=first,
-                      PARTIAL_VARIANCE=False)  # fmt: skip
+                      PARTIAL_VARIANCE=False, n_rows=1)  # fmt: skip
         kernel = compile_kernel(
             norm._rms_norm_kernel, {**ptrs, "eps": "fp32"}, consts,
-            divisible=("x_ptr", "r_ptr", "w_ptr", "out_ptr", "res_ptr"), num_warps=warps,
+            divisible=divisible, num_warps=warps,
         )  # fmt: skip
         opcodes = sass_opcodes(kernel)
         loads = [i for i, o in enumerate(opcodes) if o.startswith("LDG")]
@@ -174,6 +182,7 @@ def sass_rows(op: str, hidden: int) -> list[dict]:
             "op": op, "hidden": hidden, "warps": warps, "weight_first": first,
             "instructions": len(opcodes), "first_load": loads[0], "last_load": loads[-1],
             "first_barrier": bars[0] if bars else None,
+            "vector_loads": sum(opcodes[i].endswith(".128") for i in loads), "loads": len(loads),
         })  # fmt: skip
     return out
 

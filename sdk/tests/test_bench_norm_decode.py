@@ -47,6 +47,9 @@ def test_sass_places_the_weight_loads_before_the_barrier_only_when_asked(tmp_pat
         after, first = rows[(op, False)], rows[(op, True)]
         assert after["last_load"] > after["first_barrier"]  # a second round trip
         assert first["last_load"] < first["first_barrier"]
+        # compiled as a real one-token launch compiles it: every load a 16-byte vector
+        # (x, the residual, the weight: 2 a tensor at 3584 columns on 16 warps)
+        assert after["vector_loads"] == after["loads"] == (6 if op != "rms_norm" else 4)
 
 
 def test_the_check_allows_another_warp_counts_rounding_but_not_a_load_order_that_changes_bits():
