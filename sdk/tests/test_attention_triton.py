@@ -460,7 +460,7 @@ def test_prefill_launch_packs_query_heads_where_the_pack_sweep_chose_it():
     assert cfg(128, torch.bfloat16, 128, True, 1.0).pack_gqa  # the 64-row descriptor tiles
     assert cfg(256, torch.float16, 64, True).pack_gqa
     assert cfg(128, torch.bfloat16, 16, True) == P.PrefillLaunch(
-        64, 64, 4, 2, pack_gqa=True, late_rows=True
+        64, 32, 4, 2, pack_gqa=True, late_rows=True
     )
     assert cfg(256, torch.bfloat16, 16) == P.PrefillLaunch(128, 64, 8, 2, pack_gqa=True)
     assert cfg(64, torch.bfloat16, 16) == P.PrefillLaunch(128, 128, 4, 3, late_rows=True)

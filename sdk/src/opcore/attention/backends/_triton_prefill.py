@@ -135,7 +135,7 @@ def prefill_launch_config(
     head (pad)   BLOCK_M  BLOCK_N  warps  stages
     ===========  =======  =======  =====  ======
     <= 64        128      128      4      3
-    <= 128       64       64       4      2
+    <= 128       64       32       4      2
     > 128 (256)  128      64       8      2
     ===========  =======  =======  =====  ======
 
@@ -147,7 +147,17 @@ def prefill_launch_config(
     64: 128 x 128 on 4 warps (338 against 276 for 128 x 64 at 1 x 8192). Head size 256:
     128 x 64 on 8 warps, 2 stages (403-434 TFLOP/s against 157-201 for 64 x 64; 128 rows
     of 256 fp32 accumulators fit across 8 warps, and a narrower key tile halves the work
-    per block-table read). The page size no longer changes the choice. fp32 (not a dtype
+    per block-table read). The page size no longer changes the choice.
+
+    Head size 128's key tile narrowed from 64 to 32 once its tiles packed the query heads
+    and worked out the rows late: from two H100 sweeps of 2026-12-07 (``--sweep-set
+    short``, bf16, pages of 16; ``bench/results/2026-12-07-h100-session16/``), 64 x 32 on
+    4 warps, 2 stages, ran at 277-281 TFLOP/s against 269 for 64 x 64 at 16 x 1024 with
+    32/8 heads, 283-284 against 261 with 64/8, 272-276 against 257-259 with 28/4 (SDPA
+    flash 266-282), and 346 against 331-349 at 4 x 4096. The earlier sweeps had timed
+    64 x 32 only on 3 stages, which stays slower here too (256-280 at 16 x 1024).
+
+    fp32 (not a dtype
     ``TRITON_PAGED`` supports today) would halve ``BLOCK_N``. docs/attention.md; the
     sweep re-recorded on 2026-12-04 (``bench/results/2026-12-04-h200/``) finds these tiles
     best or within 2.5 % at every point it timed.
@@ -187,7 +197,7 @@ def prefill_launch_config(
     if pad <= 64:
         cfg = PrefillLaunch(128, 128, 4, 3, late_rows=True)
     elif pad <= 128:
-        cfg = PrefillLaunch(64, 64, 4, 2, pack_gqa=True, late_rows=True)
+        cfg = PrefillLaunch(64, 32, 4, 2, pack_gqa=True, late_rows=True)
     else:
         cfg = PrefillLaunch(128, 64, 8, 2, pack_gqa=True)
     if dtype == torch.float32:
