@@ -159,8 +159,8 @@ def prefill_launch_config(
 
     fp32 (not a dtype
     ``TRITON_PAGED`` supports today) would halve ``BLOCK_N``. docs/attention.md; the
-    sweep re-recorded on 2026-12-04 (``bench/results/2026-12-04-h200/``) finds these tiles
-    best or within 2.5 % at every point it timed.
+    sweep re-recorded on 2026-12-04 (``bench/results/2026-12-04-h200/``) found that day's
+    tiles best or within 2.5 % at every point it timed.
 
     **Packed query heads** (``pack_gqa``, where a kv head serves several query heads) on
     every descriptor launch and on the pointer launches of head sizes above 64. From the
