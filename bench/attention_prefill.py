@@ -419,6 +419,7 @@ def measure_row(row: dict, device: str, time_fn, rounds: int = 1, interleave: in
         p.q.dtype,
         row["block_size"],
         p.new.kv_descriptors_on(p.q.device) and ready,
+        short_context=P.short_context_tiles(row["head_size"], row["ctx"]),
     ).kv_tma
     rec["sdpa_path"] = p.sdpa_path
     rec["cudnn_form"] = p.cudnn_form
@@ -726,7 +727,7 @@ def sweep(
         flash = p.sdpa(gather=False)
         f_med = time_fn(flash)[0] if flash is not None else float("nan")
         d_med = time_fn(p.sdpa(gather=False, backend="default"))[0]
-        chosen = P.prefill_launch_config(hd, p.q.dtype)
+        chosen = P.prefill_launch_config(hd, p.q.dtype, short_context=P.short_context_tiles(hd, n))
         base = dict(head_size=hd, block_size=bs, batch=b, tokens=n, heads=heads, kv_heads=kv,
                     sdpa_flash_tflops=flops / (f_med * 1e-3) / 1e12,
                     sdpa_default_tflops=flops / (d_med * 1e-3) / 1e12)  # fmt: skip

@@ -160,7 +160,8 @@ def cases() -> Iterator[
 def prefill_cases() -> Iterator[tuple[str, Any, dict[str, str], dict[str, Any], dict, list]]:
     """``(label, kernel, types, constexprs, options, divisible)`` of the paged prefill
     kernel at each shipped launch (head sizes 64, 128 and 256 on pages of 16 and 128, the
-    descriptor tiles where the platform copies them, groups of 4 and of 7), compiled with
+    descriptor tiles where the platform copies them, head size 128's short-context tiles,
+    groups of 4 and of 7), compiled with
     the alignment a real cache gives (the tensors and the strides, multiples of 16): the
     launches' own machine code, pipelined copies included."""
     import torch
@@ -168,11 +169,13 @@ def prefill_cases() -> Iterator[tuple[str, Any, dict[str, str], dict[str, Any], 
 
     from opcore.attention.backends import _triton_prefill as P
 
-    for dt, head, page, group in itertools.product(
-        ("fp16", "bf16"), (64, 128, 256), (16, 128), (4, 7)
+    for dt, head, page, group, short in itertools.product(
+        ("fp16", "bf16"), (64, 128, 256), (16, 128), (4, 7), (False, True)
     ):
+        if short and not P.short_context_tiles(head, 1):
+            continue  # no short-context tiles at this head size
         dtype = torch.float16 if dt == "fp16" else torch.bfloat16
-        cfg = P.prefill_launch_config(head, dtype, page, kv_descriptors=True)
+        cfg = P.prefill_launch_config(head, dtype, page, kv_descriptors=True, short_context=short)
         kernel, types, constexprs, options, divisible = prefill_build(cfg, head, page, group, dt)
         yield "paged_prefill aligned", kernel, types, constexprs, options, divisible
 

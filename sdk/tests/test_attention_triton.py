@@ -55,7 +55,8 @@ SCRIPT = textwrap.dedent(
         query=q, key_cache=cache[0], value_cache=cache[1], out=part, metadata=md,
         num_heads=case.num_heads, num_kv_heads=case.num_kv_heads, head_size=case.head_size,
         qk_scale=data.scale * 1.4426950408889634, window=1 << 30, softcap=0.0, causal=True,
-        skip_decode_rows=True, interpret=True)
+        skip_decode_rows=True, interpret=True,
+        short_context=P.short_context_tiles(case.head_size, md.max_seq_len))  # as the plan
     decode_row = torch.zeros(q.shape[0], dtype=torch.bool)
     for i, n in enumerate(md.query_lens_host):
         if n == 1:
@@ -266,6 +267,7 @@ KV_DESCRIPTORS = NAN_PAGED + textwrap.dedent(
         out["auto"][page] = P.prefill_launch_config(head, torch.bfloat16, page, True).kv_tma
         impl = B(4, head, 2, head ** -0.5)
         impl.prefill_kv_descriptors = True
+        impl.num_splits = 4  # batch-invariant: no short-context tiles, descriptors kept
         forced = torch.zeros_like(q)
         P.launch_prefill(
             query=q, key_cache=cache[0], value_cache=cache[1], out=forced, metadata=md,
@@ -316,6 +318,69 @@ def test_triton_paged_prefill_reads_key_tiles_through_descriptors_in_the_interpr
     assert result["forced_error"].endswith(
         "needs a page size that is a multiple of BLOCK_N (got 16) and caches `tma_ready` accepts"
     )
+
+
+SHORT_CONTEXT = NAN_PAGED + textwrap.dedent(
+    """
+    import json, torch
+    from opcore.attention import PagedAttentionMetadata
+    from opcore.attention.backends import _triton_prefill as P
+
+    # Head size 128: a batch whose contexts are all short (<= P.SHORT_CONTEXT keys) runs
+    # the short-context tiles, one with a longer context the others; the two batches have
+    # the same shapes (one call signature), so only the plan tells their launches apart.
+    g = torch.Generator().manual_seed(11)
+    long_ctx = P.SHORT_CONTEXT + 6
+    cache, table = nan_paged([40, long_ctx], 16, 2, 128, g)
+    starts = torch.tensor([0, 40, 43], dtype=torch.int32)
+    q = torch.randn(43, 4, 128, generator=g).to(torch.bfloat16)
+    batches = {"short": [40, P.SHORT_CONTEXT], "long": [40, long_ctx]}
+    out = {"plan": {}, "equal": {}, "invariant": {}}
+    impl = B(4, 128, 2, 128 ** -0.5)
+    for name, ctx in batches.items():
+        md = PagedAttentionMetadata.build(starts, torch.tensor(ctx, dtype=torch.int32), table)
+        got = impl.forward(q, cache, md)
+        (plan,) = md.checked_cache().values()
+        out["plan"][name] = plan.short_context
+        forced = torch.zeros_like(q)
+        P.launch_prefill(
+            query=q, key_cache=cache[0], value_cache=cache[1], out=forced, metadata=md,
+            num_heads=4, num_kv_heads=2, head_size=128, qk_scale=128 ** -0.5 * P.LOG2E,
+            window=1 << 30, softcap=0.0, causal=True, skip_decode_rows=False, interpret=True,
+            launch=P.prefill_launch_config(128, torch.bfloat16, 16,
+                                           short_context=name == "short"))
+        out["equal"][name] = bool(torch.equal(got, forced))
+    # A backend that declares batch invariance (fixed split count) keeps one tile: the
+    # 40-token prompt keeps its bits alone and beside the long context.
+    fixed = B(4, 128, 2, 128 ** -0.5)
+    fixed.num_splits = 4
+    out["declared"] = sorted(fixed.declared_properties())
+    alone_md = PagedAttentionMetadata.build(starts[:2], torch.tensor([40], dtype=torch.int32),
+                                            table[:1].contiguous())
+    alone = fixed.forward(q[:40], cache, alone_md)
+    md = PagedAttentionMetadata.build(starts, torch.tensor(batches["long"], dtype=torch.int32),
+                                      table)
+    beside = fixed.forward(q, cache, md)[:40]
+    (plan,) = alone_md.checked_cache().values()
+    out["invariant"] = {"plan": plan.short_context, "equal": bool(torch.equal(alone, beside))}
+    print(json.dumps(out))
+    """
+)
+
+
+def test_triton_paged_prefill_tiles_follow_the_batchs_longest_context_in_the_interpreter():
+    # The 64 x 32 tiles adopted for head size 128 on 2026-12-07 suit short contexts only:
+    # on an H100 chunks over 4k-33k prefixes ran 11-32 % slower on them than on 64 x 64
+    # (bench/results/2026-12-07-h100-session17). The plan holds the choice, so a replay
+    # bound for a short batch must not serve a long one of the same shapes; a backend that
+    # declares batch invariance keeps one tile for every batch.
+    proc = run_python(SHORT_CONTEXT, env={"TRITON_INTERPRET": "1"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["plan"] == {"short": True, "long": False}
+    assert result["equal"] == {"short": True, "long": True}
+    assert "batch_invariant" in result["declared"]
+    assert result["invariant"] == {"plan": False, "equal": True}
 
 
 def test_prefill_kernel_does_not_specialise_on_the_cache_row_count():
@@ -460,11 +525,38 @@ def test_prefill_launch_packs_query_heads_where_the_pack_sweep_chose_it():
     assert cfg(128, torch.bfloat16, 128, True, 1.0).pack_gqa  # the 64-row descriptor tiles
     assert cfg(256, torch.float16, 64, True).pack_gqa
     assert cfg(128, torch.bfloat16, 16, True) == P.PrefillLaunch(
-        64, 32, 4, 2, pack_gqa=True, late_rows=True
+        64, 64, 4, 2, pack_gqa=True, late_rows=True
     )
     assert cfg(256, torch.bfloat16, 16) == P.PrefillLaunch(128, 64, 8, 2, pack_gqa=True)
     assert cfg(64, torch.bfloat16, 16) == P.PrefillLaunch(128, 128, 4, 3, late_rows=True)
     assert all(cfg(h, torch.bfloat16, 16).seq_scan for h in (64, 128, 256))
+
+
+def test_prefill_launch_takes_narrow_key_tiles_for_short_contexts_at_head_size_128():
+    # bench/results/2026-12-07-h100-session17: 64 x 32 pointer tiles on every page size
+    # where no context passes SHORT_CONTEXT keys (16 x 1024: 10-13 % ahead of the
+    # descriptor tiles with 32/8 and 64/8 heads); 64 x 64 (or descriptors) past it.
+    import torch
+
+    from opcore.attention.backends import _triton_prefill as P
+
+    cfg = P.prefill_launch_config
+    short = P.PrefillLaunch(64, 32, 4, 2, pack_gqa=True, late_rows=True)
+    for head in (96, 128):
+        for page in (16, 64, 128):
+            assert cfg(head, torch.bfloat16, page, True, short_context=True) == short
+            assert cfg(head, torch.float16, page, False, 1.0, short_context=True) == short
+    assert cfg(128, torch.bfloat16, 128, True).kv_tma  # a long context keeps descriptors
+    assert cfg(128, torch.float32, 16, short_context=True).block_n == 16
+    for head in (64, 256):  # their tiles do not change
+        for page in (16, 128):
+            assert cfg(head, torch.bfloat16, page, True, short_context=True) == cfg(
+                head, torch.bfloat16, page, True
+            )
+    assert P.short_context_tiles(128, P.SHORT_CONTEXT)
+    assert not P.short_context_tiles(128, P.SHORT_CONTEXT + 1)
+    assert P.short_context_tiles(80, 1) and not P.short_context_tiles(64, 1)
+    assert not P.short_context_tiles(256, 1)
 
 
 def test_prefill_launch_works_out_the_output_rows_late_where_the_rows_sweep_chose_it():

@@ -7,7 +7,8 @@ one replay:
 1. the batch's `Plan`, cached on the metadata (`PagedAttentionMetadata.checked_cache`)
    under ``(backend class, settings, kv_cache.shape, query tokens, device)``: made once,
    after every check of the batch against that cache passed (`check_cache`), holding what
-   the batch's host values decide (kernel path, sequence count, split count, grid);
+   the batch's host values decide (kernel path, sequence count, split count, grid, the
+   prefill kernel's tiles);
 2. plans are interned by value, so every batch with the same decisions shares one `Plan`
    object, and a backend's replays are keyed by ``(plan, call_signature)``;
 3. the replay (`opcore.kernels.triton._bound.binder` over the backend's launch function)
@@ -44,24 +45,34 @@ class Plan:
     """What a batch's host values decide for one backend setting and cache geometry;
     compared by identity (one object per value, `intern`)."""
 
-    __slots__ = ("value", "kind", "num_seqs", "splits", "max_query_len", "bindable")
+    __slots__ = (
+        "value", "kind", "num_seqs", "splits", "max_query_len", "short_context", "bindable"
+    )  # fmt: skip
 
     def __init__(self, value: tuple) -> None:
         self.value = value
-        _, self.kind, self.num_seqs, self.splits, self.max_query_len = value
+        _, self.kind, self.num_seqs, self.splits, self.max_query_len, self.short_context = value
         self.bindable = self.kind in BINDABLE
 
     def __repr__(self) -> str:
         return (
             f"Plan({self.kind}, num_seqs={self.num_seqs}, splits={self.splits}, "
-            f"max_query_len={self.max_query_len})"
+            f"max_query_len={self.max_query_len}, short_context={self.short_context})"
         )
 
 
-def intern(settings: tuple, kind: str, num_seqs: int, splits: int, max_query_len: int) -> Plan:
+def intern(
+    settings: tuple,
+    kind: str,
+    num_seqs: int,
+    splits: int,
+    max_query_len: int,
+    short_context: bool = False,
+) -> Plan:
     """The one `Plan` of these values (``splits`` 0 where no decode kernel runs,
-    ``max_query_len`` 0 where no launch reads it)."""
-    value = (settings, kind, num_seqs, splits, max_query_len)
+    ``max_query_len`` 0 where no launch reads it, ``short_context``: the prefill kernel's
+    short-context tiles, `_triton_prefill.short_context_tiles`)."""
+    value = (settings, kind, num_seqs, splits, max_query_len, short_context)
     plan = _plans.get(value)
     if plan is None:
         with _lock:

@@ -67,6 +67,9 @@ LOG2E = 1.4426950408889634
 # `query_start_loc` (one constant: no recompile as the batch size changes); larger ones
 # binary-search it, and one sequence needs neither (the search ends before its first load).
 SEQ_SCAN = 64
+# Batches whose every context is at most this many keys run head size 128 on the
+# short-context tiles (`prefill_launch_config`, `short_context_tiles`).
+SHORT_CONTEXT = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,11 +101,24 @@ def prefill_launch_config(
     block_size: int = 1,
     kv_descriptors: bool = False,
     row_tiles_per_sm: float = float("inf"),
+    short_context: bool = False,
 ) -> PrefillLaunch:
     """The prefill launch for a head size, dtype and page size (the interpreter ignores
     warps and stages but uses the same tiles, so the CPU tests cover the GPU's tile edges).
     ``kv_descriptors``: K and V may be read through tensor descriptors (the platform's
     `~opcore.platforms.Platform.tensor_descriptor_copies` and `tma_ready`).
+    ``short_context``: no sequence of the batch has more than `SHORT_CONTEXT` keys
+    (`short_context_tiles`; the backend decides it once per batch, in its plan).
+
+    **Short contexts at head size 128** (padded 128, ``short_context``), on every page
+    size: 64 x 32 pointer tiles, 4 warps, 2 stages, packed, rows late. On an H100
+    (2026-12-07, ``bench/attention_prefill.py --interleave 10``,
+    ``bench/results/2026-12-07-h100-session17/``) they ran 16 x 1024 at 274-281 TFLOP/s on
+    pages of 16 (SDPA flash 261-278) and, in the same passes, 321-336 against the
+    descriptor tiles' 278-298 on pages of 64 and 128 with 32/8 and 64/8 heads (271-273
+    against 274-277 with 28/4). The same tiles on longer contexts lost: chunks over 4k-33k
+    prefixes ran 11-32 % slower than 64 x 64 had on another H100 that morning (0.82-0.89x
+    SDPA flash) and whole 8k-32k prompts 3-5 % slower, so those keep the tiles below.
 
     Where they may and a page holds whole 64-key tiles (a page size that is a multiple of
     64), key tiles are read through descriptors, one copy per tile:
@@ -135,7 +151,7 @@ def prefill_launch_config(
     head (pad)   BLOCK_M  BLOCK_N  warps  stages
     ===========  =======  =======  =====  ======
     <= 64        128      128      4      3
-    <= 128       64       32       4      2
+    <= 128       64       64       4      2
     > 128 (256)  128      64       8      2
     ===========  =======  =======  =====  ======
 
@@ -149,13 +165,13 @@ def prefill_launch_config(
     of 256 fp32 accumulators fit across 8 warps, and a narrower key tile halves the work
     per block-table read). The page size no longer changes the choice.
 
-    Head size 128's key tile narrowed from 64 to 32 once its tiles packed the query heads
-    and worked out the rows late: from two H100 sweeps of 2026-12-07 (``--sweep-set
-    short``, bf16, pages of 16; ``bench/results/2026-12-07-h100-session16/``), 64 x 32 on
+    The short-context tiles above come from two H100 sweeps of 2026-12-07 (``--sweep-set
+    short``, bf16, pages of 16; ``bench/results/2026-12-07-h100-session16/``): 64 x 32 on
     4 warps, 2 stages, ran at 277-281 TFLOP/s against 269 for 64 x 64 at 16 x 1024 with
     32/8 heads, 283-284 against 261 with 64/8, 272-276 against 257-259 with 28/4 (SDPA
-    flash 266-282), and 346 against 331-349 at 4 x 4096. The earlier sweeps had timed
-    64 x 32 only on 3 stages, which stays slower here too (256-280 at 16 x 1024).
+    flash 266-282). The earlier sweeps had timed 64 x 32 only on 3 stages, which stays
+    slower here too (256-280 at 16 x 1024). Adopted for every context at first, it cost
+    the chunks and the long prompts what the paragraph above says.
 
     fp32 (not a dtype
     ``TRITON_PAGED`` supports today) would halve ``BLOCK_N``. docs/attention.md; the
@@ -188,6 +204,11 @@ def prefill_launch_config(
     (239) and each token padded to 8 rows (252; 264 with late rows).
     """
     pad = head_pad(head_size)
+    if short_context and pad == 128:
+        cfg = PrefillLaunch(64, 32, 4, 2, pack_gqa=True, late_rows=True)
+        if dtype == torch.float32:
+            cfg = dataclasses.replace(cfg, block_n=cfg.block_n // 2)
+        return cfg
     if kv_descriptors and block_size % 64 == 0 and dtype != torch.float32:
         if row_tiles_per_sm < 2:
             return PrefillLaunch(64, 64, 4, 3, kv_tma=True, pack_gqa=True)
@@ -197,12 +218,20 @@ def prefill_launch_config(
     if pad <= 64:
         cfg = PrefillLaunch(128, 128, 4, 3, late_rows=True)
     elif pad <= 128:
-        cfg = PrefillLaunch(64, 32, 4, 2, pack_gqa=True, late_rows=True)
+        cfg = PrefillLaunch(64, 64, 4, 2, pack_gqa=True, late_rows=True)
     else:
         cfg = PrefillLaunch(128, 64, 8, 2, pack_gqa=True)
     if dtype == torch.float32:
         cfg = dataclasses.replace(cfg, block_n=cfg.block_n // 2)
     return cfg
+
+
+def short_context_tiles(head_size: int, max_seq_len: int) -> bool:
+    """Whether a batch whose longest context is ``max_seq_len`` keys runs head size
+    ``head_size`` on `prefill_launch_config`'s short-context tiles. The key tile's width
+    sets the order of the online softmax's sums, so a sequence's output depends on this
+    choice: a backend that declares batch invariance must not let it follow the batch."""
+    return head_pad(head_size) == 128 and max_seq_len <= SHORT_CONTEXT
 
 
 def head_pad(head_size: int) -> int:
@@ -696,6 +725,7 @@ def launch_prefill(
     skip_decode_rows: bool,
     interpret: bool,
     kv_descriptors: bool = False,
+    short_context: bool = False,
     launch: PrefillLaunch | None = None,
 ) -> None:
     """Launch `paged_prefill_kernel` over ``metadata``'s batch (sequences with one new
@@ -703,8 +733,9 @@ def launch_prefill(
     from the metadata's host-side counts (the token and sequence counts, which the
     backend's plan key holds), so the launch is recorded and replayed by `_bound` like the
     decode kernels'. ``kv_descriptors``: the device copies tensor-descriptor tiles in
-    hardware, so `prefill_launch_config` may choose them where the caches allow; ``launch``
-    forces a configuration (sweeps)."""
+    hardware, so `prefill_launch_config` may choose them where the caches allow;
+    ``short_context``: its short-context tiles (`short_context_tiles`, the caller's
+    decision for the batch); ``launch`` forces a configuration (sweeps)."""
     block_size = key_cache.shape[1]
     if launch is None:
         ready = kv_descriptors and tma_ready(key_cache, value_cache)
@@ -712,7 +743,9 @@ def launch_prefill(
         if ready:  # query heads x 128-row tiles per multiprocessor (the 64-row rule)
             tiles = num_heads * -(-metadata.num_tokens // 128)
             per_sm = tiles / _launch.multiprocessors(query.device.index)
-        cfg = prefill_launch_config(head_size, query.dtype, block_size, ready, per_sm)
+        cfg = prefill_launch_config(
+            head_size, query.dtype, block_size, ready, per_sm, short_context
+        )
     else:
         cfg = launch
         if cfg.kv_tma and (block_size % cfg.block_n or not tma_ready(key_cache, value_cache)):

@@ -123,7 +123,8 @@ class TritonPagedBackend(AttentionBackend):
     # docs/properties.md. No atomics, no host synchronization in forward (the metadata's
     # host copies are made when it is built). Batch-invariant only with a fixed split
     # count: chosen from the number of sequences, a sequence's keys are split (and the
-    # partial results merged) differently alone than in a larger batch.
+    # partial results merged) differently alone than in a larger batch; with it the
+    # prefill kernel's key tiles stop following the batch's longest context too.
     properties = frozenset({"deterministic", "capture_safe"})
     # The fixed split count used where a config requires batch_invariant.
     batch_invariant_splits = 4
@@ -335,12 +336,17 @@ class TritonPagedBackend(AttentionBackend):
             return _plan.intern(settings, _plan.DECODE, num_seqs, splits, 0)
         if self.prefill_path == "legacy":
             return _plan.intern(settings, _plan.LEGACY, num_seqs, 0, metadata.max_query_len)
+        # The prefill kernel's short-context tiles follow the batch's longest context, so
+        # only where the backend does not promise batch invariance (no fixed split count).
+        short = self.num_splits is None and _prefill().short_context_tiles(
+            self.head_size, metadata.max_seq_len
+        )
         if metadata.num_decode_seqs > 0:
             # A mixed batch: its decode rows in the decode kernel, the rest in the prefill
             # kernel; the split count sized for the decode rows.
             splits = self._choose_splits(device, metadata.num_decode_seqs, metadata.max_seq_len)
-            return _plan.intern(settings, _plan.MIXED, num_seqs, splits, 0)
-        return _plan.intern(settings, _plan.PREFILL, num_seqs, 0, 0)
+            return _plan.intern(settings, _plan.MIXED, num_seqs, splits, 0, short)
+        return _plan.intern(settings, _plan.PREFILL, num_seqs, 0, 0, short)
 
     def _launch(
         self, kv_cache, query, out, query_start_loc, seq_lens, block_table, metadata, plan
@@ -461,6 +467,7 @@ class TritonPagedBackend(AttentionBackend):
                 skip_decode_rows=mixed,
                 interpret=common["INTERPRET"],
                 kv_descriptors=self.kv_descriptors_on(query.device),
+                short_context=plan.short_context,
             )
             return out
         group_pad = _pow2(group)
