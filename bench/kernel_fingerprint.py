@@ -161,9 +161,9 @@ def prefill_cases() -> Iterator[tuple[str, Any, dict[str, str], dict[str, Any], 
     """``(label, kernel, types, constexprs, options, divisible)`` of the paged prefill
     kernel at each shipped launch (head sizes 64, 128 and 256 on pages of 16 and 128, the
     descriptor tiles where the platform copies them, head size 128's short-context tiles,
-    groups of 4 and of 7), compiled with
-    the alignment a real cache gives (the tensors and the strides, multiples of 16): the
-    launches' own machine code, pipelined copies included."""
+    groups of 4 and of 7), compiled with the alignment a real cache gives (the tensors and
+    the strides, multiples of 16): the launches' own machine code, pipelined copies
+    included."""
     import torch
     from prefill_registers import prefill_build
 

@@ -117,8 +117,9 @@ def prefill_launch_config(
     pages of 16 (SDPA flash 261-278) and, in the same passes, 321-336 against the
     descriptor tiles' 278-298 on pages of 64 and 128 with 32/8 and 64/8 heads (271-273
     against 274-277 with 28/4). The same tiles on longer contexts lost: chunks over 4k-33k
-    prefixes ran 11-32 % slower than 64 x 64 had on another H100 that morning (0.82-0.89x
-    SDPA flash) and whole 8k-32k prompts 3-5 % slower, so those keep the tiles below.
+    prefixes ran 11-32 % slower than 64 x 64 had on another H100 that morning (0.82-1.00x
+    SDPA flash on pages of 16) and whole 8k-32k prompts up to 5 % slower, so those keep the
+    tiles below.
 
     Where they may and a page holds whole 64-key tiles (a page size that is a multiple of
     64), key tiles are read through descriptors, one copy per tile:
