@@ -648,7 +648,8 @@ ROWS_PROBLEMS = (
 # 2026-12-07, interleaved: 0.975-0.999x) read their keys through pointers: that launch and
 # the pointer candidates around it with today's packed heads and late rows, none of which
 # the earlier sweeps timed together. The 64 x 32 tile on 2 stages, first here, won and is
-# today's choice; 64 x 64 was the choice before. Same tuple as `ROWS_SWEEP`.
+# today's choice for short contexts (`_triton_prefill.SHORT_CONTEXT`); longer ones keep
+# 64 x 64. Same tuple as `ROWS_SWEEP`.
 SHORT_SWEEP = {
     128: (
         (64, 32, 4, 2, None, False, True, True, True),

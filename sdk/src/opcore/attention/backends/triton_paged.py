@@ -337,9 +337,9 @@ class TritonPagedBackend(AttentionBackend):
         if self.prefill_path == "legacy":
             return _plan.intern(settings, _plan.LEGACY, num_seqs, 0, metadata.max_query_len)
         # The prefill kernel's short-context tiles follow the batch's longest context, so
-        # only where the backend does not promise batch invariance (no fixed split count).
-        short = self.num_splits is None and _prefill().short_context_tiles(
-            self.head_size, metadata.max_seq_len
+        # only where the backend does not promise batch invariance.
+        short = "batch_invariant" not in self.declared_properties() and (
+            _prefill().short_context_tiles(self.head_size, metadata.max_seq_len)
         )
         if metadata.num_decode_seqs > 0:
             # A mixed batch: its decode rows in the decode kernel, the rest in the prefill
