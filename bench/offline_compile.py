@@ -15,7 +15,10 @@ fingerprints comparable.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import tempfile
 from typing import Any
 
 # One SASS line: "<control><TAB>[@[!]predicate ]OPCODE operands;".
@@ -58,6 +61,15 @@ def signature(fn, types: dict[str, str], constexprs: dict[str, Any]) -> dict[str
     return {p.name: "constexpr" if p.name in fixed else types.get(p.name, "i32") for p in fn.params}
 
 
+def gpu_target(target: str):
+    """Triton's ``GPUTarget`` for ``"backend:arch"`` (``"cuda:90"``, ``"hip:gfx942"``)."""
+    from triton.backends.compiler import GPUTarget
+
+    backend, _, arch = target.partition(":")
+    warp = 32 if backend == "cuda" else 64
+    return GPUTarget(backend, int(arch) if arch.isdigit() else arch, warp)
+
+
 def compile_kernel(
     fn,
     types: dict[str, str],
@@ -76,7 +88,6 @@ def compile_kernel(
         ValueError: as `signature`; a name in ``divisible`` that is not a runtime argument.
     """
     import triton
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fixed = constants(fn, constexprs)
@@ -86,10 +97,75 @@ def compile_kernel(
     if bad:
         raise ValueError(f"{fn.__name__}: divisible names no runtime argument {', '.join(bad)}")
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
-    backend, _, arch = target.partition(":")
-    gpu = GPUTarget(backend, int(arch) if arch.isdigit() else arch, 32 if backend == "cuda" else 64)
+    gpu = gpu_target(target)
     src = ASTSource(fn=fn, signature=sig, constexprs=fixed, attrs=attrs)
     return triton.compile(src, target=gpu, options=options)
+
+
+def bind_call(fn, args: tuple, kwargs: dict[str, Any], target: str = "cuda:90") -> tuple:
+    """``(signature, constexprs, attrs, options)``: how the launch ``fn[grid](*args,
+    **kwargs)`` specialises ``fn`` for ``target``, read by Triton's own binder (tensor
+    dtypes and 16-byte alignment, integers equal to 1 or multiples of 16, the compile-time
+    arguments, ``num_warps``/``num_stages``). Tensors on the ``meta`` device serve: their
+    data pointers read as 0, aligned, as a caching allocator's blocks are.
+
+    Uses Triton's internal binder (``create_function_from_signature``, ``_pack_args``), as
+    Triton 3.6 names them: a bench's tool, not an API."""
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(gpu_target(target))
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, sig, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+    return sig, constexprs, attrs, options
+
+
+def compile_call(fn, args: tuple, kwargs: dict[str, Any], target: str = "cuda:90"):
+    """``fn`` compiled for ``target`` as the launch ``fn[grid](*args, **kwargs)`` would
+    compile it (`bind_call`): the binary a real launch with these arguments runs."""
+    import triton
+    from triton.compiler import ASTSource
+
+    sig, constexprs, attrs, options = bind_call(fn, args, kwargs, target)
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=gpu_target(target), options=options.__dict__)
+
+
+def ptxas_report(compiled, arch: int = 90) -> dict[str, int]:
+    """``{"registers", "spill_stores", "spill_loads", "shared"}`` of a kernel compiled for
+    ``sm_<arch>``: registers per thread and spill bytes from the ``ptxas -v`` Triton ships,
+    run on the kernel's PTX (which carries the launch's thread count, so the register
+    limit is the launch's), and the shared memory from Triton's metadata.
+
+    Raises:
+        RuntimeError: ``ptxas -v`` printed a report without one of the figures.
+    """
+    import triton
+
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    suffix = "a" if arch == 90 else ""
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "k.ptx")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        report = subprocess.run(
+            [ptxas, "-v", f"--gpu-name=sm_{arch}{suffix}", ptx, "-o", os.path.join(tmp, "k.o")],
+            capture_output=True, text=True, timeout=300, check=True,
+        ).stderr  # fmt: skip
+
+    def number(pattern: str) -> int:
+        m = re.search(pattern, report)
+        if m is None:  # a report this parser does not know: no figure rather than a 0
+            raise RuntimeError(f"ptxas -v printed no {pattern!r}:\n{report}")
+        return int(m.group(1))
+
+    return {
+        "registers": number(r"Used (\d+) registers"),
+        "spill_stores": number(r"(\d+) bytes spill stores"),
+        "spill_loads": number(r"(\d+) bytes spill loads"),
+        "shared": int(compiled.metadata.shared),
+    }
 
 
 def sass_opcodes(compiled) -> list[str]:

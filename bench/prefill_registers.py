@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from offline_compile import compile_kernel  # noqa: E402  (a sibling script)
+from offline_compile import compile_kernel, ptxas_report  # noqa: E402  (a sibling script)
 
 # (label, head size, page size, heads, kv heads, PrefillLaunch keyword arguments or None for
 # the shipped choice on a device that copies descriptor tiles).
@@ -76,35 +73,11 @@ def prefill_build(cfg, head: int, page: int, group: int, dtype: str = "bf16") ->
 def compile_stats(cfg, head: int, page: int, heads: int, kv: int, arch: int) -> dict:
     """``{"registers", "spill_stores", "spill_loads", "shared"}`` of the kernel compiled for
     ``sm_<arch>`` under ``cfg`` (a `PrefillLaunch`)."""
-    import triton
-
     kernel, types, constexprs, options, divisible = prefill_build(cfg, head, page, heads // kv)
     compiled = compile_kernel(
         kernel, types, constexprs, divisible=divisible, target=f"cuda:{arch}", **options
     )
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    suffix = "a" if arch == 90 else ""
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = os.path.join(tmp, "k.ptx")
-        with open(ptx, "w") as f:
-            f.write(compiled.asm["ptx"])
-        report = subprocess.run(
-            [ptxas, "-v", f"--gpu-name=sm_{arch}{suffix}", ptx, "-o", os.path.join(tmp, "k.o")],
-            capture_output=True, text=True, timeout=300, check=True,
-        ).stderr  # fmt: skip
-
-    def number(pattern: str) -> int:
-        m = re.search(pattern, report)
-        if m is None:  # a report this parser does not know: no figure rather than a 0
-            raise RuntimeError(f"ptxas -v printed no {pattern!r}:\n{report}")
-        return int(m.group(1))
-
-    return {
-        "registers": number(r"Used (\d+) registers"),
-        "spill_stores": number(r"(\d+) bytes spill stores"),
-        "spill_loads": number(r"(\d+) bytes spill loads"),
-        "shared": int(compiled.metadata.shared),
-    }
+    return ptxas_report(compiled, arch)
 
 
 def main(argv: list[str] | None = None) -> int:

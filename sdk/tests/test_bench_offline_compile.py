@@ -73,3 +73,51 @@ def test_sass_opcodes_count_predicated_instructions():
     assert sum(op.startswith("LDG") for op in ops) == 2  # the gate and the up halves
     assert sum(op.startswith("STG") for op in ops) == 1 and "NOP" not in ops
     assert ops[-1] == "BRA"  # the trailing self-loop after EXIT
+
+
+def test_bind_call_specialises_as_a_launch_does():
+    # A launch's own binder: sizes that are multiples of 16 and the (meta, address 0)
+    # tensors are marked aligned, an integer 1 becomes a constant, the compile-time
+    # arguments and warps come from the call.
+    import torch
+
+    x = torch.empty(1, 2 * 4096, dtype=torch.bfloat16, device="meta")
+    out = torch.empty(1, 4096, dtype=torch.bfloat16, device="meta")
+    fn = activation._act_and_mul_kernel
+    kwargs = dict(CONSTS, num_warps=4)
+    sig, constexprs, attrs, options = offline_compile.bind_call(
+        fn, (x, 8192, out, 4096, 1, 4096), kwargs
+    )
+    names = [p.name for p in fn.params]
+    assert sig["x_ptr"] == "*bf16" and sig["n_rows"] == "constexpr"
+    aligned = {names[k[0]] for k, v in attrs.items() if ["tt.divisibility", 16] in v}
+    assert aligned == {"x_ptr", "x_stride", "out_ptr", "out_stride", "d"}
+    assert constexprs[(names.index("BLOCK_C"),)] == 512 and options.num_warps == 4
+    # 4100 is no multiple of 16: not marked, and the compiled loads are scalar
+    _, _, attrs, _ = offline_compile.bind_call(fn, (x, 8200, out, 4100, 1, 4100), kwargs)
+    assert {names[k[0]] for k, v in attrs.items() if v} == {"x_ptr", "out_ptr"}
+
+
+def test_ptxas_report_reads_the_registers_of_the_launch():
+    import triton
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton build ships no ptxas")
+    import torch
+
+    from opcore.kernels.triton import norm
+
+    x = torch.empty(8, 8192, dtype=torch.bfloat16, device="meta")
+    consts = dict(HAS_RESIDUAL=False, HAS_WEIGHT=True, BLOCK_N=8192, ROWS=1, SINGLE_PASS=True,
+                  N_CHUNKS=1, WEIGHT_FIRST=True, PARTIAL_VARIANCE=False, num_warps=16)  # fmt: skip
+    args = (x, 8192, x, 0, x[0], x, 8192, x, 0, 8, 8192, 8192, 1e-6)
+    vector = offline_compile.ptxas_report(
+        offline_compile.compile_call(norm._rms_norm_kernel, args, consts)
+    )
+    # the same launch on a row stride that is no multiple of 16: scalar loads, more registers
+    args = (x, 8200, x, 0, x[0], x, 8200, x, 0, 8, 8192, 8192, 1e-6)
+    scalar = offline_compile.ptxas_report(
+        offline_compile.compile_call(norm._rms_norm_kernel, args, consts)
+    )
+    assert vector["spill_stores"] == scalar["spill_stores"] == 0
+    assert 0 < vector["registers"] < scalar["registers"] <= 64
