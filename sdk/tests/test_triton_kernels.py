@@ -63,6 +63,8 @@ if not INTERPRETED:
             "    pass\n"
             "from opcore.kernels.triton import _launch\n"
             "print(_launch.multiprocessors(0), _launch.multiprocessors(0))\n"
+            "print(*_launch.register_file(0), _launch.norm_resident_warps(0, True))\n"
+            "print(_launch.norm_resident_warps(0, False))\n"
         )
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         proc = subprocess.run(
@@ -71,8 +73,9 @@ if not INTERPRETED:
         assert proc.returncode == 0, proc.stderr[-3000:]
         if proc.stdout.strip() == "a driver":
             pytest.skip("this machine has a Triton driver: it reports the real count")
-        assert proc.stdout.split() == ["132", "132"]
+        assert proc.stdout.split() == ["132", "132", "65536", "32", "51", "32"]
         assert proc.stderr.count("no multiprocessor count for device 0") == 1, proc.stderr
+        assert proc.stderr.count("no register file for device 0") == 1, proc.stderr
 
 else:
     pytest.importorskip("triton")
@@ -391,6 +394,58 @@ else:
         # and the launcher follows it: at 512 x 7168 the row launch keeps the weight after
         block_n, rows, _single, warps = _launch.row_params(512, 7168, 132)
         assert (block_n, rows, warps) == (8192, 1, 16) and not first(512, rows, warps, 132)
+
+    def test_norm_weight_first_counts_the_registers_of_the_loads_the_launch_compiles():
+        from opcore.kernels.triton import _launch
+
+        first = _launch.norm_weight_first
+        # 16-byte vector loads (16-bit rows, sizes and strides multiples of 16) take at most
+        # 40 registers a thread on sm_90, so the fitted device's 65,536 hold 51 warps: three
+        # programs of 16, where scalar loads (64 registers: 32 warps) hold two
+        vector = _launch.norm_resident_warps(0, vector_loads=True)
+        scalar = _launch.norm_resident_warps(0, vector_loads=False)
+        assert (
+            (vector, scalar)
+            == (51, 32)
+            == (
+                _launch.REFERENCE_REGISTERS // (40 * 32),
+                _launch.NORM_RESIDENT_WARPS_PER_SM,
+            )
+        )
+        assert first(396, 1, 16, 132, vector) and not first(397, 1, 16, 132, vector)
+        assert not first(512, 1, 16, 132, vector)  # two waves: the order that lost 5-10 %
+        assert first(132, 1, 32, 132, vector) and not first(133, 1, 32, 132, vector)
+        assert _launch.register_file(0) == (65536, 32)  # the interpreter: the fitted device
+        loads = _launch.norm_vector_loads
+        assert loads(2, 7168, 7168, 0, 7168, 0) and loads(2, 2304, 4608)
+        assert not loads(4, 7168, 7168) and not loads(2, 7168, 7170) and not loads(2, 7160)
+
+    @pytest.mark.parametrize("case", ["vector", "strided", "fp32"])
+    def test_norm_launch_takes_the_weight_first_as_far_as_its_loads_allow(monkeypatch, case):
+        # 384 rows of 7168 (16 warps a row) are three a multiprocessor on 132: resident at
+        # once on vector loads, not on scalar ones (a row stride that is not a multiple of
+        # 16, or fp32 rows).
+        from opcore.kernels.triton import _bound
+
+        launches = []
+        real = _bound.launch
+
+        def record(kernel, grid, *args, **options):
+            launches.append(options)
+            if case == "vector":  # run one for real: the launch still computes the norm
+                real(kernel, grid, *args, **options)
+
+        monkeypatch.setattr(_bound, "launch", record)
+        dtype = torch.float32 if case == "fp32" else torch.bfloat16
+        width = 7170 if case == "strided" else 7168
+        x = torch.randn(384, width, dtype=dtype)[:, :7168]
+        w = torch.randn(7168, dtype=dtype)
+        out = norm.rms_norm(x, w, 1e-6)
+        (options,) = launches
+        assert options["num_warps"] == 16 and options["ROWS"] == 1
+        assert options["WEIGHT_FIRST"] is (case == "vector")
+        if case == "vector":
+            check(out, ref_rms(x, w, 1e-6), torch.bfloat16)
 
     def test_norm_warps_by_row_length():
         from opcore.kernels.triton import _launch

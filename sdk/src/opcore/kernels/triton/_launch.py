@@ -3,8 +3,9 @@ on the hot path): the launch model used wherever the tuning table has no entry.
 
 Every function here is a pure, cached function of a few integers, so a launcher pays a
 dictionary lookup, not a search, per call. The rules follow the row-kernel practice of
-memory-bound kernels, with the one device figure they depend on, the multiprocessor count
-``sms`` (`multiprocessors`):
+memory-bound kernels, with the device figures they depend on read from Triton's driver:
+the multiprocessor count ``sms`` (`multiprocessors`), and for the norm's load order the
+register file (`norm_resident_warps`):
 
 - **Few rows** (at most ``LATENCY_ROWS_PER_SM * sms``): every program starts at once and
   the call lasts about one memory round trip, so a program takes one row (norms) or one
@@ -42,10 +43,18 @@ REFERENCE_SMS = 132
 MIN_PROGRAMS = 256
 # At most this many rows per multiprocessor is the latency-bound regime.
 LATENCY_ROWS_PER_SM = 4
-# Warps of the norm kernel a multiprocessor holds at once: its 65,536 registers over the
-# kernel's 56-64 a thread at about 16 row elements a thread (ptxas -v for sm_90, either
-# load order), 32 threads a warp.
-NORM_RESIDENT_WARPS_PER_SM = 65536 // (64 * 32)
+# The fitted device's register file: registers a multiprocessor holds, threads a warp.
+REFERENCE_REGISTERS = 65536
+REFERENCE_WARP_SIZE = 32
+# Registers a thread of the norm kernel at about 16 row elements a thread, as launches
+# compile it for sm_90 (bench/launch_registers.py over the wide grid of real-model shapes,
+# 2026-12-07): with the weight loaded first, 26-40 on 4-16 warps where a row's loads are
+# 16-byte vectors of 16-bit elements (`norm_vector_loads`; 42 on 32 warps, one program a
+# multiprocessor either way), 31-52 in fp32, and up to 64 where the loads are scalar.
+NORM_REGISTERS_VECTOR = 40
+NORM_REGISTERS = 64
+# Warps of the norm kernel the fitted device's multiprocessor holds at once on scalar loads.
+NORM_RESIDENT_WARPS_PER_SM = REFERENCE_REGISTERS // (NORM_REGISTERS * REFERENCE_WARP_SIZE)
 
 # Largest row held in registers by the norm kernels; longer rows loop over chunks.
 MAX_FUSED_COLS = 16384
@@ -53,34 +62,80 @@ CHUNK_COLS = 4096
 
 
 @functools.cache
-def multiprocessors(device_index: int | None = None) -> int:
-    """The multiprocessor count of the active Triton driver's device ``device_index``
-    (its current device when ``None``); `REFERENCE_SMS` under Triton's interpreter or where
-    the driver does not report one."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return REFERENCE_SMS
+def _driver_properties(device_index: int | None) -> tuple[dict, str]:
+    """``(properties, "")`` of the active Triton driver's device ``device_index`` (its
+    current device when ``None``), or ``({}, why)`` where the driver cannot say."""
     try:
         from triton.runtime import driver
 
         active = driver.active
         index = active.get_current_device() if device_index is None else device_index
-        props = active.utils.get_device_properties(index)
-        count = int(props.get("multiprocessor_count") or 0)
+        return dict(active.utils.get_device_properties(index)), ""
     except Exception as why:  # a driver without the query
-        count, reason = 0, f"{type(why).__name__}: {why}"
-    else:
-        reason = "it reports none"
-    if count > 0:
-        return count
-    # Once per device (cached): the launches stay correct, only their sizing is a guess.
+        return {}, f"{type(why).__name__}: {why}"
+
+
+def _figure(device_index: int | None, what: str, keys: tuple[str, ...], reference: tuple):
+    """The driver's positive integers ``keys`` for the device, or ``reference`` (with one
+    warning, naming ``what``) under Triton's interpreter or where the driver reports none:
+    the launches stay correct, only their sizing is the fitted device's."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return reference
+    props, reason = _driver_properties(device_index)
+    values = tuple(int(props.get(k) or 0) for k in keys)
+    if all(v > 0 for v in values):
+        return values
     logger.warning(
-        "opcore triton launch model: no multiprocessor count for device %s from Triton's "
-        "driver (%s); sizing launches for the fitted device's %d",
+        "opcore triton launch model: no %s for device %s from Triton's driver (%s); sizing "
+        "launches for the fitted device's %s",
+        what,
         device_index,
-        reason,
-        REFERENCE_SMS,
+        reason or "it reports none",
+        " x ".join(map(str, reference)),
     )
-    return REFERENCE_SMS
+    return reference
+
+
+@functools.cache
+def multiprocessors(device_index: int | None = None) -> int:
+    """The multiprocessor count of the active Triton driver's device ``device_index``
+    (its current device when ``None``); `REFERENCE_SMS` under Triton's interpreter or where
+    the driver does not report one (said once per device)."""
+    return _figure(
+        device_index, "multiprocessor count", ("multiprocessor_count",), (REFERENCE_SMS,)
+    )[0]
+
+
+@functools.cache
+def register_file(device_index: int | None = None) -> tuple[int, int]:
+    """``(registers, warp size)`` of the active Triton driver's device ``device_index``:
+    the driver's ``max_num_regs`` (a block's share of the register file, which is a
+    multiprocessor's whole file on NVIDIA GPUs since sm_50) and ``warpSize``; the fitted
+    device's under Triton's interpreter or where the driver reports none (said once per
+    device)."""
+    return _figure(
+        device_index,
+        "register file",
+        ("max_num_regs", "warpSize"),
+        (REFERENCE_REGISTERS, REFERENCE_WARP_SIZE),
+    )
+
+
+@functools.cache
+def norm_resident_warps(device_index: int | None = None, vector_loads: bool = False) -> int:
+    """Warps of the norm kernel one multiprocessor of device ``device_index`` holds at once:
+    its `register_file` over the kernel's registers a warp (`NORM_REGISTERS_VECTOR` a
+    thread with ``vector_loads``, else `NORM_REGISTERS`)."""
+    registers, warp = register_file(device_index)
+    return registers // ((NORM_REGISTERS_VECTOR if vector_loads else NORM_REGISTERS) * warp)
+
+
+def norm_vector_loads(element_size: int, *sizes: int) -> bool:
+    """Whether the norm kernel's row loads compile to 16-byte vectors: 16-bit elements, and
+    the row length and strides ``sizes`` multiples of 16 (Triton specialises such integers
+    and then proves the loads aligned). Elsewhere the loads are scalar and the kernel takes
+    more registers (`NORM_REGISTERS`)."""
+    return element_size == 2 and all(v % 16 == 0 for v in sizes)
 
 
 def next_pow2(n: int) -> int:
@@ -103,21 +158,31 @@ def few_rows(n_rows: int, sms: int = REFERENCE_SMS) -> bool:
     return n_rows <= LATENCY_ROWS_PER_SM * sms
 
 
-def norm_weight_first(n_rows: int, rows: int, warps: int, sms: int = REFERENCE_SMS) -> bool:
+def norm_weight_first(
+    n_rows: int,
+    rows: int,
+    warps: int,
+    sms: int = REFERENCE_SMS,
+    resident_warps: int = NORM_RESIDENT_WARPS_PER_SM,
+) -> bool:
     """Whether the norm kernel loads the weight before the row's reduction (its
-    ``WEIGHT_FIRST``), for ``n_rows`` rows launched ``rows`` a program on ``warps`` warps.
+    ``WEIGHT_FIRST``), for ``n_rows`` rows launched ``rows`` a program on ``warps`` warps,
+    on ``sms`` multiprocessors that each hold ``resident_warps`` of the kernel's warps
+    (`norm_resident_warps`).
 
     With few rows a call is one memory round trip, and a weight loaded after the
     reduction's barrier makes it two; so the weight comes first while every program is
-    resident at once (`NORM_RESIDENT_WARPS_PER_SM`). Past that the programs run in waves,
-    the next wave's loads hide the barrier, and the first order lost: 5-10 % at 512 x 7168
-    (16 warps a row: two waves) where at 512 x 2048-4096 (4-8 warps: one wave) it won
-    1-5 % (bench/norm_decode.py, H100, 2026-12-07). With many rows the weight held through
-    the reduction costs registers too (98 % of copy against 95 % at 4096 x 4096 on an
-    H100, 2026-12-06); at 1024-4096 rows it ran from 3 % faster to 6.5 % slower (the run of
-    2026-12-07)."""
+    resident at once: whole programs, ``resident_warps // warps`` a multiprocessor. Past
+    that the programs run in waves, the next wave's loads hide the barrier, and the first
+    order lost: 5-10 % at 512 x 7168 (16 warps a row: more than three rows a
+    multiprocessor) where at 512 x 2048-4096 (4-8 warps: one wave) it won 1-5 %
+    (bench/norm_decode.py, H100, 2026-12-07), and at 384 x 5120-8192 (three rows a
+    multiprocessor) it won 1.1-3.1 % for ``rms_norm`` and was level for
+    ``fused_add_rms_norm``. With many rows the weight held through the reduction costs
+    registers too (98 % of copy against 95 % at 4096 x 4096 on an H100, 2026-12-06); at
+    1024-4096 rows it ran from 3 % faster to 6.5 % slower (the run of 2026-12-07)."""
     programs = cdiv(n_rows, rows)
-    return few_rows(n_rows, sms) and programs * warps <= NORM_RESIDENT_WARPS_PER_SM * sms
+    return few_rows(n_rows, sms) and programs <= (resident_warps // warps) * sms
 
 
 @functools.lru_cache(maxsize=4096)

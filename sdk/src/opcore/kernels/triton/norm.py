@@ -151,9 +151,13 @@ def _launch_norm(
     else:
         block_n, rows, warps = cfg["BLOCK_N"], cfg["ROWS"], cfg["num_warps"]
         single = block_n >= n_cols
-    weight_first = (
-        weight is not None and single and _launch.norm_weight_first(n_rows, rows, warps, sms)
-    )
+    weight_first = False
+    if weight is not None and single:
+        vectors = _launch.norm_vector_loads(
+            x.element_size(), n_cols, x_stride, r_stride, out_stride, res_stride
+        )
+        resident = _launch.norm_resident_warps(x.device.index, vectors)
+        weight_first = _launch.norm_weight_first(n_rows, rows, warps, sms, resident)
     var_size = n_cols if variance_size is None else int(variance_size)
     _bound.launch(
         _rms_norm_kernel,
