@@ -202,7 +202,10 @@ def as_gpu_launches(kwargs: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arch", type=int, default=90, help="compute capability x 10")
+    ap.add_argument(
+        "--arch", type=int, default=90,
+        help="compute capability x 10 (the residency counts sm_90's limits whatever it is)",
+    )  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="one shape per op, bf16")
     ap.add_argument("--out", help="also write the markdown report here")
     ap.add_argument("--jsonl", help="write one JSON line per distinct launch here")
@@ -274,13 +277,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_markdown(launches: dict, arch: int, elapsed: float) -> str:
-    by_op: dict[tuple[str, str], list[dict]] = {}
+    by_op: dict[tuple[str, str], dict[int, dict]] = {}  # (op, dtype) -> its launches by id
     shapes: dict[tuple[str, str], int] = {}
     for entry in launches.values():
         for op, dtype, _label in entry["uses"]:
-            by_op.setdefault((op, dtype), [])
-            if not by_op[(op, dtype)] or by_op[(op, dtype)][-1] is not entry:
-                by_op[(op, dtype)].append(entry)
+            by_op.setdefault((op, dtype), {})[id(entry)] = entry
             shapes[(op, dtype)] = shapes.get((op, dtype), 0) + 1
     lines = [
         f"# The launch model's choices compiled for sm_{arch}: registers, spills, residency",
@@ -294,7 +295,7 @@ def report_markdown(launches: dict, arch: int, elapsed: float) -> str:
         "|---|---|---:|---:|---|---|---:|---:|",
     ]
     for (op, dtype), entries in sorted(by_op.items()):
-        uniq = list({id(e): e for e in entries}.values())
+        uniq = list(entries.values())
         warps = sorted({e["num_warps"] for e in uniq})
         regs = [e["registers"] for e in uniq]
         spills = sum(1 for e in uniq if e["spill_stores"] or e["spill_loads"])

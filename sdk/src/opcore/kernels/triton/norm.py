@@ -152,7 +152,7 @@ def _launch_norm(
         block_n, rows, warps = cfg["BLOCK_N"], cfg["ROWS"], cfg["num_warps"]
         single = block_n >= n_cols
     weight_first = False
-    if weight is not None and single:
+    if weight is not None and single and _launch.few_rows(n_rows, sms):
         vectors = _launch.norm_vector_loads(
             x.element_size(), n_cols, x_stride, r_stride, out_stride, res_stride
         )
