@@ -205,12 +205,8 @@ def prefill_launch_config(
     (239) and each token padded to 8 rows (252; 264 with late rows).
     """
     pad = head_pad(head_size)
-    if short_context and pad == 128:
-        cfg = PrefillLaunch(64, 32, 4, 2, pack_gqa=True, late_rows=True)
-        if dtype == torch.float32:
-            cfg = dataclasses.replace(cfg, block_n=cfg.block_n // 2)
-        return cfg
-    if kv_descriptors and block_size % 64 == 0 and dtype != torch.float32:
+    short = short_context and pad == 128  # the pointer tiles below, whatever the pages
+    if kv_descriptors and block_size % 64 == 0 and dtype != torch.float32 and not short:
         if row_tiles_per_sm < 2:
             return PrefillLaunch(64, 64, 4, 3, kv_tma=True, pack_gqa=True)
         return PrefillLaunch(
@@ -219,7 +215,7 @@ def prefill_launch_config(
     if pad <= 64:
         cfg = PrefillLaunch(128, 128, 4, 3, late_rows=True)
     elif pad <= 128:
-        cfg = PrefillLaunch(64, 64, 4, 2, pack_gqa=True, late_rows=True)
+        cfg = PrefillLaunch(64, 32 if short else 64, 4, 2, pack_gqa=True, late_rows=True)
     else:
         cfg = PrefillLaunch(128, 64, 8, 2, pack_gqa=True)
     if dtype == torch.float32:
