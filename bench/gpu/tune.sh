@@ -24,6 +24,11 @@
 # step cut by its limit loses its last hidden size first (hidden is the outer loop), so the
 # never-tuned 5120/7168 come first in on-unseen.
 # Then bench/tune_compare.py writes compare.md / compare.json from whatever was written.
+# TUNE_ROUNDS: `opcore bench --rounds` (default 1): each row's providers timed that many
+# times in rotated order, samples pooled. One round times opcore first in every row; on an
+# H100 (2026-12-08) the rms_norm rows at 4096 tokens missed Liger by 4-10 % so, and were
+# level within 1 % in rotated rounds (bench/results/2026-12-08-h100-session19/). More
+# rounds take longer under the same step limits: narrow TUNE_OPS (say to the norms) to fit.
 # TUNE_RECHECK=1: instead, only the decode-size rows (1, 32 tokens, both hidden sizes) with
 # the table and the peers, and without the table (<= 140 s): compare-decode.md.
 #
@@ -61,7 +66,8 @@ step() {  # step NAME LIMIT_S TUNING PROVIDERS TOKENS HIDDEN
   if [ "$limit" -lt 5 ]; then echo "== $name: skipped (overall deadline)"; return; fi
   echo "== $name (limit ${limit}s, OPCORE_TUNING=$tuning) $(date -u +%T)"
   timeout -k 5 "$limit" env OPCORE_TUNING="$tuning" "${cli[@]}" bench --ops "$ops" \
-    --providers "$provs" --tokens "$toks" --hidden "$hid" --rep-ms "$rep" "${extra[@]}" \
+    --providers "$provs" --tokens "$toks" --hidden "$hid" --rep-ms "$rep" \
+    --rounds "${TUNE_ROUNDS:-1}" "${extra[@]}" \
     --out "$dir/$name" --jsonl "$dir/$name.jsonl" > "$dir/$name.log" 2>&1
   rc=$?
   echo "$name rc=$rc ($((SECONDS - start)) s so far); $(grep -c '"provider"' \
