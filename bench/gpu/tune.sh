@@ -27,7 +27,7 @@
 # TUNE_ROUNDS: `opcore bench --rounds` (default 1): each row's providers timed that many
 # times in rotated order, samples pooled. One round times opcore first in every row; on an
 # H100 (2026-12-08) the rms_norm rows at 4096 tokens missed Liger by 4-10 % so, and were
-# level within 1 % in rotated rounds (bench/results/2026-12-08-h100-session19/). More
+# within 1 % or ahead in rotated rounds (bench/results/2026-12-08-h100-session19/). More
 # rounds take longer under the same step limits: narrow TUNE_OPS (say to the norms) to fit.
 # TUNE_RECHECK=1: instead, only the decode-size rows (1, 32 tokens, both hidden sizes) with
 # the table and the peers, and without the table (<= 140 s): compare-decode.md.
