@@ -110,3 +110,22 @@ def test_a_jsonl_written_twice_is_read_as_its_last_run(tmp_path):
     want = [json.loads(line) for line in second.read_text().splitlines()]
     assert records == want[1:] and env == want[0]["environment"]
     assert problem == f"{path}: holds 2 runs (appended to); only the last is read"
+
+
+def test_a_row_behind_timed_in_one_round_says_opcore_was_timed_first(tmp_path):
+    # One round times opcore's providers before the peers (`opcore bench`), so a reading of
+    # a row behind says so; rows timed in rotated rounds (`--rounds`) do not.
+    tc = load_script()
+    causes = {}
+    for rounds in (1, 2):
+        out = tmp_path / f"r{rounds}.jsonl"
+        rc = main(["bench", "--quick", "--device", "cpu", "--ops", "rms_norm", "--tokens", "3",
+                   "--providers", "native,F.rms_norm", "--rounds", str(rounds),
+                   "--out", str(tmp_path / f"r{rounds}"), "--jsonl", str(out)])  # fmt: skip
+        assert rc == 0
+        rows, _env, problems, _failed = tc.collect([str(out)])
+        assert not problems
+        (row,) = rows.values()
+        causes[rounds] = tc.likely_cause(row["native"], None, row["F.rms_norm"], None, "native")
+    assert "one round, opcore timed before the peers" in causes[1]
+    assert "one round" not in causes[2]
