@@ -9,7 +9,7 @@
 #
 # Steps (each a separate `opcore bench` process under `timeout`, writing one record per
 # line to its .jsonl as it is measured, so a step cut short keeps every row it finished):
-#   info        (15 s)  `opcore.tuning.info()` with OPCORE_TUNING unset: the shipped table
+#   info        (30 s)  `opcore info --json` with OPCORE_TUNING unset: the shipped table
 #                       is found through the plugin's entry point and applies (not stale)
 #   on-4096     (70 s)  triton + peers, tokens 1,32,4096,32768 x hidden 4096 (norms at 4096,
 #                       silu/gelu_and_mul at 14336, rotary and the fused split at 32/8x128)
@@ -32,8 +32,9 @@
 # TUNE_RECHECK=1: instead, only the decode-size rows (1, 32 tokens, both hidden sizes) with
 # the table and the peers, and without the table (<= 140 s): compare-decode.md.
 #
-# Writes $OUT/tune/: info.json, <step>.jsonl and <step>/ (bench.json, bench.md when the
-# step finished), <step>.log, compare.md, compare.json.
+# Writes $OUT/tune/: opcore-info.json (its tuning section: info.json), <step>.jsonl and
+# <step>/ (bench.json, bench.md when the step finished), <step>.log, compare.md,
+# compare.json.
 #
 #   bash bench/gpu/tune.sh                         (after bench/gpu/run_all.sh's install)
 #   DRY=1 OUT=/tmp/o bash bench/gpu/tune.sh        (CPU, Triton interpreter, tiny shapes;
@@ -76,11 +77,19 @@ step() {  # step NAME LIMIT_S TUNING PROVIDERS TOKENS HIDDEN
 }
 
 echo "== info: the shipped table through the plugin's entry point $(date -u +%T)"
-timeout -k 5 15 env -u OPCORE_TUNING python3 -c "
-import json, sys, opcore.tuning as t
-i = t.info(); json.dump(i, open(sys.argv[1], 'w'), indent=1)
+# `opcore info --json`, as an operator runs it: its "tuning" section is what dispatch will
+# use. (A bare `opcore.tuning.info()` needs opcore.ir imported first; until 2026-12-08 this
+# step called it bare and printed that error instead of the table.)
+if timeout -k 5 30 env -u OPCORE_TUNING "${cli[@]}" info --json > "$dir/opcore-info.json" \
+    2> "$dir/info.log"; then
+  python3 -c "
+import json, sys
+i = json.load(open(sys.argv[1]))['tuning']; json.dump(i, open(sys.argv[2], 'w'), indent=1)
 print('used:', i['used']); print('stale:', len(i['stale']), i['stale'][:3])
-print('other devices:', i['other_devices'])" "$dir/info.json" 2>&1 | tail -n 8
+print('other devices:', i['other_devices'])" "$dir/opcore-info.json" "$dir/info.json"
+else
+  echo "info failed (rc $?): $(tail -n 1 "$dir/info.log")"
+fi
 
 if [ -n "${TUNE_RECHECK:-}" ]; then
   # A second sample of the decode-size rows (1 and 32 tokens) in fresh processes: the

@@ -662,7 +662,9 @@ def identity() -> str:
 
 
 def info() -> dict[str, Any]:
-    """The table(s) in use and their coverage, for `opcore info`."""
+    """The table(s) in use and their coverage, for `opcore info`. Reads the index, so
+    `opcore.ir` must have been imported (it connects the index; `opcore info` does);
+    else a `RuntimeError` says so."""
     _ensure()
     s = _STATE
     return {
